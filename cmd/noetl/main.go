@@ -1,0 +1,351 @@
+// Command noetl is the NoETL command-line client and the single-process development mesh
+// (`noetl dev`).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/noetl/noetl/cmd/noetl/mesh"
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/platform/grpcx"
+	"github.com/noetl/noetl/internal/playbook"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "noetl:", err)
+		os.Exit(1)
+	}
+}
+
+type client struct {
+	conn *grpc.ClientConn
+	cat  apiv1.CatalogServiceClient
+	exe  apiv1.ExecutionServiceClient
+}
+
+func newRoot() *cobra.Command {
+	gw := os.Getenv("NOETL_GATEWAY")
+	if gw == "" {
+		gw = "127.0.0.1:50051"
+	}
+	root := &cobra.Command{Use: "noetl", Short: "NoETL workflow engine client and development mesh", SilenceUsage: true}
+	root.PersistentFlags().StringVar(&gw, "gateway", gw, "gateway gRPC address ($NOETL_GATEWAY)")
+	dial := func() (*client, error) {
+		conn, err := grpcx.Dial(gw)
+		if err != nil {
+			return nil, err
+		}
+		return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn)}, nil
+	}
+	root.AddCommand(devCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial))
+	return root
+}
+
+func emit(v any) {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func devCmd() *cobra.Command {
+	var httpAddr, grpcAddr, stateDir, run string
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole mesh in one process: embedded NATS JetStream, a private Postgres, and the six services",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if stateDir == "" {
+				base, err := os.UserCacheDir()
+				if err != nil {
+					base = os.TempDir()
+				}
+				stateDir = filepath.Join(base, "noetl", "dev")
+			}
+			if err := os.MkdirAll(stateDir, 0o755); err != nil {
+				return err
+			}
+			level := slog.LevelWarn
+			if verbose {
+				level = slog.LevelInfo
+			}
+			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Log: log})
+			if err != nil {
+				return err
+			}
+			defer m.Stop()
+			fmt.Printf("NoETL dev mesh ready\n  REST:  http://%s  (OpenAPI at /openapi.json)\n  gRPC:  %s\n  state: %s\nPress Ctrl-C to stop.\n", m.HTTPAddr, m.GRPCAddr, stateDir)
+			if run != "" {
+				c, err := dialAddr(m.GRPCAddr)
+				if err != nil {
+					return err
+				}
+				res, err := runFile(ctx, c, run, nil, true)
+				_ = c.conn.Close()
+				if err != nil {
+					return err
+				}
+				emit(res)
+			}
+			select {
+			case <-ctx.Done():
+			case <-m.Done():
+				return m.Err()
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:8080", "gateway REST address")
+	cmd.Flags().StringVar(&grpcAddr, "grpc", "127.0.0.1:50051", "gateway gRPC address")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default: the user cache dir /noetl/dev)")
+	cmd.Flags().StringVar(&run, "run", "", "run this playbook file once the mesh is up and print its result")
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "log at info level")
+	return cmd
+}
+
+func dialAddr(addr string) (*client, error) {
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn)}, nil
+}
+
+func registerCmd(dial func() (*client, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "register FILE",
+		Short: "Register a playbook file in the catalog",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.conn.Close() }()
+			pb, err := register(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Println(protojson.Format(pb))
+			return nil
+		},
+	}
+}
+
+func register(ctx context.Context, c *client, file string) (*apiv1.Playbook, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := playbook.Parse(b); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	resp, err := c.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: string(b)})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetPlaybook(), nil
+}
+
+// Outcome is what `noetl run` prints.
+type Outcome struct {
+	ExecutionID string          `json:"execution_id"`
+	Path        string          `json:"path"`
+	Status      string          `json:"status"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	FailedSteps []string        `json:"failed_steps,omitempty"`
+}
+
+func runFile(ctx context.Context, c *client, target string, sets []string, wait bool) (*Outcome, error) {
+	path := target
+	if _, err := os.Stat(target); err == nil {
+		pb, err := register(ctx, c, target)
+		if err != nil {
+			return nil, err
+		}
+		path = pb.GetPath()
+	}
+	workload := map[string]any{}
+	for _, kv := range sets {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--set %q: want key=value", kv)
+		}
+		var val any
+		if err := json.Unmarshal([]byte(v), &val); err != nil {
+			val = v
+		}
+		workload[k] = val
+	}
+	w, err := structpb.NewStruct(workload)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, Workload: w})
+	if err != nil {
+		return nil, err
+	}
+	out := &Outcome{ExecutionID: resp.GetExecutionId(), Path: path, Status: "RUNNING"}
+	if !wait {
+		return out, nil
+	}
+	x, err := waitTerminal(ctx, c, resp.GetExecutionId())
+	if err != nil {
+		return nil, err
+	}
+	out.Status = strings.TrimPrefix(x.GetStatus().String(), "EXECUTION_STATUS_")
+	if x.GetResult() != nil {
+		out.Result, _ = protojson.Marshal(x.GetResult())
+	}
+	if x.GetError() != nil {
+		out.Error = x.GetError().GetMessage()
+	}
+	out.FailedSteps = x.GetFailedSteps()
+	return out, nil
+}
+
+func waitTerminal(ctx context.Context, c *client, id string) (*apiv1.Execution, error) {
+	backoff := 5 * time.Millisecond
+	for {
+		resp, err := c.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: id})
+		if err != nil {
+			return nil, err
+		}
+		switch resp.GetExecution().GetStatus() {
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
+			return resp.GetExecution(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}
+
+func runCmd(dial func() (*client, error)) *cobra.Command {
+	var sets []string
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "run FILE|PATH",
+		Short: "Register a playbook file (or use a catalog path), start it, and optionally wait for the outcome",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.conn.Close() }()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			out, err := runFile(ctx, c, args[0], sets, wait)
+			if err != nil {
+				return err
+			}
+			emit(out)
+			if wait && out.Status != "COMPLETED" {
+				return errors.New("execution " + out.ExecutionID + " " + strings.ToLower(out.Status))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVar(&sets, "set", nil, "workload value key=value (value parsed as JSON when possible); repeatable")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a terminal status and print the result")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "give up waiting after this long")
+	return cmd
+}
+
+func statusCmd(dial func() (*client, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status ID",
+		Short: "Show an execution",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.conn.Close() }()
+			resp, err := c.exe.GetExecution(cmd.Context(), &apiv1.GetExecutionRequest{ExecutionId: args[0]})
+			if err != nil {
+				return err
+			}
+			fmt.Println(protojson.Format(resp.GetExecution()))
+			return nil
+		},
+	}
+}
+
+func eventsCmd(dial func() (*client, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   "events ID",
+		Short: "List an execution's events in seq order, one JSON object per line",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.conn.Close() }()
+			token := ""
+			for {
+				resp, err := c.exe.ListExecutionEvents(cmd.Context(), &apiv1.ListExecutionEventsRequest{ExecutionId: args[0], PageSize: 500, PageToken: token})
+				if err != nil {
+					return err
+				}
+				for _, ev := range resp.GetEvents() {
+					b, _ := protojson.Marshal(ev)
+					fmt.Println(string(b))
+				}
+				if token = resp.GetNextPageToken(); token == "" {
+					return nil
+				}
+			}
+		},
+	}
+}
+
+func cancelCmd(dial func() (*client, error)) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a running execution",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.conn.Close() }()
+			if _, err := c.exe.CancelExecution(cmd.Context(), &apiv1.CancelExecutionRequest{ExecutionId: args[0], Reason: reason}); err != nil {
+				return err
+			}
+			fmt.Println("cancel requested:", args[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "reason recorded in the playbook.cancelled event")
+	return cmd
+}

@@ -1,0 +1,225 @@
+// Package mesh runs the whole NoETL mesh in one process: an embedded NATS JetStream
+// server, a private Postgres cluster (or an external one), and the six services. It backs
+// `noetl dev`, the integration tests and the benchmarks.
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/noetl/noetl/internal/platform/grpcx"
+	"github.com/noetl/noetl/internal/platform/natsembed"
+	"github.com/noetl/noetl/internal/platform/pgembed"
+	"github.com/noetl/noetl/services/gateway"
+	"github.com/noetl/noetl/services/materializer"
+	"github.com/noetl/noetl/services/orchestrator"
+	"github.com/noetl/noetl/services/resultstore"
+	"github.com/noetl/noetl/services/statebuilder"
+	"github.com/noetl/noetl/services/worker"
+)
+
+// Config configures an in-process mesh.
+type Config struct {
+	// StateDir holds the NATS store and, for the private cluster, the Postgres data.
+	StateDir string
+	// PostgresURL uses an external Postgres instead of a private cluster.
+	PostgresURL string
+	// NATSURL uses an external NATS instead of the embedded server.
+	NATSURL string
+	// HTTPAddr and GRPCAddr are the gateway's public addresses ("127.0.0.1:0" picks ports).
+	HTTPAddr, GRPCAddr string
+	// Partitions is the number of execution partitions.
+	Partitions int
+	// WorkerConcurrency is the number of commands the worker runs at once.
+	WorkerConcurrency int
+	// Log receives every service's logs.
+	Log *slog.Logger
+}
+
+// Mesh is a running mesh.
+type Mesh struct {
+	// HTTPAddr and GRPCAddr are the gateway's public addresses.
+	HTTPAddr, GRPCAddr string
+	// NATSURL and PostgresURL are the substrate the services use.
+	NATSURL, PostgresURL string
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errMu  sync.Mutex
+	err    error
+	pg     *pgembed.Cluster
+	nats   *natsembed.Server
+	done   chan struct{}
+}
+
+func listen(addr string) (net.Listener, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	return net.Listen("tcp", addr)
+}
+
+// Start starts the mesh and returns once the gateway answers health checks.
+func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("mesh: StateDir is required")
+	}
+	m = &Mesh{done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			m.Stop()
+		}
+	}()
+	if cfg.NATSURL == "" {
+		ns, err := natsembed.Start(natsembed.Options{StoreDir: filepath.Join(cfg.StateDir, "nats"), Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		m.nats = ns
+		cfg.NATSURL = ns.ClientURL()
+	}
+	if cfg.PostgresURL == "" {
+		pg, err := pgembed.Start(ctx, pgembed.Options{Dir: filepath.Join(cfg.StateDir, "postgres"), Fast: true, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		m.pg = pg
+		cfg.PostgresURL = pg.URL()
+	}
+	m.NATSURL, m.PostgresURL = cfg.NATSURL, cfg.PostgresURL
+
+	var lis [9]net.Listener
+	for i := range lis {
+		if lis[i], err = listen(""); err != nil {
+			return nil, err
+		}
+	}
+	gwGRPC, err := listen(cfg.GRPCAddr)
+	if err != nil {
+		return nil, err
+	}
+	gwHTTP, err := listen(cfg.HTTPAddr)
+	if err != nil {
+		return nil, err
+	}
+	m.GRPCAddr, m.HTTPAddr = gwGRPC.Addr().String(), gwHTTP.Addr().String()
+
+	rctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	run := func(name string, f func(context.Context) error) {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			if err := f(rctx); err != nil && rctx.Err() == nil {
+				log.Error("service stopped", slog.String("service", name), slog.String("error", err.Error()))
+				m.errMu.Lock()
+				if m.err == nil {
+					m.err = fmt.Errorf("%s: %w", name, err)
+				}
+				m.errMu.Unlock()
+				cancel()
+			}
+		}()
+	}
+	sbAddr, orAddr, rsAddr := lis[0].Addr().String(), lis[1].Addr().String(), lis[2].Addr().String()
+	run("statebuilder", func(ctx context.Context) error {
+		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: cfg.PostgresURL, GRPCListener: lis[0], AdminListener: lis[3]}, log)
+	})
+	run("resultstore", func(ctx context.Context) error {
+		return resultstore.Run(ctx, resultstore.Config{PostgresURL: cfg.PostgresURL, GRPCListener: lis[2], AdminListener: lis[4]}, log)
+	})
+	run("materializer", func(ctx context.Context) error {
+		return materializer.Run(ctx, materializer.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, Partitions: cfg.Partitions, AdminListener: lis[5]}, log)
+	})
+	run("orchestrator", func(ctx context.Context) error {
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+	})
+	run("worker", func(ctx context.Context) error {
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, AdminListener: lis[7]}, log)
+	})
+	run("gateway", func(ctx context.Context) error {
+		return gateway.Run(ctx, gateway.Config{OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)
+	})
+	go func() {
+		m.wg.Wait()
+		close(m.done)
+	}()
+	// Ready when every gRPC service answers SERVING.
+	for _, addr := range []string{sbAddr, orAddr, rsAddr, m.GRPCAddr} {
+		if err := waitServing(ctx, addr, m.done, 60*time.Second); err != nil {
+			if e := m.Err(); e != nil {
+				return nil, e
+			}
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func waitServing(ctx context.Context, addr string, done <-chan struct{}, timeout time.Duration) error {
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	client := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(timeout)
+	backoff := 10 * time.Millisecond
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := client.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("service at %s not serving after %s: %v", addr, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done:
+			return errors.New("mesh stopped while starting")
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+// Err returns the first service failure, if any.
+func (m *Mesh) Err() error {
+	m.errMu.Lock()
+	defer m.errMu.Unlock()
+	return m.err
+}
+
+// Done is closed when every service has stopped.
+func (m *Mesh) Done() <-chan struct{} { return m.done }
+
+// Stop stops the services, then NATS and Postgres.
+func (m *Mesh) Stop() {
+	if m.cancel != nil {
+		m.cancel()
+		m.wg.Wait()
+	}
+	if m.nats != nil {
+		m.nats.Shutdown()
+	}
+	if m.pg != nil {
+		_ = m.pg.Stop()
+	}
+}

@@ -1,0 +1,58 @@
+package domain
+
+// Event types. Dotted names, as in DESIGN.md §5a.
+const (
+	EventPlaybookStarted   = "playbook.started"
+	EventStepEnter         = "step.enter"
+	EventStepSkipped       = "step.skipped"
+	EventCtxUpdated        = "ctx.updated"
+	EventCommandIssued     = "command.issued"
+	EventCommandStarted    = "command.started"
+	EventCallDone          = "call.done"
+	EventCallError         = "call.error"
+	EventCommandCompleted  = "command.completed"
+	EventCommandFailed     = "command.failed"
+	EventStepExit          = "step.exit"
+	EventTimerScheduled    = "timer.scheduled"
+	EventTimerFired        = "timer.fired"
+	EventPlaybookCompleted = "playbook.completed"
+	EventPlaybookFailed    = "playbook.failed"
+	EventPlaybookCancelled = "playbook.cancelled"
+)
+
+// IsTerminal reports whether an event type ends an execution.
+func IsTerminal(eventType string) bool {
+	switch eventType {
+	case EventPlaybookCompleted, EventPlaybookFailed, EventPlaybookCancelled:
+		return true
+	}
+	return false
+}
+
+// StartedPayload is the payload of playbook.started.
+type StartedPayload struct {
+	Path     string         `json:"path"`
+	Version  int64          `json:"version"`
+	Workload map[string]any `json:"workload"`
+}
+
+// EnterPayload is the payload of step.enter.
+type EnterPayload struct {
+	Epoch int32 `json:"epoch"`
+}
+
+// ExitPayload is the payload of step.exit: the arcs that fired.
+type ExitPayload struct {
+	Fired []string `json:"fired,omitempty"`
+}
+
+// CtxPayload is the payload of ctx.updated.
+type CtxPayload struct {
+	Values map[string]any `json:"values"`
+}
+
+// TerminalPayload is the payload of the terminal events.
+type TerminalPayload struct {
+	FailedSteps []string `json:"failed_steps,omitempty"`
+	Reason      string   `json:"reason,omitempty"`
+}

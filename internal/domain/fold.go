@@ -1,0 +1,170 @@
+package domain
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+)
+
+// ErrGap is returned when an event does not follow the state's sequence number: the reader
+// must retry rather than guess.
+var ErrGap = errors.New("gap in event sequence")
+
+// NewState returns the empty state of an execution.
+func NewState(executionID string) *sbv1.ExecutionState {
+	return &sbv1.ExecutionState{ExecutionId: executionID, Steps: map[string]*sbv1.StepState{}}
+}
+
+// Apply folds one committed event into st. The event's seq must be st.Seq+1. Apply costs
+// O(size of the event), independent of the length of the log.
+func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
+	if ev.GetSeq() != st.GetSeq()+1 {
+		return fmt.Errorf("%w: execution %s at seq %d got seq %d", ErrGap, st.GetExecutionId(), st.GetSeq(), ev.GetSeq())
+	}
+	st.Seq = ev.GetSeq()
+	st.LastEventId = ev.GetEventId()
+	if st.Steps == nil {
+		st.Steps = map[string]*sbv1.StepState{}
+	}
+	step := func() *sbv1.StepState {
+		s := st.Steps[ev.GetStep()]
+		if s == nil {
+			s = &sbv1.StepState{Name: ev.GetStep()}
+			st.Steps[ev.GetStep()] = s
+		}
+		return s
+	}
+	switch ev.GetType() {
+	case EventPlaybookStarted:
+		var p StartedPayload
+		if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+			return fmt.Errorf("playbook.started payload: %w", err)
+		}
+		st.Tenant = ev.GetTenant()
+		st.PlaybookPath = p.Path
+		st.PlaybookVersion = p.Version
+		st.ParentExecutionId = ev.GetParentExecutionId()
+		st.Status = eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING
+		st.StartTime = ev.GetCommitTime()
+		w, err := json.Marshal(p.Workload)
+		if err != nil {
+			return err
+		}
+		st.WorkloadJson = w
+	case EventStepEnter:
+		s := step()
+		var p EnterPayload
+		if len(ev.GetPayloadJson()) > 0 {
+			if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+				return fmt.Errorf("step.enter payload: %w", err)
+			}
+		}
+		if s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
+			st.Running++
+		}
+		s.Status = eventv1.StepStatus_STEP_STATUS_RUNNING
+		s.Epoch = p.Epoch
+		s.EnterEventId = ev.GetEventId()
+		s.Routed = false
+		s.Error = nil
+	case EventStepSkipped:
+		s := step()
+		if s.Status == eventv1.StepStatus_STEP_STATUS_RUNNING {
+			st.Running--
+		}
+		s.Status = eventv1.StepStatus_STEP_STATUS_SKIPPED
+		s.DoneEventId = ev.GetEventId()
+		s.Routed = true
+	case EventCommandIssued:
+		s := step()
+		s.CommandId = ev.GetCommandId()
+		s.Attempt = ev.GetAttempt()
+	case EventCallDone:
+		s := step()
+		if ev.GetCommandId() != s.CommandId {
+			return nil // a late event of an older command
+		}
+		s.ResultJson = ev.GetResultJson()
+		s.ResultRef = ev.GetResultRef()
+	case EventCallError:
+		s := step()
+		if ev.GetCommandId() != s.CommandId {
+			return nil
+		}
+		s.Error = ev.GetError()
+	case EventCommandCompleted, EventCommandFailed:
+		s := step()
+		if ev.GetCommandId() != s.CommandId || s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
+			return nil
+		}
+		st.Running--
+		s.DoneEventId = ev.GetEventId()
+		s.Routed = false
+		if ev.GetType() == EventCommandCompleted {
+			s.Status = eventv1.StepStatus_STEP_STATUS_COMPLETED
+		} else {
+			s.Status = eventv1.StepStatus_STEP_STATUS_FAILED
+			if ev.GetError() != nil {
+				s.Error = ev.GetError()
+			}
+			st.FailedSteps = append(st.FailedSteps, ev.GetStep())
+		}
+	case EventStepExit:
+		s := step()
+		s.Routed = true
+		s.Fired = nil
+		if len(ev.GetPayloadJson()) > 0 {
+			var p ExitPayload
+			if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+				return fmt.Errorf("step.exit payload: %w", err)
+			}
+			s.Fired = p.Fired
+		}
+	case EventCtxUpdated:
+		var p CtxPayload
+		if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+			return fmt.Errorf("ctx.updated payload: %w", err)
+		}
+		ctx := map[string]any{}
+		if len(st.CtxJson) > 0 {
+			if err := json.Unmarshal(st.CtxJson, &ctx); err != nil {
+				return err
+			}
+		}
+		for k, v := range p.Values {
+			ctx[k] = v
+		}
+		b, err := json.Marshal(ctx)
+		if err != nil {
+			return err
+		}
+		st.CtxJson = b
+	case EventPlaybookCompleted:
+		st.Status = eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED
+		st.ResultJson = ev.GetResultJson()
+		st.EndTime = ev.GetCommitTime()
+	case EventPlaybookFailed:
+		st.Status = eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED
+		st.Error = ev.GetError()
+		st.EndTime = ev.GetCommitTime()
+	case EventPlaybookCancelled:
+		st.Status = eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED
+		st.Error = ev.GetError()
+		st.EndTime = ev.GetCommitTime()
+	}
+	return nil
+}
+
+// IsTerminalStatus reports whether an execution status is final.
+func IsTerminalStatus(s eventv1.ExecutionStatus) bool {
+	switch s {
+	case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED,
+		eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED,
+		eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
+		return true
+	}
+	return false
+}

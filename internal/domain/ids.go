@@ -1,0 +1,51 @@
+// Package domain holds NoETL's pure domain logic shared by the services: deterministic ids,
+// event type names and the fold of events into execution state.
+package domain
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"strconv"
+	"strings"
+)
+
+var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// hash derives a 26-character id (128 bits) from the parts of a cause tuple. Parts are
+// length-prefixed so that no two different tuples share an encoding.
+func hash(parts ...string) string {
+	h := sha256.New()
+	var n [20]byte
+	for _, p := range parts {
+		b := strconv.AppendInt(n[:0], int64(len(p)), 10)
+		b = append(b, ':')
+		_, _ = h.Write(b)
+		_, _ = h.Write([]byte(p))
+	}
+	sum := h.Sum(nil)
+	return idEncoding.EncodeToString(sum[:16])
+}
+
+// CommandID derives a command's id from its cause: execution, step, loop epoch, iteration
+// index (-1 outside loops) and attempt.
+func CommandID(executionID, step string, epoch, index, attempt int32) string {
+	return "c" + hash(executionID, step, itoa(epoch), itoa(index), itoa(attempt))
+}
+
+// EventID derives an event's id from its cause (a command id, or the id of the committed
+// event whose decision produced it) and its type.
+func EventID(cause, eventType string) string {
+	return "e" + hash(cause, eventType)
+}
+
+// StepEnterCause is the cause of a step.enter event: the execution, the step and the epoch
+// being started.
+func StepEnterCause(executionID, step string, epoch int32) string {
+	return strings.Join([]string{executionID, step, itoa(epoch)}, "\x00")
+}
+
+// ExecutionCause is the cause of execution-level events (playbook.started and the terminal
+// events): the execution itself.
+func ExecutionCause(executionID string) string { return executionID }
+
+func itoa(v int32) string { return strconv.FormatInt(int64(v), 10) }

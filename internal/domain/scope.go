@@ -1,0 +1,129 @@
+package domain
+
+import (
+	"encoding/json"
+	"strings"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+)
+
+// StepResult is a step's result as carried in a render scope: inline JSON or a reference.
+type StepResult struct {
+	Status string          `json:"status,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Ref    *RefView        `json:"ref,omitempty"`
+}
+
+// RefView is the JSON form of a ResultRef inside a render scope.
+type RefView struct {
+	URI         string          `json:"uri"`
+	Size        int64           `json:"size"`
+	ContentType string          `json:"content_type"`
+	SHA256      string          `json:"sha256"`
+	RowCount    int64           `json:"row_count,omitempty"`
+	Extracted   json.RawMessage `json:"extracted,omitempty"`
+}
+
+// RefViewOf converts a ResultRef.
+func RefViewOf(r *eventv1.ResultRef) *RefView {
+	if r == nil {
+		return nil
+	}
+	return &RefView{URI: r.GetUri(), Size: r.GetSize(), ContentType: r.GetContentType(), SHA256: r.GetSha256(), RowCount: r.GetRowCount(), Extracted: r.GetExtractedJson()}
+}
+
+// Scope is everything a template of one step may see, in a compact form that travels in a
+// command's context_json. Vars expands it into template variables.
+type Scope struct {
+	ExecutionID string                `json:"execution_id"`
+	Workload    map[string]any        `json:"workload"`
+	Ctx         map[string]any        `json:"ctx"`
+	Steps       map[string]StepResult `json:"steps,omitempty"`
+}
+
+// Vars returns the template variables of the scope: workload keys at top level, then ctx
+// keys (ctx is also flat, as in NoETL), then each step's unwrapped result under its name,
+// then the reserved names workload, ctx, steps and execution_id.
+func (s *Scope) Vars() map[string]any {
+	vars := make(map[string]any, len(s.Workload)+len(s.Ctx)+len(s.Steps)+4)
+	for k, v := range s.Workload {
+		vars[k] = v
+	}
+	for k, v := range s.Ctx {
+		vars[k] = v
+	}
+	steps := make(map[string]any, len(s.Steps))
+	for name, r := range s.Steps {
+		v := r.Value()
+		vars[name] = v
+		steps[name] = map[string]any{"status": r.Status, "result": v}
+	}
+	workload := s.Workload
+	if workload == nil {
+		workload = map[string]any{}
+	}
+	ctx := s.Ctx
+	if ctx == nil {
+		ctx = map[string]any{}
+	}
+	vars["workload"] = workload
+	vars["ctx"] = ctx
+	vars["steps"] = steps
+	vars["execution_id"] = s.ExecutionID
+	return vars
+}
+
+// Value is the step's user data as templates see it: the result the tool returned, with a
+// synthetic "data" alias when the result is an object without its own "data" key; for a
+// result held by reference, its extracted summary plus _ref, _uri and _store.
+func (r StepResult) Value() any {
+	if r.Ref != nil {
+		m := map[string]any{}
+		if len(r.Ref.Extracted) > 0 {
+			var ex any
+			if json.Unmarshal(r.Ref.Extracted, &ex) == nil {
+				if em, ok := ex.(map[string]any); ok {
+					m = em
+				}
+			}
+		}
+		m["_ref"] = r.Ref.URI
+		m["_uri"] = r.Ref.URI
+		m["_store"] = "resultstore"
+		m["_size"] = r.Ref.Size
+		return withDataAlias(m)
+	}
+	if len(r.Result) == 0 {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(r.Result, &v); err != nil {
+		return nil
+	}
+	return withDataAlias(v)
+}
+
+func withDataAlias(v any) any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return v
+	}
+	if _, has := m["data"]; has {
+		return m
+	}
+	alias := make(map[string]any, len(m))
+	for k, x := range m {
+		alias[k] = x
+	}
+	m["data"] = alias
+	return m
+}
+
+// PoolFor returns the worker pool of a playbook path: "system" for system/ playbooks,
+// "shared" otherwise.
+func PoolFor(path string) string {
+	if strings.HasPrefix(path, "system/") {
+		return "system"
+	}
+	return "shared"
+}

@@ -1,0 +1,109 @@
+// Package grpcx holds the gRPC plumbing shared by NoETL services: error mapping, metrics
+// interceptors and client dialing.
+package grpcx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// UnaryErrors maps errors that carry no gRPC status to codes: context errors keep their
+// meaning, anything else becomes Internal with its text logged but masked from the caller.
+func UnaryErrors(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		return resp, ToStatus(log, info.FullMethod, err)
+	}
+}
+
+// ToStatus converts err into a gRPC status error.
+func ToStatus(log *slog.Logger, method string, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	}
+	if log != nil {
+		log.Error("internal error", slog.String("method", method), slog.String("error", err.Error()))
+	}
+	return status.Error(codes.Internal, "internal error")
+}
+
+// ServerMetrics counts and times RPCs by method and code.
+type ServerMetrics struct {
+	handled *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+}
+
+// NewServerMetrics registers the RPC metrics on reg.
+func NewServerMetrics(reg prometheus.Registerer) *ServerMetrics {
+	m := &ServerMetrics{
+		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grpc_server_handled_total", Help: "RPCs completed, by method and code.",
+		}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "grpc_server_handling_seconds", Help: "RPC latency, by method.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"method"}),
+	}
+	reg.MustRegister(m.handled, m.latency)
+	return m
+}
+
+// Unary is the unary interceptor recording metrics.
+func (m *ServerMetrics) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	m.latency.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
+	m.handled.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	return resp, err
+}
+
+// Stream is the stream interceptor recording metrics.
+func (m *ServerMetrics) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	start := time.Now()
+	err := handler(srv, ss)
+	m.latency.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
+	m.handled.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	return err
+}
+
+// Dial opens a client connection to an internal service (plaintext on the cluster network).
+func Dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
+	)
+}
+
+// HealthCheck is a readiness check that calls the gRPC health service of a dependency.
+func HealthCheck(conn *grpc.ClientConn) func(context.Context) error {
+	client := healthpb.NewHealthClient(conn)
+	return func(ctx context.Context) error {
+		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("status %s", resp.GetStatus())
+		}
+		return nil
+	}
+}

@@ -1,0 +1,191 @@
+// Package natsx declares NoETL's JetStream streams and subjects and wraps the publish and
+// consume patterns every service shares.
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream names.
+const (
+	StreamEvents    = "NOETL_EVENTS"
+	StreamCommands  = "NOETL_COMMANDS"
+	StreamCommitted = "NOETL_COMMITTED"
+)
+
+// DefaultPartitions is the default number of partitions executions are hashed into.
+const DefaultPartitions = 16
+
+// MaxMessageBytes is the largest event or command NoETL publishes; anything larger is a bug
+// (large values travel by reference through the resultstore).
+const MaxMessageBytes = 256 << 10
+
+// ErrMessageTooLarge is returned when a message exceeds MaxMessageBytes.
+var ErrMessageTooLarge = errors.New("message exceeds 256 KiB")
+
+// Partition maps an execution id to its partition in [0, n).
+func Partition(executionID string, n int) int {
+	if n <= 0 {
+		n = DefaultPartitions
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(executionID))
+	return int(h.Sum32() % uint32(n))
+}
+
+// EventSubject is the subject an execution's events are published on.
+func EventSubject(executionID string, partitions int) string {
+	return fmt.Sprintf("noetl.events.%d", Partition(executionID, partitions))
+}
+
+// CommandSubject is the subject a command for pool is published on.
+func CommandSubject(pool, executionID string, partitions int) string {
+	return fmt.Sprintf("noetl.commands.%s.%d", pool, Partition(executionID, partitions))
+}
+
+// CommittedSubject is the subject commit notices of an execution are published on. The
+// execution id is the last token so that a caller can wait for one execution's commits
+// with a core subscription.
+func CommittedSubject(executionID string, partitions int) string {
+	return fmt.Sprintf("noetl.committed.%d.%s", Partition(executionID, partitions), executionID)
+}
+
+// CommittedWildcard matches the commit notices of one execution on any partition.
+func CommittedWildcard(executionID string) string {
+	return "noetl.committed.*." + executionID
+}
+
+// PoolSubjects is the filter subject of a pool's command consumer.
+func PoolSubjects(pool string) string { return "noetl.commands." + pool + ".>" }
+
+// StreamConfig holds the tunables of the stream declarations.
+type StreamConfig struct {
+	// Replicas is the JetStream replication factor (1 for a single server).
+	Replicas int
+	// EventsMaxAge bounds how long transported events stay in NOETL_EVENTS.
+	EventsMaxAge time.Duration
+	// CommittedMaxAge bounds how long commit notices stay in NOETL_COMMITTED.
+	CommittedMaxAge time.Duration
+}
+
+// EnsureStreams declares the three streams idempotently.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.EventsMaxAge <= 0 {
+		cfg.EventsMaxAge = 24 * time.Hour
+	}
+	if cfg.CommittedMaxAge <= 0 {
+		cfg.CommittedMaxAge = 10 * time.Minute
+	}
+	streams := []jetstream.StreamConfig{
+		{
+			Name:        StreamEvents,
+			Description: "NoETL events in transport to the materializer",
+			Subjects:    []string{"noetl.events.>"},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      cfg.EventsMaxAge,
+			Duplicates:  2 * time.Minute,
+			Replicas:    cfg.Replicas,
+			MaxMsgSize:  MaxMessageBytes + 4096,
+		},
+		{
+			Name:        StreamCommands,
+			Description: "NoETL committed commands for worker pools",
+			Subjects:    []string{"noetl.commands.>"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Duplicates:  2 * time.Minute,
+			Replicas:    cfg.Replicas,
+			MaxMsgSize:  MaxMessageBytes + 4096,
+		},
+		{
+			Name:        StreamCommitted,
+			Description: "NoETL commit notices for the orchestrator",
+			Subjects:    []string{"noetl.committed.>"},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      cfg.CommittedMaxAge,
+			Duplicates:  time.Minute,
+			Replicas:    cfg.Replicas,
+		},
+	}
+	for _, sc := range streams {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("declare stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// Connect dials NATS with reconnects enabled and returns the connection and a JetStream
+// handle.
+func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to nats %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// Message is one message to publish with its deduplication id.
+type Message struct {
+	Subject string
+	MsgID   string
+	Data    []byte
+	Header  nats.Header
+}
+
+// PublishAll publishes msgs asynchronously in order and waits for every ack. It refuses a
+// message larger than MaxMessageBytes before publishing anything.
+func PublishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) error {
+	for _, m := range msgs {
+		if len(m.Data) > MaxMessageBytes {
+			return fmt.Errorf("publish %s (%s): %d bytes: %w", m.Subject, m.MsgID, len(m.Data), ErrMessageTooLarge)
+		}
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		nm := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
+		f, err := js.PublishMsgAsync(nm, jetstream.WithMsgID(m.MsgID))
+		if err != nil {
+			return fmt.Errorf("publish %s: %w", m.Subject, err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Check is a readiness check of a NATS connection.
+func Check(nc *nats.Conn) func(context.Context) error {
+	return func(context.Context) error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("nats not connected (%s)", nc.Status())
+		}
+		return nil
+	}
+}

@@ -1,0 +1,224 @@
+// Package api implements the public API on top of the internal services.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+)
+
+// MaxPlaybookBytes bounds a registered document.
+const MaxPlaybookBytes = 1 << 20
+
+// Server implements the public services.
+type Server struct {
+	apiv1.UnimplementedCatalogServiceServer
+	apiv1.UnimplementedExecutionServiceServer
+	apiv1.UnimplementedResultServiceServer
+
+	Orchestrator orchv1.OrchestratorServiceClient
+	State        sbv1.StateServiceClient
+	Results      rsv1.ResultStoreServiceClient
+}
+
+// tenant is the caller's tenant. Authentication lands with the gateway security work; until
+// then every caller acts for the default tenant.
+func tenant(context.Context) string { return "default" }
+
+func playbookOf(e *orchv1.CatalogEntry) *apiv1.Playbook {
+	return &apiv1.Playbook{Path: e.GetPath(), Version: e.GetVersion(), Name: e.GetName(), Description: e.GetDescription(), Content: e.GetContent(), Warnings: e.GetWarnings(), CreateTime: e.GetCreateTime()}
+}
+
+// RegisterPlaybook implements CatalogService.
+func (s *Server) RegisterPlaybook(ctx context.Context, req *apiv1.RegisterPlaybookRequest) (*apiv1.RegisterPlaybookResponse, error) {
+	if len(req.GetContent()) > MaxPlaybookBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "content: %d bytes exceeds the limit of %d", len(req.GetContent()), MaxPlaybookBytes)
+	}
+	resp, err := s.Orchestrator.RegisterPlaybook(ctx, &orchv1.RegisterPlaybookRequest{Tenant: tenant(ctx), Content: req.GetContent()})
+	if err != nil {
+		return nil, err
+	}
+	return &apiv1.RegisterPlaybookResponse{Playbook: playbookOf(resp.GetEntry())}, nil
+}
+
+// GetPlaybook implements CatalogService.
+func (s *Server) GetPlaybook(ctx context.Context, req *apiv1.GetPlaybookRequest) (*apiv1.GetPlaybookResponse, error) {
+	resp, err := s.Orchestrator.GetPlaybook(ctx, &orchv1.GetPlaybookRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion()})
+	if err != nil {
+		return nil, err
+	}
+	return &apiv1.GetPlaybookResponse{Playbook: playbookOf(resp.GetEntry())}, nil
+}
+
+// ListPlaybooks implements CatalogService.
+func (s *Server) ListPlaybooks(ctx context.Context, req *apiv1.ListPlaybooksRequest) (*apiv1.ListPlaybooksResponse, error) {
+	resp, err := s.Orchestrator.ListPlaybooks(ctx, &orchv1.ListPlaybooksRequest{Tenant: tenant(ctx), PageSize: req.GetPageSize(), PageToken: req.GetPageToken()})
+	if err != nil {
+		return nil, err
+	}
+	out := &apiv1.ListPlaybooksResponse{NextPageToken: resp.GetNextPageToken()}
+	for _, e := range resp.GetEntries() {
+		out.Playbooks = append(out.Playbooks, playbookOf(e))
+	}
+	return out, nil
+}
+
+// StartExecution implements ExecutionService.
+func (s *Server) StartExecution(ctx context.Context, req *apiv1.StartExecutionRequest) (*apiv1.StartExecutionResponse, error) {
+	if req.GetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "path: required")
+	}
+	var w []byte
+	if req.GetWorkload() != nil {
+		b, err := protojson.Marshal(req.GetWorkload())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "workload: %v", err)
+		}
+		w = b
+	}
+	resp, err := s.Orchestrator.StartExecution(ctx, &orchv1.StartExecutionRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion(), WorkloadJson: w, IdempotencyKey: req.GetIdempotencyKey()})
+	if err != nil {
+		return nil, err
+	}
+	return &apiv1.StartExecutionResponse{ExecutionId: resp.GetExecutionId(), Version: resp.GetVersion()}, nil
+}
+
+func jsonValue(b []byte) *structpb.Value {
+	if len(b) == 0 {
+		return nil
+	}
+	v := &structpb.Value{}
+	if err := protojson.Unmarshal(b, v); err != nil {
+		return structpb.NewStringValue(string(b))
+	}
+	return v
+}
+
+// GetExecution implements ExecutionService.
+func (s *Server) GetExecution(ctx context.Context, req *apiv1.GetExecutionRequest) (*apiv1.GetExecutionResponse, error) {
+	if req.GetExecutionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	}
+	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenant(ctx)})
+	if err != nil {
+		return nil, err
+	}
+	st := resp.GetState()
+	x := &apiv1.Execution{
+		ExecutionId: st.GetExecutionId(), Path: st.GetPlaybookPath(), Version: st.GetPlaybookVersion(), Status: st.GetStatus(),
+		Result: jsonValue(st.GetResultJson()), Error: st.GetError(), FailedSteps: st.GetFailedSteps(), LastSeq: st.GetSeq(),
+		StartTime: st.GetStartTime(), EndTime: st.GetEndTime(), ParentExecutionId: st.GetParentExecutionId(), Steps: map[string]*apiv1.StepView{},
+	}
+	for name, s := range st.GetSteps() {
+		x.Steps[name] = &apiv1.StepView{Name: name, Status: s.GetStatus(), Result: jsonValue(s.GetResultJson()), ResultRef: s.GetResultRef(), Error: s.GetError(), Epoch: s.GetEpoch()}
+	}
+	return &apiv1.GetExecutionResponse{Execution: x}, nil
+}
+
+// ListExecutions implements ExecutionService.
+func (s *Server) ListExecutions(ctx context.Context, req *apiv1.ListExecutionsRequest) (*apiv1.ListExecutionsResponse, error) {
+	resp, err := s.State.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Tenant: tenant(ctx), PageSize: req.GetPageSize(), PageToken: req.GetPageToken(), Status: req.GetStatus(), PlaybookPath: req.GetPath()})
+	if err != nil {
+		return nil, err
+	}
+	out := &apiv1.ListExecutionsResponse{NextPageToken: resp.GetNextPageToken()}
+	for _, e := range resp.GetExecutions() {
+		out.Executions = append(out.Executions, &apiv1.Execution{ExecutionId: e.GetExecutionId(), Path: e.GetPlaybookPath(), Version: e.GetPlaybookVersion(), Status: e.GetStatus(), LastSeq: e.GetLastSeq(), StartTime: e.GetStartTime(), EndTime: e.GetEndTime(), ParentExecutionId: e.GetParentExecutionId()})
+	}
+	return out, nil
+}
+
+// CancelExecution implements ExecutionService.
+func (s *Server) CancelExecution(ctx context.Context, req *apiv1.CancelExecutionRequest) (*apiv1.CancelExecutionResponse, error) {
+	if req.GetExecutionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	}
+	if _, err := s.Orchestrator.CancelExecution(ctx, &orchv1.CancelExecutionRequest{Tenant: tenant(ctx), ExecutionId: req.GetExecutionId(), Reason: req.GetReason()}); err != nil {
+		return nil, err
+	}
+	return &apiv1.CancelExecutionResponse{}, nil
+}
+
+// ListExecutionEvents implements ExecutionService.
+func (s *Server) ListExecutionEvents(ctx context.Context, req *apiv1.ListExecutionEventsRequest) (*apiv1.ListExecutionEventsResponse, error) {
+	if req.GetExecutionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	}
+	var after int64
+	if t := req.GetPageToken(); t != "" {
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err != nil || n < 0 {
+			return nil, status.Error(codes.InvalidArgument, "page_token: malformed")
+		}
+		after = n
+	}
+	resp, err := s.State.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: req.GetExecutionId(), AfterSeq: after, PageSize: req.GetPageSize(), Tenant: tenant(ctx)})
+	if err != nil {
+		return nil, err
+	}
+	out := &apiv1.ListExecutionEventsResponse{}
+	if resp.GetNextAfterSeq() > 0 {
+		out.NextPageToken = strconv.FormatInt(resp.GetNextAfterSeq(), 10)
+	}
+	for _, ev := range resp.GetEvents() {
+		out.Events = append(out.Events, eventOf(ev))
+	}
+	return out, nil
+}
+
+func eventOf(ev *eventv1.Event) *apiv1.Event {
+	return &apiv1.Event{Seq: ev.GetSeq(), EventId: ev.GetEventId(), Type: ev.GetType(), Step: ev.GetStep(), CommandId: ev.GetCommandId(), Attempt: ev.GetAttempt(), Iteration: ev.GetIteration(),
+		Payload: jsonValue(ev.GetPayloadJson()), Result: jsonValue(ev.GetResultJson()), ResultRef: ev.GetResultRef(), Error: ev.GetError(), Producer: ev.GetProducer(), ProduceTime: ev.GetProduceTime(), CommitTime: ev.GetCommitTime()}
+}
+
+// GetResult implements ResultService.
+func (s *Server) GetResult(ctx context.Context, req *apiv1.GetResultRequest) (*apiv1.GetResultResponse, error) {
+	id := req.GetResultId()
+	if u, err := url.PathUnescape(id); err == nil {
+		id = u
+	}
+	if strings.TrimSpace(id) == "" {
+		return nil, status.Error(codes.InvalidArgument, "result_id: required")
+	}
+	stream, err := s.Results.GetResult(ctx, &rsv1.GetResultRequest{Tenant: tenant(ctx), Uri: id})
+	if err != nil {
+		return nil, err
+	}
+	out := &apiv1.GetResultResponse{}
+	var data []byte
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if m.GetRef() != nil {
+			out.Ref = m.GetRef()
+		}
+		data = append(data, m.GetChunk()...)
+		if len(data) > 64<<20 {
+			return nil, status.Error(codes.FailedPrecondition, "result larger than 64 MiB: fetch it over Arrow Flight")
+		}
+	}
+	if !json.Valid(data) {
+		return nil, status.Error(codes.FailedPrecondition, "result is not JSON: fetch it over Arrow Flight")
+	}
+	out.Value = jsonValue(data)
+	return out, nil
+}

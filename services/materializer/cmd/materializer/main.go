@@ -1,0 +1,33 @@
+// Command materializer runs the NoETL materializer service.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/noetl/noetl/internal/platform/config"
+	"github.com/noetl/noetl/services/materializer"
+)
+
+func main() {
+	var cfg materializer.Config
+	fs := config.New("materializer")
+	cfg.Flags(fs)
+	if printed, err := fs.Parse(os.Args[1:]); err != nil || printed {
+		if err != nil {
+			os.Exit(2)
+		}
+		return
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := materializer.Run(ctx, cfg, log); err != nil {
+		fmt.Fprintln(os.Stderr, "materializer:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,609 @@
+// Package decide is the orchestrator's decision function: a pure, deterministic map from a
+// compiled playbook and an execution state (a committed log prefix) to the events that
+// move the execution forward. It does no I/O, reads no clock and draws no random numbers,
+// so any replica deciding on the same state produces the same events with the same ids.
+package decide
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/playbook"
+)
+
+// Compiled is a playbook prepared for deciding: parsed once per catalog version, with its
+// arc graph analysed (incoming arcs, back-edges).
+type Compiled struct {
+	Playbook *playbook.Playbook
+	Path     string
+	Version  int64
+	Renderer *playbook.Renderer
+
+	// incoming lists, per step, the steps with a forward (non back-edge) arc to it.
+	incoming map[string][]string
+	// back marks arcs "src\x00dst" that close a cycle.
+	back map[string]bool
+}
+
+// Compile analyses a parsed playbook.
+func Compile(pb *playbook.Playbook, path string, version int64, r *playbook.Renderer) *Compiled {
+	c := &Compiled{Playbook: pb, Path: path, Version: version, Renderer: r, incoming: map[string][]string{}, back: map[string]bool{}}
+	succ := map[string][]string{}
+	for _, s := range pb.Steps {
+		if s.Next == nil {
+			continue
+		}
+		for _, a := range s.Next.Arcs {
+			succ[s.Name] = append(succ[s.Name], a.Step)
+		}
+	}
+	reaches := func(from, to string) bool {
+		seen := map[string]bool{}
+		stack := []string{from}
+		for len(stack) > 0 {
+			n := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if n == to {
+				return true
+			}
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			stack = append(stack, succ[n]...)
+		}
+		return false
+	}
+	for _, s := range pb.Steps {
+		if s.Next == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, a := range s.Next.Arcs {
+			if reaches(a.Step, s.Name) {
+				c.back[s.Name+"\x00"+a.Step] = true
+				continue
+			}
+			if !seen[a.Step] {
+				seen[a.Step] = true
+				c.incoming[a.Step] = append(c.incoming[a.Step], s.Name)
+			}
+		}
+	}
+	return c
+}
+
+// Error is a deterministic failure found while deciding (a condition that cannot be
+// evaluated, a template error). It fails the execution, naming the step.
+type Error struct {
+	Step string
+	Msg  string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("step %q: %s", e.Step, e.Msg) }
+
+// decider holds the working set of one Decide call.
+type decider struct {
+	c   *Compiled
+	st  *sbv1.ExecutionState
+	out []*eventv1.Event
+
+	workload map[string]any
+	ctx      map[string]any
+	// overlay of step status decided in this pass, on top of st.Steps.
+	status  map[string]eventv1.StepStatus
+	fired   map[string][]string
+	entered map[string]bool
+	running int32
+}
+
+// Decide returns the events that follow st. It returns nothing for a terminal execution or
+// when the execution waits on running commands.
+func Decide(c *Compiled, st *sbv1.ExecutionState) ([]*eventv1.Event, error) {
+	if st.GetStatus() != eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING {
+		return nil, nil
+	}
+	d := &decider{c: c, st: st, status: map[string]eventv1.StepStatus{}, fired: map[string][]string{}, entered: map[string]bool{}, running: st.GetRunning()}
+	if err := json.Unmarshal(orEmpty(st.GetWorkloadJson()), &d.workload); err != nil {
+		return nil, fmt.Errorf("workload: %w", err)
+	}
+	if err := json.Unmarshal(orEmpty(st.GetCtxJson()), &d.ctx); err != nil {
+		return nil, fmt.Errorf("ctx: %w", err)
+	}
+	if err := d.run(); err != nil {
+		var de *Error
+		if asDecideError(err, &de) {
+			return append(d.out, d.terminalFailed(de.Step, de.Error())), nil
+		}
+		return nil, err
+	}
+	return d.out, nil
+}
+
+func asDecideError(err error, target **Error) bool {
+	e, ok := err.(*Error)
+	if ok {
+		*target = e
+	}
+	return ok
+}
+
+func orEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("{}")
+	}
+	return b
+}
+
+func (d *decider) run() error {
+	if len(d.st.GetSteps()) == 0 {
+		if d.c.Playbook.Step("start") == nil {
+			return &Error{Step: "start", Msg: "playbook has no start step"}
+		}
+		if err := d.enter("start", nil, d.st.GetLastEventId()); err != nil {
+			return err
+		}
+		return d.finish()
+	}
+	// Route every finished step whose arcs have not been evaluated, in name order so the
+	// output is deterministic.
+	var todo []string
+	for name, s := range d.st.GetSteps() {
+		if !s.GetRouted() && (s.GetStatus() == eventv1.StepStatus_STEP_STATUS_COMPLETED || s.GetStatus() == eventv1.StepStatus_STEP_STATUS_FAILED) {
+			todo = append(todo, name)
+		}
+	}
+	sort.Strings(todo)
+	for _, name := range todo {
+		if err := d.route(name); err != nil {
+			return err
+		}
+	}
+	return d.finish()
+}
+
+// stepStatus is the status of a step as of this pass.
+func (d *decider) stepStatus(name string) eventv1.StepStatus {
+	if s, ok := d.status[name]; ok {
+		return s
+	}
+	return d.st.GetSteps()[name].GetStatus()
+}
+
+func (d *decider) stepFired(name string) []string {
+	if f, ok := d.fired[name]; ok {
+		return f
+	}
+	return d.st.GetSteps()[name].GetFired()
+}
+
+// routed reports whether a step's arcs are evaluated (it is done with) as of this pass.
+func (d *decider) routed(name string) bool {
+	if _, ok := d.fired[name]; ok {
+		return true
+	}
+	s := d.st.GetSteps()[name]
+	return s != nil && s.GetRouted()
+}
+
+func (d *decider) emit(ev *eventv1.Event) {
+	ev.ExecutionId = d.st.GetExecutionId()
+	ev.Tenant = d.st.GetTenant()
+	ev.ParentExecutionId = d.st.GetParentExecutionId()
+	ev.Producer = "orchestrator"
+	d.out = append(d.out, ev)
+}
+
+func (d *decider) route(name string) error {
+	s := d.st.GetSteps()[name]
+	ps := d.c.Playbook.Step(name)
+	cause := s.GetDoneEventId()
+	if s.GetStatus() == eventv1.StepStatus_STEP_STATUS_FAILED || ps == nil {
+		// A failed step does not route through its arcs.
+		return d.exit(name, cause, nil)
+	}
+	vars := d.vars(ps, name)
+	if len(ps.Set) > 0 {
+		vals, err := d.renderSet(ps.Set, vars, name, "set")
+		if err != nil {
+			return err
+		}
+		d.updateCtx(vals, domain.EventID(cause, domain.EventCtxUpdated), name)
+		for k, v := range vals {
+			vars[k] = v
+		}
+		vars["ctx"] = d.ctx
+	}
+	var fired, notFired []playbook.Arc
+	if ps.Next != nil {
+		matched := false
+		for _, a := range ps.Next.Arcs {
+			if matched && ps.Next.Mode != playbook.ModeInclusive {
+				notFired = append(notFired, a)
+				continue
+			}
+			ok, err := d.truthy(a.When, vars, name, "next arc to "+a.Step)
+			if err != nil {
+				return err
+			}
+			if ok {
+				matched = true
+				fired = append(fired, a)
+			} else {
+				notFired = append(notFired, a)
+			}
+		}
+	}
+	targets := make([]string, 0, len(fired))
+	for _, a := range fired {
+		targets = append(targets, a.Step)
+	}
+	if err := d.exit(name, cause, targets); err != nil {
+		return err
+	}
+	for i, a := range fired {
+		if len(a.Set) > 0 {
+			vals, err := d.renderSet(a.Set, vars, name, "next arc to "+a.Step+": set")
+			if err != nil {
+				return err
+			}
+			d.updateCtx(vals, domain.EventID(cause+"\x00arc"+fmt.Sprint(i), domain.EventCtxUpdated), name)
+		}
+		if err := d.arrive(name, a.Step, cause); err != nil {
+			return err
+		}
+	}
+	for _, a := range notFired {
+		if err := d.arrive(name, a.Step, cause); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// arrive handles the evaluation of an arc src->dst (fired or not) and enters or skips dst
+// once its barrier is satisfied.
+func (d *decider) arrive(src, dst, cause string) error {
+	if d.entered[dst] {
+		return nil // same-pass dedup
+	}
+	if d.c.back[src+"\x00"+dst] {
+		if contains(d.stepFired(src), dst) {
+			return d.enter(dst, nil, cause)
+		}
+		return nil
+	}
+	st := d.stepStatus(dst)
+	if st == eventv1.StepStatus_STEP_STATUS_RUNNING {
+		return nil
+	}
+	if st != eventv1.StepStatus_STEP_STATUS_UNSPECIFIED && !d.isBackTarget(dst) {
+		// Already entered and finished through another arc (convergence without a cycle).
+		if contains(d.stepFired(src), dst) && d.routed(dst) && len(d.c.incoming[dst]) <= 1 {
+			return d.enter(dst, nil, cause)
+		}
+		return nil
+	}
+	anyFired := false
+	for _, up := range d.c.incoming[dst] {
+		if !d.routed(up) {
+			return nil // barrier: wait for every upstream
+		}
+		if contains(d.stepFired(up), dst) {
+			anyFired = true
+		}
+	}
+	if anyFired {
+		return d.enter(dst, nil, cause)
+	}
+	return d.skip(dst, cause)
+}
+
+func (d *decider) isBackTarget(dst string) bool {
+	for k := range d.c.back {
+		if strings.HasSuffix(k, "\x00"+dst) {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// skip emits step.skipped for dst and propagates the skip to its targets.
+func (d *decider) skip(dst, cause string) error {
+	epoch := d.st.GetSteps()[dst].GetEpoch() + 1
+	d.emit(&eventv1.Event{
+		EventId:      domain.EventID(domain.StepEnterCause(d.st.GetExecutionId(), dst, epoch), domain.EventStepSkipped),
+		Type:         domain.EventStepSkipped,
+		Step:         dst,
+		CauseEventId: cause,
+	})
+	d.status[dst] = eventv1.StepStatus_STEP_STATUS_SKIPPED
+	d.fired[dst] = nil
+	d.entered[dst] = true
+	ps := d.c.Playbook.Step(dst)
+	if ps == nil || ps.Next == nil {
+		return nil
+	}
+	for _, a := range ps.Next.Arcs {
+		if err := d.arrive(dst, a.Step, cause); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *decider) exit(name, cause string, fired []string) error {
+	payload, err := json.Marshal(domain.ExitPayload{Fired: fired})
+	if err != nil {
+		return err
+	}
+	d.emit(&eventv1.Event{
+		EventId:      domain.EventID(cause, domain.EventStepExit),
+		Type:         domain.EventStepExit,
+		Step:         name,
+		CauseEventId: cause,
+		PayloadJson:  payload,
+	})
+	if fired == nil {
+		fired = []string{}
+	}
+	d.fired[name] = fired
+	return nil
+}
+
+func (d *decider) updateCtx(vals map[string]any, id, step string) {
+	if len(vals) == 0 {
+		return
+	}
+	payload, _ := json.Marshal(domain.CtxPayload{Values: vals})
+	d.emit(&eventv1.Event{EventId: id, Type: domain.EventCtxUpdated, Step: step, PayloadJson: payload})
+	if d.ctx == nil {
+		d.ctx = map[string]any{}
+	}
+	for k, v := range vals {
+		d.ctx[k] = v
+	}
+}
+
+// enter emits step.enter and command.issued for a step, or step.skipped when its legacy
+// when guard is false.
+func (d *decider) enter(name string, _ map[string]any, cause string) error {
+	ps := d.c.Playbook.Step(name)
+	if ps == nil {
+		return &Error{Step: name, Msg: "arc target does not exist"}
+	}
+	if ps.When != "" {
+		ok, err := d.truthy(ps.When, d.vars(ps, ""), name, "when")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return d.skip(name, cause)
+		}
+	}
+	if ps.Loop != nil {
+		return &Error{Step: name, Msg: "loop steps are not supported by this orchestrator version"}
+	}
+	exec := d.st.GetExecutionId()
+	epoch := d.st.GetSteps()[name].GetEpoch() + 1
+	enterID := domain.EventID(domain.StepEnterCause(exec, name, epoch), domain.EventStepEnter)
+	payload, _ := json.Marshal(domain.EnterPayload{Epoch: epoch})
+	d.emit(&eventv1.Event{EventId: enterID, Type: domain.EventStepEnter, Step: name, CauseEventId: cause, PayloadJson: payload, Iteration: &eventv1.Iteration{Epoch: epoch, Index: -1}})
+	d.entered[name] = true
+	d.status[name] = eventv1.StepStatus_STEP_STATUS_RUNNING
+	delete(d.fired, name)
+	d.running++
+
+	iter := &eventv1.Iteration{Epoch: epoch, Index: -1}
+	cmdID := domain.CommandID(exec, name, epoch, -1, 1)
+	cmd, err := d.command(ps, cmdID, iter, 1)
+	if err != nil {
+		return err
+	}
+	issuedID := domain.EventID(cmdID, domain.EventCommandIssued)
+	cmd.IssuedEventId = issuedID
+	d.emit(&eventv1.Event{EventId: issuedID, Type: domain.EventCommandIssued, Step: name, CommandId: cmdID, Attempt: 1, CauseEventId: enterID, Iteration: iter, Command: cmd})
+	return nil
+}
+
+// command builds the command of a step: unrendered tool configs and input, plus the render
+// scope restricted to the steps its templates reference.
+func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration, attempt int32) (*eventv1.Command, error) {
+	tools := make([]*eventv1.ToolCall, 0, len(ps.Tool))
+	for _, t := range ps.Tool {
+		cfg, err := json.Marshal(t.Config)
+		if err != nil {
+			return nil, &Error{Step: ps.Name, Msg: "tool config is not JSON-encodable: " + err.Error()}
+		}
+		tools = append(tools, &eventv1.ToolCall{Kind: t.Kind, Label: t.Label, ConfigJson: cfg})
+	}
+	if len(tools) == 0 {
+		tools = append(tools, &eventv1.ToolCall{Kind: "noop", ConfigJson: []byte("{}")})
+	}
+	input, err := json.Marshal(ps.Input)
+	if err != nil {
+		return nil, &Error{Step: ps.Name, Msg: "input is not JSON-encodable: " + err.Error()}
+	}
+	scope := d.scope(ps)
+	sc, err := json.Marshal(scope)
+	if err != nil {
+		return nil, err
+	}
+	return &eventv1.Command{
+		CommandId:         id,
+		ExecutionId:       d.st.GetExecutionId(),
+		Tenant:            d.st.GetTenant(),
+		Pool:              domain.PoolFor(d.c.Path),
+		Step:              ps.Name,
+		Tools:             tools,
+		InputJson:         input,
+		ContextJson:       sc,
+		Iteration:         iter,
+		Attempt:           attempt,
+		PlaybookPath:      d.c.Path,
+		ParentExecutionId: d.st.GetParentExecutionId(),
+	}, nil
+}
+
+// scope is the render scope of a step: workload, ctx and the results of the steps its
+// templates reference (all finished steps when the references cannot be resolved).
+func (d *decider) scope(ps *playbook.Step) *domain.Scope {
+	sc := &domain.Scope{ExecutionID: d.st.GetExecutionId(), Workload: d.workload, Ctx: d.ctx, Steps: map[string]domain.StepResult{}}
+	add := func(name string) {
+		s := d.st.GetSteps()[name]
+		if s == nil || s.GetStatus() != eventv1.StepStatus_STEP_STATUS_COMPLETED {
+			return
+		}
+		sc.Steps[name] = domain.StepResult{Status: "completed", Result: s.GetResultJson(), Ref: domain.RefViewOf(s.GetResultRef())}
+	}
+	if ps == nil {
+		return sc
+	}
+	if ps.RefsAll {
+		for name := range d.st.GetSteps() {
+			add(name)
+		}
+		return sc
+	}
+	for _, name := range ps.Refs {
+		add(name)
+	}
+	if ps.RefsSelf {
+		add(ps.Name)
+	}
+	return sc
+}
+
+// vars builds template variables for conditions evaluated in the orchestrator; output is
+// the result of step out (empty for none).
+func (d *decider) vars(ps *playbook.Step, out string) map[string]any {
+	sc := d.scope(ps)
+	if out != "" {
+		s := d.st.GetSteps()[out]
+		sc.Steps[out] = domain.StepResult{Status: "completed", Result: s.GetResultJson(), Ref: domain.RefViewOf(s.GetResultRef())}
+	}
+	vars := sc.Vars()
+	if out != "" {
+		vars["output"] = vars[out]
+		vars["result"] = vars[out]
+	}
+	return vars
+}
+
+func (d *decider) truthy(expr string, vars map[string]any, step, where string) (bool, error) {
+	if strings.TrimSpace(expr) == "" {
+		return true, nil
+	}
+	ok, err := d.c.Renderer.Truthy(expr, vars)
+	if err != nil {
+		return false, &Error{Step: step, Msg: fmt.Sprintf("%s: condition %q failed to evaluate: %v", where, expr, err)}
+	}
+	return ok, nil
+}
+
+// renderSet renders a set: block and strips the scope prefixes (ctx., step.); iter. keys
+// are kept for loops.
+func (d *decider) renderSet(set map[string]any, vars map[string]any, step, where string) (map[string]any, error) {
+	out := make(map[string]any, len(set))
+	for k, v := range set {
+		rv, err := d.c.Renderer.Render(v, vars)
+		if err != nil {
+			return nil, &Error{Step: step, Msg: fmt.Sprintf("%s: %s: %v", where, k, err)}
+		}
+		key := strings.TrimPrefix(strings.TrimPrefix(k, "ctx."), "step.")
+		out[key] = rv
+	}
+	return out, nil
+}
+
+// finish emits the terminal event when nothing runs and nothing is left to route.
+func (d *decider) finish() error {
+	if d.running > 0 {
+		return nil
+	}
+	for name, s := range d.st.GetSteps() {
+		if (s.GetStatus() == eventv1.StepStatus_STEP_STATUS_COMPLETED || s.GetStatus() == eventv1.StepStatus_STEP_STATUS_FAILED) && !d.routed(name) {
+			return nil
+		}
+	}
+	failed := d.st.GetFailedSteps()
+	if len(failed) > 0 {
+		msgs := make([]string, 0, len(failed))
+		seen := map[string]bool{}
+		for _, f := range failed {
+			if seen[f] {
+				continue
+			}
+			seen[f] = true
+			m := "step " + f + " failed"
+			if e := d.st.GetSteps()[f].GetError(); e != nil && e.GetMessage() != "" {
+				m += ": " + e.GetMessage()
+			}
+			msgs = append(msgs, m)
+		}
+		d.out = append(d.out, d.terminal(domain.EventPlaybookFailed, &eventv1.ErrorInfo{Code: "step_failed", Message: strings.Join(msgs, "; ")}, failed, nil, nil))
+		return nil
+	}
+	res, ref := d.finalResult()
+	d.out = append(d.out, d.terminal(domain.EventPlaybookCompleted, nil, nil, res, ref))
+	return nil
+}
+
+// finalResult is the result of the end step when it completed, else of the completed leaf
+// step (no next) first in name order.
+func (d *decider) finalResult() ([]byte, *eventv1.ResultRef) {
+	steps := d.st.GetSteps()
+	if s := steps["end"]; s != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_COMPLETED {
+		return s.GetResultJson(), s.GetResultRef()
+	}
+	var names []string
+	for name, s := range steps {
+		if s.GetStatus() != eventv1.StepStatus_STEP_STATUS_COMPLETED {
+			continue
+		}
+		if ps := d.c.Playbook.Step(name); ps != nil && (ps.Next == nil || len(ps.Next.Arcs) == 0) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return nil, nil
+	}
+	s := steps[names[0]]
+	return s.GetResultJson(), s.GetResultRef()
+}
+
+func (d *decider) terminal(typ string, e *eventv1.ErrorInfo, failed []string, res []byte, ref *eventv1.ResultRef) *eventv1.Event {
+	payload, _ := json.Marshal(domain.TerminalPayload{FailedSteps: failed})
+	return &eventv1.Event{
+		EventId:           domain.EventID(domain.ExecutionCause(d.st.GetExecutionId()), typ),
+		ExecutionId:       d.st.GetExecutionId(),
+		Tenant:            d.st.GetTenant(),
+		ParentExecutionId: d.st.GetParentExecutionId(),
+		Type:              typ,
+		CauseEventId:      d.st.GetLastEventId(),
+		PayloadJson:       payload,
+		Error:             e,
+		ResultJson:        res,
+		ResultRef:         ref,
+		Producer:          "orchestrator",
+	}
+}
+
+func (d *decider) terminalFailed(step, msg string) *eventv1.Event {
+	return d.terminal(domain.EventPlaybookFailed, &eventv1.ErrorInfo{Code: "decision_error", Message: msg}, []string{step}, nil, nil)
+}

@@ -1,0 +1,213 @@
+// Package engine is the orchestrator's decision loop: it consumes commit notices, reads
+// the execution's state from the statebuilder at the committed seq, decides, and publishes
+// the resulting events. Executions are sharded over a fixed set of goroutines, so one
+// execution is decided by one goroutine at a time inside a replica.
+package engine
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
+	"github.com/noetl/noetl/services/orchestrator/internal/decide"
+)
+
+// Config tunes the engine.
+type Config struct {
+	// Partitions is the number of execution partitions.
+	Partitions int
+	// Shards is the number of decision goroutines.
+	Shards int
+	// Consumer is the durable name of the commit-notice consumer.
+	Consumer string
+}
+
+// Engine runs decisions.
+type Engine struct {
+	cfg     Config
+	log     *slog.Logger
+	js      jetstream.JetStream
+	state   sbv1.StateServiceClient
+	catalog *catalog.Catalog
+
+	decisions *prometheus.CounterVec
+	latency   prometheus.Histogram
+}
+
+// New builds an engine.
+func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateServiceClient, cat *catalog.Catalog, reg prometheus.Registerer) *Engine {
+	if cfg.Shards <= 0 {
+		cfg.Shards = 16
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = "orchestrator"
+	}
+	e := &Engine{cfg: cfg, log: log, js: js, state: state, catalog: cat,
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_decisions_total", Help: "Decisions taken, by outcome."}, []string{"outcome"}),
+		latency:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "noetl_orchestrator_decision_seconds", Help: "Time from notice to published decision.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+	}
+	reg.MustRegister(e.decisions, e.latency)
+	return e
+}
+
+type shard struct {
+	in      chan jetstream.Msg
+	decided map[string]int64
+}
+
+// Run consumes commit notices until ctx ends.
+func (e *Engine) Run(ctx context.Context) error {
+	cons, err := e.js.CreateOrUpdateConsumer(ctx, natsx.StreamCommitted, jetstream.ConsumerConfig{
+		Durable:       e.cfg.Consumer,
+		FilterSubject: "noetl.committed.>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: 4096,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return err
+	}
+	shards := make([]*shard, e.cfg.Shards)
+	var wg sync.WaitGroup
+	for i := range shards {
+		shards[i] = &shard{in: make(chan jetstream.Msg, 256), decided: map[string]int64{}}
+		wg.Add(1)
+		go func(s *shard) {
+			defer wg.Done()
+			for m := range s.in {
+				e.handle(ctx, s, m)
+			}
+		}(shards[i])
+	}
+	defer func() {
+		for _, s := range shards {
+			close(s.in)
+		}
+		wg.Wait()
+	}()
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			e.log.Warn("commit notice consumer", slog.String("error", err.Error()))
+			continue
+		}
+		var n eventv1.CommitNotice
+		if err := proto.Unmarshal(m.Data(), &n); err != nil {
+			e.log.Error("bad commit notice", slog.String("error", err.Error()))
+			_ = m.Term()
+			continue
+		}
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(n.GetExecutionId()))
+		shards[int(h.Sum32())%len(shards)].in <- m
+	}
+}
+
+func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
+	var n eventv1.CommitNotice
+	_ = proto.Unmarshal(m.Data(), &n)
+	id := n.GetExecutionId()
+	if n.GetTerminal() {
+		delete(s.decided, id)
+		_ = m.Ack()
+		return
+	}
+	if s.decided[id] >= n.GetSeq() {
+		_ = m.Ack() // a newer state was already decided on
+		return
+	}
+	start := time.Now()
+	seq, err := e.Drive(ctx, id, n.GetSeq())
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		e.decisions.WithLabelValues("error").Inc()
+		e.log.Warn("decision failed, will retry", slog.String("execution_id", id), slog.Int64("seq", n.GetSeq()), slog.String("error", err.Error()))
+		_ = m.NakWithDelay(200 * time.Millisecond)
+		return
+	}
+	if seq < 0 {
+		delete(s.decided, id)
+	} else {
+		if len(s.decided) > 100_000 {
+			clear(s.decided)
+		}
+		s.decided[id] = seq
+	}
+	e.latency.Observe(time.Since(start).Seconds())
+	_ = m.Ack()
+}
+
+// Drive reads the state of an execution at or after minSeq, decides, and publishes the
+// decision. It returns the seq decided on, or -1 for a terminal execution.
+func (e *Engine) Drive(ctx context.Context, executionID string, minSeq int64) (int64, error) {
+	resp, err := e.state.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: executionID, MinSeq: minSeq})
+	if err != nil {
+		return 0, err
+	}
+	st := resp.GetState()
+	if domain.IsTerminalStatus(st.GetStatus()) {
+		e.decisions.WithLabelValues("terminal").Inc()
+		return -1, nil
+	}
+	cp, err := e.catalog.Compiled(ctx, st.GetTenant(), st.GetPlaybookPath(), st.GetPlaybookVersion())
+	if err != nil {
+		if errors.Is(err, catalog.ErrNotFound) {
+			return 0, status.Errorf(codes.FailedPrecondition, "playbook %s v%d not in catalog", st.GetPlaybookPath(), st.GetPlaybookVersion())
+		}
+		return 0, err
+	}
+	events, err := decide.Decide(cp, st)
+	if err != nil {
+		return 0, err
+	}
+	if len(events) == 0 {
+		e.decisions.WithLabelValues("wait").Inc()
+		return st.GetSeq(), nil
+	}
+	if err := Publish(ctx, e.js, e.cfg.Partitions, events); err != nil {
+		return 0, err
+	}
+	e.decisions.WithLabelValues("publish").Inc()
+	return st.GetSeq(), nil
+}
+
+// Publish publishes events of one execution in order, each with its id as Nats-Msg-Id.
+func Publish(ctx context.Context, js jetstream.JetStream, partitions int, events []*eventv1.Event) error {
+	msgs := make([]natsx.Message, 0, len(events))
+	for _, ev := range events {
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, natsx.Message{Subject: natsx.EventSubject(ev.GetExecutionId(), partitions), MsgID: ev.GetEventId(), Data: b})
+	}
+	return natsx.PublishAll(ctx, js, msgs)
+}

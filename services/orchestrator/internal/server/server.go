@@ -1,0 +1,274 @@
+// Package server implements the orchestrator's gRPC API: catalog, start, cancel and
+// credentials.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
+	"github.com/noetl/noetl/services/orchestrator/internal/engine"
+)
+
+// Server implements OrchestratorService and CredentialService.
+type Server struct {
+	orchv1.UnimplementedOrchestratorServiceServer
+	orchv1.UnimplementedCredentialServiceServer
+
+	Catalog    *catalog.Catalog
+	DB         *pgxpool.Pool
+	NC         *nats.Conn
+	JS         jetstream.JetStream
+	State      sbv1.StateServiceClient
+	Partitions int
+	// StartTimeout bounds how long StartExecution waits for playbook.started to commit.
+	StartTimeout time.Duration
+}
+
+var idempotencyNS = uuid.MustParse("6f1c3f36-58b4-4c1e-9a43-6e6f65746c21")
+
+func tenantOf(t string) string {
+	if t == "" {
+		return "default"
+	}
+	return t
+}
+
+// RegisterPlaybook validates and stores a playbook.
+func (s *Server) RegisterPlaybook(ctx context.Context, req *orchv1.RegisterPlaybookRequest) (*orchv1.RegisterPlaybookResponse, error) {
+	if len(req.GetContent()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "content: playbook YAML is required")
+	}
+	e, err := s.Catalog.Register(ctx, tenantOf(req.GetTenant()), req.GetContent())
+	if err != nil {
+		var pe *playbook.Error
+		if errors.As(err, &pe) {
+			return nil, status.Error(codes.InvalidArgument, "invalid playbook: "+err.Error())
+		}
+		return nil, err
+	}
+	return &orchv1.RegisterPlaybookResponse{Entry: entryProto(e, true)}, nil
+}
+
+func entryProto(e *catalog.Entry, content bool) *orchv1.CatalogEntry {
+	p := &orchv1.CatalogEntry{Tenant: e.Tenant, Path: e.Path, Version: e.Version, Name: e.Name, Description: e.Description, Warnings: e.Warnings, CreateTime: timestamppb.New(e.Created), ContentSha256: e.SHA256}
+	if content {
+		p.Content = e.Content
+	}
+	return p
+}
+
+// GetPlaybook returns a catalog entry.
+func (s *Server) GetPlaybook(ctx context.Context, req *orchv1.GetPlaybookRequest) (*orchv1.GetPlaybookResponse, error) {
+	if req.GetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "path: required")
+	}
+	e, err := s.Catalog.Get(ctx, tenantOf(req.GetTenant()), req.GetPath(), req.GetVersion())
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "playbook %q (version %d) not found", req.GetPath(), req.GetVersion())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &orchv1.GetPlaybookResponse{Entry: entryProto(e, true)}, nil
+}
+
+// ListPlaybooks returns a page of the catalog.
+func (s *Server) ListPlaybooks(ctx context.Context, req *orchv1.ListPlaybooksRequest) (*orchv1.ListPlaybooksResponse, error) {
+	n := int(req.GetPageSize())
+	if n <= 0 {
+		n = 50
+	}
+	if n > 500 {
+		n = 500
+	}
+	es, err := s.Catalog.List(ctx, tenantOf(req.GetTenant()), n, req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	resp := &orchv1.ListPlaybooksResponse{}
+	for _, e := range es {
+		resp.Entries = append(resp.Entries, entryProto(e, false))
+	}
+	if len(es) == n {
+		resp.NextPageToken = es[len(es)-1].Path
+	}
+	return resp, nil
+}
+
+// StartExecution publishes playbook.started and waits until it is committed.
+func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionRequest) (*orchv1.StartExecutionResponse, error) {
+	tenant := tenantOf(req.GetTenant())
+	if req.GetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "path: required")
+	}
+	cp, err := s.Catalog.Compiled(ctx, tenant, req.GetPath(), req.GetVersion())
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "playbook %q (version %d) not found", req.GetPath(), req.GetVersion())
+	}
+	if err != nil {
+		return nil, err
+	}
+	var over map[string]any
+	if len(req.GetWorkloadJson()) > 0 {
+		if err := json.Unmarshal(req.GetWorkloadJson(), &over); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "workload: not a JSON object: %v", err)
+		}
+	}
+	workload := Merge(cp.Playbook.Workload, over)
+
+	var id string
+	if k := req.GetIdempotencyKey(); k != "" {
+		id = uuid.NewSHA1(idempotencyNS, []byte(tenant+"\x00"+k)).String()
+		if _, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id, Tenant: tenant}); err == nil {
+			return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version}, nil
+		} else if status.Code(err) != codes.NotFound {
+			return nil, err
+		}
+	} else {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		id = u.String()
+	}
+	payload, err := json.Marshal(domain.StartedPayload{Path: cp.Path, Version: cp.Version, Workload: workload})
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "workload: %v", err)
+	}
+	ev := &eventv1.Event{
+		EventId:           domain.EventID(domain.ExecutionCause(id), domain.EventPlaybookStarted),
+		ExecutionId:       id,
+		Tenant:            tenant,
+		Type:              domain.EventPlaybookStarted,
+		ParentExecutionId: req.GetParentExecutionId(),
+		PayloadJson:       payload,
+		Producer:          "orchestrator",
+		ProduceTime:       timestamppb.Now(),
+	}
+	// Subscribe before publishing so the commit notice cannot be missed.
+	sub, err := s.NC.SubscribeSync(natsx.CommittedWildcard(id))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := engine.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
+		if errors.Is(err, natsx.ErrMessageTooLarge) {
+			return nil, status.Errorf(codes.InvalidArgument, "workload: too large (%v); pass large inputs by reference", err)
+		}
+		return nil, status.Errorf(codes.Unavailable, "publish start: %v", err)
+	}
+	timeout := s.StartTimeout
+	if timeout <= 0 {
+		timeout = 15 * time.Second
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := sub.NextMsgWithContext(wctx); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
+	}
+	return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version}, nil
+}
+
+// Merge returns base with over merged on top, recursively for nested objects.
+func Merge(base, over map[string]any) map[string]any {
+	out := make(map[string]any, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		if om, ok := v.(map[string]any); ok {
+			if bm, ok := out[k].(map[string]any); ok {
+				out[k] = Merge(bm, om)
+				continue
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// CancelExecution publishes playbook.cancelled for a running execution.
+func (s *Server) CancelExecution(ctx context.Context, req *orchv1.CancelExecutionRequest) (*orchv1.CancelExecutionResponse, error) {
+	if req.GetExecutionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	}
+	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenantOf(req.GetTenant())})
+	if err != nil {
+		return nil, err
+	}
+	st := resp.GetState()
+	if domain.IsTerminalStatus(st.GetStatus()) {
+		return nil, status.Errorf(codes.FailedPrecondition, "execution %s is already %s", st.GetExecutionId(), st.GetStatus())
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "cancelled by request"
+	}
+	payload, _ := json.Marshal(domain.TerminalPayload{Reason: reason})
+	ev := &eventv1.Event{
+		EventId:           domain.EventID(domain.ExecutionCause(st.GetExecutionId()), domain.EventPlaybookCancelled),
+		ExecutionId:       st.GetExecutionId(),
+		Tenant:            st.GetTenant(),
+		ParentExecutionId: st.GetParentExecutionId(),
+		Type:              domain.EventPlaybookCancelled,
+		CauseEventId:      st.GetLastEventId(),
+		PayloadJson:       payload,
+		Error:             &eventv1.ErrorInfo{Code: "cancelled", Message: reason},
+		Producer:          "orchestrator",
+		ProduceTime:       timestamppb.Now(),
+	}
+	if err := engine.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "publish cancel: %v", err)
+	}
+	return &orchv1.CancelExecutionResponse{}, nil
+}
+
+// PutCredential stores a credential.
+func (s *Server) PutCredential(ctx context.Context, req *orchv1.PutCredentialRequest) (*orchv1.PutCredentialResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name: required")
+	}
+	var data map[string]any
+	if err := json.Unmarshal(req.GetDataJson(), &data); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "data: not a JSON object: %v", err)
+	}
+	_, err := s.DB.Exec(ctx, `INSERT INTO noetl.credential (tenant, name, type, data) VALUES ($1,$2,$3,$4)
+		ON CONFLICT (tenant, name) DO UPDATE SET type = EXCLUDED.type, data = EXCLUDED.data, updated_at = now()`,
+		tenantOf(req.GetTenant()), req.GetName(), req.GetType(), data)
+	if err != nil {
+		return nil, err
+	}
+	return &orchv1.PutCredentialResponse{}, nil
+}
+
+// ResolveCredential returns a credential's data.
+func (s *Server) ResolveCredential(ctx context.Context, req *orchv1.ResolveCredentialRequest) (*orchv1.ResolveCredentialResponse, error) {
+	var typ string
+	var data []byte
+	err := s.DB.QueryRow(ctx, `SELECT type, data::text FROM noetl.credential WHERE tenant=$1 AND name=$2`, tenantOf(req.GetTenant()), req.GetName()).Scan(&typ, &data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, status.Errorf(codes.NotFound, "credential %q not found", req.GetName())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &orchv1.ResolveCredentialResponse{Type: typ, DataJson: data}, nil
+}

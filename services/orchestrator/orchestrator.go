@@ -1,0 +1,103 @@
+// Package orchestrator is the NoETL orchestrator service: the playbook catalog, execution
+// start and cancel, credential resolution, and the decision loop driven by commit notices.
+// It holds no authoritative state.
+package orchestrator
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"time"
+
+	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/platform/app"
+	"github.com/noetl/noetl/internal/platform/config"
+	"github.com/noetl/noetl/internal/platform/grpcx"
+	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
+	"github.com/noetl/noetl/services/orchestrator/internal/engine"
+	"github.com/noetl/noetl/services/orchestrator/internal/server"
+)
+
+// Config is the orchestrator's configuration.
+type Config struct {
+	GRPCAddr         string
+	AdminAddr        string
+	NATSURL          string
+	PostgresURL      string
+	StatebuilderAddr string
+	Partitions       int
+	Shards           int
+	StartTimeout     time.Duration
+
+	// GRPCListener and AdminListener, when set, are used instead of the addresses
+	// (in-process meshes).
+	GRPCListener  net.Listener `json:"-"`
+	AdminListener net.Listener `json:"-"`
+	// Ready, when set, is called once the service serves.
+	Ready func(grpcAddr string) `json:"-"`
+}
+
+// Flags binds the configuration to flags and NOETL_* env vars.
+func (c *Config) Flags(fs *config.FlagSet) {
+	fs.String(&c.GRPCAddr, "grpc", "NOETL_ORCHESTRATOR_GRPC", "127.0.0.1:50061", "gRPC listen address")
+	fs.String(&c.AdminAddr, "admin", "NOETL_ORCHESTRATOR_ADMIN", "127.0.0.1:9061", "admin HTTP listen address (/livez, /readyz, /metrics)")
+	fs.String(&c.NATSURL, "nats", "NOETL_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
+	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
+	fs.String(&c.StatebuilderAddr, "statebuilder", "NOETL_STATEBUILDER_ADDR", "127.0.0.1:50062", "statebuilder gRPC address")
+	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
+	fs.Int(&c.Shards, "shards", "NOETL_ORCHESTRATOR_SHARDS", 16, "decision goroutines")
+	fs.Duration(&c.StartTimeout, "start-timeout", "NOETL_START_TIMEOUT", 15*time.Second, "how long a start waits for its commit")
+}
+
+// Run runs the orchestrator until ctx ends.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	log = log.With(slog.String("service", "orchestrator"))
+	if err := config.Required(&cfg, "PostgresURL", "NATSURL", "StatebuilderAddr"); err != nil {
+		return err
+	}
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16, true, log)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	nc, js, err := natsx.Connect(cfg.NATSURL, "orchestrator")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}); err != nil {
+		return err
+	}
+	conn, err := grpcx.Dial(cfg.StatebuilderAddr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	state := sbv1.NewStateServiceClient(conn)
+
+	grpcLis, err := app.Listen(cfg.GRPCListener, cfg.GRPCAddr)
+	if err != nil {
+		return err
+	}
+	adminLis, err := app.Listen(cfg.AdminListener, cfg.AdminAddr)
+	if err != nil {
+		return err
+	}
+	srv := app.NewServer("orchestrator", log, grpcLis, adminLis)
+	cat := catalog.New(db, playbook.NewRenderer(), 1024)
+	api := &server.Server{Catalog: cat, DB: db, NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout}
+	orchv1.RegisterOrchestratorServiceServer(srv.GRPC, api)
+	orchv1.RegisterCredentialServiceServer(srv.GRPC, api)
+	srv.AddCheck("postgres", pgxext.Check(db))
+	srv.AddCheck("nats", natsx.Check(nc))
+	eng := engine.New(engine.Config{Partitions: cfg.Partitions, Shards: cfg.Shards}, log, js, state, cat, srv.Registry)
+	if cfg.Ready != nil {
+		cfg.Ready(srv.GRPCAddr())
+	}
+	log.Info("orchestrator serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
+	return srv.Run(ctx, 10*time.Second, eng.Run)
+}

@@ -1,0 +1,60 @@
+// Package resultstore is the NoETL resultstore service: results too large to travel inline,
+// stored and served by reference.
+package resultstore
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"time"
+
+	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
+	"github.com/noetl/noetl/internal/platform/app"
+	"github.com/noetl/noetl/internal/platform/config"
+	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/services/resultstore/internal/store"
+)
+
+// Config is the resultstore's configuration.
+type Config struct {
+	GRPCAddr    string
+	AdminAddr   string
+	PostgresURL string
+
+	// GRPCListener and AdminListener, when set, are used instead of the addresses.
+	GRPCListener  net.Listener `json:"-"`
+	AdminListener net.Listener `json:"-"`
+}
+
+// Flags binds the configuration to flags and NOETL_* env vars.
+func (c *Config) Flags(fs *config.FlagSet) {
+	fs.String(&c.GRPCAddr, "grpc", "NOETL_RESULTSTORE_GRPC", "127.0.0.1:50065", "gRPC listen address")
+	fs.String(&c.AdminAddr, "admin", "NOETL_RESULTSTORE_ADMIN", "127.0.0.1:9065", "admin HTTP listen address (/livez, /readyz, /metrics)")
+	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
+}
+
+// Run runs the resultstore until ctx ends.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	log = log.With(slog.String("service", "resultstore"))
+	if err := config.Required(&cfg, "PostgresURL"); err != nil {
+		return err
+	}
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, 8, true, log)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	grpcLis, err := app.Listen(cfg.GRPCListener, cfg.GRPCAddr)
+	if err != nil {
+		return err
+	}
+	adminLis, err := app.Listen(cfg.AdminListener, cfg.AdminAddr)
+	if err != nil {
+		return err
+	}
+	srv := app.NewServer("resultstore", log, grpcLis, adminLis)
+	rsv1.RegisterResultStoreServiceServer(srv.GRPC, &store.Store{DB: db})
+	srv.AddCheck("postgres", pgxext.Check(db))
+	log.Info("resultstore serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
+	return srv.Run(ctx, 10*time.Second)
+}
