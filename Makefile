@@ -9,8 +9,8 @@ PROTOC_GEN_GO_GRPC     := v1.6.2
 GRPC_GATEWAY           := v2.33.0
 STATICCHECK            := v0.8.2
 
-MODULES := gen internal cmd/noetl services/gateway services/orchestrator services/materializer \
-           services/statebuilder services/worker services/resultstore
+# Every module of the workspace (go.work).
+MODULES := $(shell sed -n 's#^\t\./##p' go.work)
 PKGS    := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
 .PHONY: run dev test test-integration bench proto lint tools postgres build

@@ -1,0 +1,224 @@
+package mesh_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/cmd/noetl/mesh"
+	"github.com/noetl/noetl/internal/platform/grpcx"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+const threeSteps = `
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: three, path: tests/three}
+workload: {base: 20}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      input: {base: "{{ workload.base }}"}
+      code: |
+        result = {"n": base + 1}
+    next: [{step: double}]
+  - step: double
+    tool:
+      kind: python
+      input: {n: "{{ start.n }}"}
+      code: |
+        result = {"n": n * 2, "from": "double"}
+    next: {arcs: [{step: end}]}
+  - step: end
+    tool:
+      kind: noop
+      result: {answer: "{{ double.n }}", label: "{{ double.data.from }}-{{ execution_id | length }}"}
+`
+
+type harness struct {
+	m   *mesh.Mesh
+	cat apiv1.CatalogServiceClient
+	exe apiv1.ExecutionServiceClient
+}
+
+func start(t *testing.T, dupEvents bool) *harness {
+	t.Helper()
+	pg := testkit.StartPostgres(t)
+	natsURL := testkit.StartNATS(t)
+	if dupEvents {
+		duplicateEvents(t, natsURL)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL})
+	require.NoError(t, err)
+	t.Cleanup(m.Stop)
+	conn, err := grpcx.Dial(m.GRPCAddr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return &harness{m: m, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn)}
+}
+
+// duplicateEvents republishes every event published to NOETL_EVENTS once more, with a
+// different Nats-Msg-Id so that JetStream does not drop the copy: the materializer sees
+// every event twice.
+func duplicateEvents(t *testing.T, url string) {
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	_, err = nc.Subscribe("noetl.events.>", func(m *nats.Msg) {
+		if m.Header.Get("X-Test-Dup") != "" {
+			return
+		}
+		cp := nats.NewMsg(m.Subject)
+		cp.Data = m.Data
+		cp.Header.Set("X-Test-Dup", "1")
+		cp.Header.Set(nats.MsgIdHdr, m.Header.Get(nats.MsgIdHdr)+"-dup")
+		_ = nc.PublishMsg(cp)
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+}
+
+func (h *harness) run(t *testing.T, content string, workload map[string]any, key string) *apiv1.Execution {
+	t.Helper()
+	ctx := context.Background()
+	reg, err := h.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: content})
+	require.NoError(t, err)
+	w, err := structpb.NewStruct(workload)
+	require.NoError(t, err)
+	resp, err := h.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: reg.GetPlaybook().GetPath(), Workload: w, IdempotencyKey: key})
+	require.NoError(t, err)
+	var x *apiv1.Execution
+	testkit.WaitFor(t, 60*time.Second, func() error {
+		g, err := h.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: resp.GetExecutionId()})
+		if err != nil {
+			return err
+		}
+		x = g.GetExecution()
+		switch x.GetStatus() {
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
+			return nil
+		}
+		return fmt.Errorf("execution %s still %s", x.GetExecutionId(), x.GetStatus())
+	})
+	return x
+}
+
+func (h *harness) events(t *testing.T, id string) []*apiv1.Event {
+	t.Helper()
+	var out []*apiv1.Event
+	token := ""
+	for {
+		resp, err := h.exe.ListExecutionEvents(context.Background(), &apiv1.ListExecutionEventsRequest{ExecutionId: id, PageSize: 7, PageToken: token})
+		require.NoError(t, err)
+		out = append(out, resp.GetEvents()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			return out
+		}
+	}
+}
+
+func TestThreeStepPlaybookPassesDataAndLogsInOrder(t *testing.T) {
+	h := start(t, false)
+	x := h.run(t, threeSteps, map[string]any{"base": 10}, "")
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, x.GetStatus(), "error: %v", x.GetError())
+	got, err := protojson.Marshal(x.GetResult())
+	require.NoError(t, err)
+	require.JSONEq(t, `{"answer": 22, "label": "double-36"}`, string(got))
+
+	evs := h.events(t, x.GetExecutionId())
+	var types []string
+	for i, ev := range evs {
+		require.Equal(t, int64(i+1), ev.GetSeq(), "seq must be gap-free")
+		types = append(types, ev.GetType()+":"+ev.GetStep())
+	}
+	step := func(name string) []string {
+		return []string{"step.enter:" + name, "command.issued:" + name, "command.started:" + name, "call.done:" + name, "command.completed:" + name, "step.exit:" + name}
+	}
+	want := []string{"playbook.started:"}
+	want = append(want, step("start")...)
+	want = append(want, step("double")...)
+	want = append(want, step("end")...)
+	want = append(want, "playbook.completed:")
+	require.Equal(t, want, types)
+}
+
+func TestEveryEventPublishedTwiceYieldsTheSameLog(t *testing.T) {
+	ids := func(dup bool) []string {
+		h := start(t, dup)
+		x := h.run(t, threeSteps, nil, "same-key")
+		require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, x.GetStatus(), "error: %v", x.GetError())
+		var out []string
+		for _, ev := range h.events(t, x.GetExecutionId()) {
+			out = append(out, fmt.Sprintf("%d %s %s", ev.GetSeq(), ev.GetEventId(), ev.GetType()))
+		}
+		return out
+	}
+	single := ids(false)
+	double := ids(true)
+	require.NotEmpty(t, single)
+	require.Equal(t, single, double)
+}
+
+func TestBadInputIsRejectedWithAClearError(t *testing.T) {
+	h := start(t, false)
+	ctx := context.Background()
+	cases := []struct {
+		name, content, want string
+	}{
+		{"invalid yaml", "apiVersion: noetl.io/v2\nkind: Playbook\nworkflow: [\n  - step: start\n", "line"},
+		{"no start step", "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x, path: x}\nworkflow:\n  - step: other\n    tool: {kind: noop}\n", "start"},
+		{"unknown tool kind", "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x, path: x}\nworkflow:\n  - step: start\n    tool: {kind: htp}\n", `"start"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: tc.content})
+			require.Error(t, err)
+			require.Equal(t, codes.InvalidArgument, status.Code(err), err.Error())
+			require.Contains(t, status.Convert(err).Message(), tc.want)
+		})
+	}
+	_, err := h.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: "01930000-0000-7000-8000-000000000000"})
+	require.Equal(t, codes.NotFound, status.Code(err))
+	_, err = h.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "no/such/playbook"})
+	require.Equal(t, codes.NotFound, status.Code(err))
+}
+
+func TestFailingStepFailsTheExecutionNamingTheStep(t *testing.T) {
+	h := start(t, false)
+	x := h.run(t, `
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: boom, path: tests/boom}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: [{step: explode}]
+  - step: explode
+    tool:
+      kind: python
+      code: |
+        raise ValueError("kaboom")
+    next: [{step: end}]
+  - step: end
+    tool: {kind: noop}
+`, nil, "")
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, x.GetStatus())
+	require.Equal(t, []string{"explode"}, x.GetFailedSteps())
+	require.True(t, strings.Contains(x.GetError().GetMessage(), "explode") && strings.Contains(x.GetError().GetMessage(), "kaboom"), x.GetError().GetMessage())
+}
