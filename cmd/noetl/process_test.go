@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// TestServicesAsSeparateProcesses builds the six service binaries, starts each as its own
+// OS process, and runs a playbook through the gateway's REST API.
+func TestServicesAsSeparateProcesses(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	bin := t.TempDir()
+	services := []string{"statebuilder", "resultstore", "materializer", "orchestrator", "worker", "gateway"}
+	for _, s := range services {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, s), "./services/"+s+"/cmd/"+s)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "build %s: %s", s, out)
+	}
+	pg := testkit.StartPostgres(t)
+	natsURL := testkit.StartNATS(t)
+	port := func() string { return fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)) }
+	sb, rs, or, gwHTTP, gwGRPC := port(), port(), port(), port(), port()
+	env := []string{
+		"NOETL_PG_URL=" + pg, "NOETL_NATS_URL=" + natsURL,
+		"NOETL_STATEBUILDER_GRPC=" + sb, "NOETL_STATEBUILDER_ADDR=" + sb,
+		"NOETL_RESULTSTORE_GRPC=" + rs, "NOETL_RESULTSTORE_ADDR=" + rs,
+		"NOETL_ORCHESTRATOR_GRPC=" + or, "NOETL_ORCHESTRATOR_ADDR=" + or,
+		"NOETL_GATEWAY_HTTP=" + gwHTTP, "NOETL_GATEWAY_GRPC=" + gwGRPC,
+	}
+	for _, s := range services {
+		cmd := exec.Command(filepath.Join(bin, s), "--admin", port())
+		cmd.Env = append(os.Environ(), env...)
+		var logs bytes.Buffer
+		cmd.Stderr = &logs
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				t.Logf("%s logs:\n%s", s, logs.String())
+			}
+		})
+	}
+	base := "http://" + gwHTTP
+	testkit.WaitFor(t, 60*time.Second, func() error {
+		// Listing the catalog needs the gateway and the orchestrator (after its migrations).
+		resp, err := http.Get(base + "/v1/playbooks")
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("gateway not ready: %d", resp.StatusCode)
+		}
+		return nil
+	})
+	doc, err := os.ReadFile(filepath.Join(root, "examples", "hello.yaml"))
+	require.NoError(t, err)
+	post := func(path string, body any) (int, map[string]any) {
+		b, _ := json.Marshal(body)
+		resp, err := http.Post(base+path, "application/json", bytes.NewReader(b))
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		raw, _ := io.ReadAll(resp.Body)
+		var m map[string]any
+		_ = json.Unmarshal(raw, &m)
+		return resp.StatusCode, m
+	}
+	code, reg := post("/v1/playbooks", map[string]any{"content": string(doc)})
+	require.Equal(t, http.StatusOK, code, "%v", reg)
+	code, bad := post("/v1/playbooks", map[string]any{"content": "kind: [unclosed"})
+	require.Equal(t, http.StatusBadRequest, code, "%v", bad)
+	code, started := post("/v1/executions", map[string]any{"path": "examples/hello", "workload": map[string]any{"name": "REST", "repeat": 2}})
+	require.Equal(t, http.StatusOK, code, "%v", started)
+	id, _ := started["executionId"].(string)
+	require.NotEmpty(t, id)
+	var final map[string]any
+	testkit.WaitFor(t, 60*time.Second, func() error {
+		resp, err := http.Get(base + "/v1/executions/" + id)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			return err
+		}
+		x, _ := m["execution"].(map[string]any)
+		if st, _ := x["status"].(string); !strings.HasSuffix(st, "COMPLETED") && !strings.HasSuffix(st, "FAILED") {
+			return fmt.Errorf("status %v", x["status"])
+		}
+		final = x
+		return nil
+	})
+	require.Equal(t, "EXECUTION_STATUS_COMPLETED", final["status"], "%v", final)
+	require.Equal(t, map[string]any{"greeting": "Hello, REST! Hello, REST!", "words": float64(4)}, final["result"])
+}
