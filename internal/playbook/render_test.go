@@ -14,20 +14,20 @@ import (
 
 func testCtx() map[string]any {
 	return map[string]any{
-		"a":       int64(2),
-		"n":       3, // a Go int is accepted and becomes int64
-		"whole":   float64(3),
-		"half":    1.5,
-		"s":       "Hello",
-		"none":    nil,
-		"flag":    true,
-		"items":   []any{int64(3), int64(1), int64(2)},
-		"users":   []any{map[string]any{"name": "Ann", "age": int64(30)}, map[string]any{"name": "bob", "age": int64(25)}},
-		"m":       map[string]any{"k": "v", "n": int64(1)},
+		"a":        int64(2),
+		"n":        3, // a Go int is accepted and becomes int64
+		"whole":    float64(3),
+		"half":     1.5,
+		"s":        "Hello",
+		"none":     nil,
+		"flag":     true,
+		"items":    []any{int64(3), int64(1), int64(2)},
+		"users":    []any{map[string]any{"name": "Ann", "age": int64(30)}, map[string]any{"name": "bob", "age": int64(25)}},
+		"m":        map[string]any{"k": "v", "n": int64(1)},
 		"workload": map[string]any{"pages": []any{int64(1), int64(2)}, "api": "http://x"},
-		"fetch":   map[string]any{"data": map[string]any{"x": "y"}, "status": "ok"},
-		"num":     json.Number("42"),
-		"strs":    []string{"p", "q"},
+		"fetch":    map[string]any{"data": map[string]any{"x": "y"}, "status": "ok"},
+		"num":      json.Number("42"),
+		"strs":     []string{"p", "q"},
 	}
 }
 
