@@ -70,7 +70,7 @@ func listen(addr string) (net.Listener, error) {
 }
 
 // Start starts the mesh and returns once the gateway answers health checks.
-func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -78,7 +78,7 @@ func Start(ctx context.Context, cfg Config) (m *Mesh, err error) {
 	if cfg.StateDir == "" {
 		return nil, errors.New("mesh: StateDir is required")
 	}
-	m = &Mesh{done: make(chan struct{})}
+	m := &Mesh{done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			m.Stop()

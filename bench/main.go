@@ -1,0 +1,169 @@
+// Command bench measures NoETL end to end and prints one JSON line per workload.
+//
+//	go run ./bench --workload chain --n 200
+//	go run ./bench --workload concurrent --executions 50 --steps 10
+//
+// It starts its own mesh in-process (embedded NATS, private Postgres) unless --gateway
+// points at a running one.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/noetl/noetl/cmd/noetl/mesh"
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/platform/grpcx"
+)
+
+func main() {
+	workload := flag.String("workload", "chain", "chain | concurrent")
+	n := flag.Int("n", 200, "steps of the chain workload")
+	executions := flag.Int("executions", 50, "executions of the concurrent workload")
+	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
+	gateway := flag.String("gateway", "", "use a running gateway (gRPC address) instead of an in-process mesh")
+	flag.Parse()
+	if err := run(*workload, *n, *executions, *steps, *gateway); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func chain(name string, n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: %s, path: bench/%s}\nworkflow:\n", name, name)
+	for i := 0; i < n; i++ {
+		step := "s" + strconv.Itoa(i)
+		if i == 0 {
+			step = "start"
+		}
+		fmt.Fprintf(&b, "  - step: %s\n    tool: {kind: noop}\n", step)
+		if i < n-1 {
+			fmt.Fprintf(&b, "    next: [{step: s%d}]\n", i+1)
+		}
+	}
+	return b.String()
+}
+
+func run(workload string, n, executions, steps int, gateway string) error {
+	ctx := context.Background()
+	if gateway == "" {
+		dir, err := os.MkdirTemp("", "noetl-bench-")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = os.RemoveAll(dir) }()
+		// The private Postgres runs as the postgres user when we are root.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return err
+		}
+		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: os.Getenv("NOETL_PG_URL"), Log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+		if err != nil {
+			return err
+		}
+		defer m.Stop()
+		gateway = m.GRPCAddr
+	}
+	conn, err := grpcx.Dial(gateway)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	cat := apiv1.NewCatalogServiceClient(conn)
+	exe := apiv1.NewExecutionServiceClient(conn)
+
+	perExec, count := n, 1
+	if workload == "concurrent" {
+		perExec, count = steps, executions
+	} else if workload != "chain" {
+		return fmt.Errorf("unknown workload %q (chain, concurrent)", workload)
+	}
+	name := fmt.Sprintf("%s_%d", workload, perExec)
+	reg, err := cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: chain(name, perExec)})
+	if err != nil {
+		return err
+	}
+	// Warm up: one run so that caches and connections exist.
+	if err := once(ctx, exe, reg.GetPlaybook().GetPath()); err != nil {
+		return err
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, count)
+	for i := 0; i < count; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- once(ctx, exe, reg.GetPlaybook().GetPath())
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	wall := time.Since(start)
+	total := perExec * count
+	out := map[string]any{
+		"workload":    workload,
+		"executions":  count,
+		"steps":       total,
+		"wall_ms":     float64(wall.Microseconds()) / 1000,
+		"per_step_ms": float64(wall.Microseconds()) / 1000 / float64(perExec),
+		"steps_per_s": float64(total) / wall.Seconds(),
+		"peak_rss_mb": peakRSSMB(),
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+func once(ctx context.Context, exe apiv1.ExecutionServiceClient, path string) error {
+	resp, err := exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path})
+	if err != nil {
+		return err
+	}
+	backoff := 500 * time.Microsecond
+	for {
+		g, err := exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: resp.GetExecutionId()})
+		if err != nil {
+			return err
+		}
+		switch g.GetExecution().GetStatus() {
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED:
+			return nil
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
+			return fmt.Errorf("execution %s ended %s: %s", resp.GetExecutionId(), g.GetExecution().GetStatus(), g.GetExecution().GetError().GetMessage())
+		}
+		time.Sleep(backoff)
+		backoff = min(backoff*2, 50*time.Millisecond)
+	}
+}
+
+// peakRSSMB is this process's peak resident set (VmHWM), which includes every in-process
+// service but not Postgres.
+func peakRSSMB() float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = f.Close() }()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
