@@ -147,14 +147,18 @@ func TestThreeStepPlaybookPassesDataAndLogsInOrder(t *testing.T) {
 		require.Equal(t, int64(i+1), ev.GetSeq(), "seq must be gap-free")
 		types = append(types, ev.GetType()+":"+ev.GetStep())
 	}
-	step := func(name string) []string {
-		return []string{"step.enter:" + name, "command.issued:" + name, "command.started:" + name, "call.done:" + name, "command.completed:" + name, "step.exit:" + name}
-	}
+	// A step's step.exit follows the events its routing emitted (the next step's enter).
 	want := []string{"playbook.started:"}
-	want = append(want, step("start")...)
-	want = append(want, step("double")...)
-	want = append(want, step("end")...)
-	want = append(want, "playbook.completed:")
+	prev := ""
+	for _, s := range []string{"start", "double", "end"} {
+		want = append(want, "step.enter:"+s, "command.issued:"+s)
+		if prev != "" {
+			want = append(want, "step.exit:"+prev)
+		}
+		want = append(want, "command.started:"+s, "call.done:"+s, "command.completed:"+s)
+		prev = s
+	}
+	want = append(want, "step.exit:end", "playbook.completed:")
 	require.Equal(t, want, types)
 }
 

@@ -243,9 +243,13 @@ func (d *decider) route(name string) error {
 	for _, a := range fired {
 		targets = append(targets, a.Step)
 	}
-	if err := d.exit(name, cause, targets); err != nil {
-		return err
+	// Mark the step routed for this pass before arriving at targets (barriers read it), but
+	// emit step.exit last: a state that contains step.exit then contains every event this
+	// decision emitted before it, so no decision runs on a half-committed routing.
+	if targets == nil {
+		targets = []string{}
 	}
+	d.fired[name] = targets
 	for i, a := range fired {
 		if len(a.Set) > 0 {
 			vals, err := d.renderSet(a.Set, vars, name, "next arc to "+a.Step+": set")
@@ -263,7 +267,7 @@ func (d *decider) route(name string) error {
 			return err
 		}
 	}
-	return nil
+	return d.exit(name, cause, targets)
 }
 
 // arrive handles the evaluation of an arc src->dst (fired or not) and enters or skips dst

@@ -70,11 +70,18 @@ func TestDecideGoldenThreeStepRun(t *testing.T) {
 			}
 		}
 	}
+	// step.exit of a step comes after the events its routing emitted.
 	want := []string{"playbook.started:"}
+	prev := ""
 	for _, s := range []string{"start", "middle", "end"} {
-		want = append(want, "step.enter:"+s, "command.issued:"+s, "command.started:"+s, "call.done:"+s, "command.completed:"+s, "step.exit:"+s)
+		want = append(want, "step.enter:"+s, "command.issued:"+s)
+		if prev != "" {
+			want = append(want, "step.exit:"+prev)
+		}
+		want = append(want, "command.started:"+s, "call.done:"+s, "command.completed:"+s)
+		prev = s
 	}
-	want = append(want, "playbook.completed:")
+	want = append(want, "step.exit:end", "playbook.completed:")
 	require.Equal(t, want, log)
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, st.GetStatus())
 	require.JSONEq(t, `{"done":1}`, string(st.GetResultJson()))
@@ -111,7 +118,7 @@ func TestDecideFalseConditionSkipsTarget(t *testing.T) {
 	for _, ev := range evs {
 		types = append(types, ev.GetType()+":"+ev.GetStep())
 	}
-	require.Equal(t, []string{"step.exit:middle", "step.skipped:end", "playbook.completed:"}, types)
+	require.Equal(t, []string{"step.skipped:end", "step.exit:middle", "playbook.completed:"}, types)
 }
 
 func ids(evs []*eventv1.Event) []string {
