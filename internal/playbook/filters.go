@@ -201,6 +201,9 @@ func filterToJSON(_ *state, v any, args []any, kwargs map[string]any) (any, erro
 	if err := enc.Encode(export(v)); err != nil {
 		return nil, err
 	}
+	if buf.Len() > MaxOutput {
+		return nil, fmt.Errorf("%w (%d bytes)", ErrOutputLimit, MaxOutput)
+	}
 	out := strings.TrimSuffix(buf.String(), "\n")
 	// Like Jinja's htmlsafe_json_dumps, which also escapes single quotes.
 	return strings.ReplaceAll(out, "'", `\u0027`), nil

@@ -134,6 +134,7 @@ func (b *builder) playbook(root *yaml.Node) *Playbook {
 	}
 	b.workbook(value(root, "workbook"), pb)
 	b.workflow(root, pb)
+	pb.Extra = extra(root, "apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "workflow")
 	b.validate(pb)
 	if len(b.errs) > 0 {
 		return nil
@@ -316,7 +317,24 @@ func (b *builder) step(n *yaml.Node, i int) *Step {
 		b.errorf(n, name, "", "step must have a tool or a next")
 	}
 	b.refs(n, s)
+	s.Extra = extra(n, "step", "desc", "tool", "input", "args", "loop", "set", "next", "when")
 	return s
+}
+
+// extra returns the entries of mapping m whose keys are not listed.
+func extra(m *yaml.Node, known ...string) map[string]any {
+	var out map[string]any
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i].Value
+		if slices.Contains(known, k) {
+			continue
+		}
+		if out == nil {
+			out = map[string]any{}
+		}
+		out[k] = toValue(m.Content[i+1])
+	}
+	return out
 }
 
 func (b *builder) stepTool(t *yaml.Node, s *Step) {

@@ -141,6 +141,19 @@ func TestParseWorkbookAndPipelines(t *testing.T) {
 	require.Equal(t, "pg_noetl_k8s", start.Tool[0].Config["auth"])
 }
 
+func TestParseStepExtra(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("testdata/conformance/test_output_select.yaml")
+	require.NoError(t, err)
+	pb := mustParse(t, src)
+	require.Equal(t, map[string]any{"output": map[string]any{
+		"store":         map[string]any{"kind": "auto"},
+		"output_select": []any{"status", "count", "total_size"},
+	}}, pb.Step("start").Extra)
+	require.Equal(t, "artifact", pb.Step("lazy_load_full_data").Tool[0].Kind)
+	require.Equal(t, []string{"start"}, pb.Step("lazy_load_full_data").Refs)
+}
+
 func TestParseUnnamedPipelineItems(t *testing.T) {
 	t.Parallel()
 	pb := mustParse(t, doc(`workflow:
@@ -423,6 +436,9 @@ workflow:
 	require.Len(t, pb.Warnings, 2)
 	require.Contains(t, pb.Warnings[0].Msg, `unknown tool kind "unknown_kind"`)
 	require.Equal(t, "system_orchestrate", pb.Step("start").Tool[0].Kind)
+	require.Equal(t, map[string]any{"executor": map[string]any{"profile": "auto"}, "vars": map[string]any{"a": int64(1)}}, pb.Extra)
+	require.Contains(t, pb.Step("start").Extra, "spec")
+	require.Nil(t, pb.Step("end").Extra)
 	require.Empty(t, pb.Step("end").Tool)
 	require.True(t, KnownToolKind("duckdb"))
 	require.False(t, KnownToolKind("system_"))

@@ -106,9 +106,12 @@ func NewRenderer() *Renderer {
 }
 
 // Render renders every template inside v: maps (keys too) and lists are
-// rendered recursively; a string without "{{" or "{%" is returned as is; a
-// string that is exactly one {{ expr }} (after trimming spaces) yields the
-// typed value of the expression; any other string renders to a string.
+// rendered recursively into new values (v is not modified); a string without
+// "{{" or "{%" is returned as is; a string that is exactly one {{ expr }}
+// (after trimming spaces) yields the typed, JSON-like value of the
+// expression (undefined yields nil); any other string renders to a string.
+// Everything one call produces, typed values included, counts against
+// MaxOutput, and the call stops with an error after MaxRenderTime.
 func (r *Renderer) Render(v any, ctx map[string]any) (any, error) {
 	out, err := r.render(r.newState(ctx), v, 0)
 	if err != nil {
@@ -294,6 +297,7 @@ func (r *Renderer) CacheLen() int {
 // but its context.
 type controlStructureSet map[string]parser.ControlStructureParser
 
+// Get returns the parser of the named control structure.
 func (s controlStructureSet) Get(name string) (parser.ControlStructureParser, bool) {
 	p, ok := s[name]
 	return p, ok
@@ -360,8 +364,11 @@ type setStmt struct {
 	body   *nodes.Wrapper
 }
 
+// Position returns the set tag's first token.
 func (s *setStmt) Position() *tokens.Token { return s.loc }
-func (s *setStmt) String() string          { return "set" }
+
+// String names the node.
+func (s *setStmt) String() string { return "set" }
 
 func parseSet(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
 	s := &setStmt{loc: args.Current()}
@@ -410,8 +417,11 @@ type rawStmt struct {
 	text string
 }
 
+// Position returns the raw tag's first token.
 func (s *rawStmt) Position() *tokens.Token { return s.loc }
-func (s *rawStmt) String() string          { return "raw" }
+
+// String names the node.
+func (s *rawStmt) String() string { return "raw" }
 
 func parseRaw(p *parser.Parser, args *parser.Parser) (nodes.ControlStructure, error) {
 	s := &rawStmt{loc: p.Current()}
@@ -440,6 +450,7 @@ type limitedWriter struct {
 	st *state
 }
 
+// WriteString appends s, failing once the output budget is spent.
 func (w *limitedWriter) WriteString(s string) error {
 	w.st.outBytes += len(s)
 	if w.st.outBytes > MaxOutput {

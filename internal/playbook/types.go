@@ -19,6 +19,9 @@ type Playbook struct {
 	// Warnings are problems that do not stop the playbook from running,
 	// such as steps that cannot be reached from start.
 	Warnings []Warning
+	// Extra holds the root keys not modelled above (executor, vars, ...)
+	// as JSON-compatible values, nil when there are none.
+	Extra map[string]any
 
 	index map[string]*Step
 }
@@ -85,6 +88,9 @@ type Step struct {
 	// RefsAll is true when the templates may reach any step result (they use
 	// steps or _results, or could not be analysed).
 	RefsAll bool
+	// Extra holds the step keys not modelled above (spec, output, vars, ...)
+	// as JSON-compatible values, nil when there are none.
+	Extra map[string]any
 }
 
 // Tool is one tool invocation.

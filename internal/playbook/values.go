@@ -229,10 +229,8 @@ func pyFloat(f float64) string {
 	if abs >= 1e-4 && abs < 1e16 {
 		return strconv.FormatFloat(f, 'f', -1, 64)
 	}
-	s := strconv.FormatFloat(f, 'e', -1, 64)
-	// Python writes 1e+16 and 1e-05: Go agrees except that it never drops a
-	// trailing ".0"; both omit it for integral mantissas.
-	return s
+	// Python writes 1e+16 and 1e-05, as Go does.
+	return strconv.FormatFloat(f, 'e', -1, 64)
 }
 
 // writeRepr writes Python's repr of v.
@@ -342,9 +340,8 @@ func asFloat(v any) (float64, bool) {
 // equal is Python equality on evaluator values.
 func equal(a, b any) bool {
 	a, b = norm(a), norm(b)
-	if ua, ok := a.(undef); ok {
+	if _, ok := a.(undef); ok {
 		_, ub := b.(undef)
-		_ = ua
 		return ub
 	}
 	if isUndef(b) {
