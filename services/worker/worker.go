@@ -212,6 +212,13 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		}
 	}
 	started := mk(domain.EventCommandStarted)
+	fail := func(info *eventv1.ErrorInfo) []*eventv1.Event {
+		callErr := mk(domain.EventCallError)
+		callErr.Error = info
+		failed := mk(domain.EventCommandFailed)
+		failed.Error = info
+		return []*eventv1.Event{started, callErr, failed}
+	}
 	kind := "noop"
 	if len(cmd.GetTools()) > 0 {
 		kind = cmd.GetTools()[0].GetKind()
@@ -230,30 +237,18 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		if errors.As(err, &re) {
 			info.Code = "template_error"
 		}
-		callErr := mk(domain.EventCallError)
-		callErr.Error = info
-		failed := mk(domain.EventCommandFailed)
-		failed.Error = info
-		return []*eventv1.Event{started, callErr, failed}
+		return fail(info)
 	}
 	w.runs.WithLabelValues(w.cfg.Pool, kind, "ok").Inc()
 	done := mk(domain.EventCallDone)
 	b, merr := json.Marshal(result)
 	if merr != nil {
 		info := &eventv1.ErrorInfo{Code: "tool_error", Message: "result is not JSON-encodable: " + merr.Error()}
-		callErr := mk(domain.EventCallError)
-		callErr.Error = info
-		failed := mk(domain.EventCommandFailed)
-		failed.Error = info
-		return []*eventv1.Event{started, callErr, failed}
+		return fail(info)
 	}
 	if len(b) > inlineMax {
 		info := &eventv1.ErrorInfo{Code: "result_too_large", Message: fmt.Sprintf("step %s: result of %d bytes exceeds the inline budget of %d bytes", cmd.GetStep(), len(b), inlineMax)}
-		callErr := mk(domain.EventCallError)
-		callErr.Error = info
-		failed := mk(domain.EventCommandFailed)
-		failed.Error = info
-		return []*eventv1.Event{started, callErr, failed}
+		return fail(info)
 	}
 	done.ResultJson = b
 	return []*eventv1.Event{started, done, mk(domain.EventCommandCompleted)}

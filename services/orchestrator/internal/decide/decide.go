@@ -145,7 +145,7 @@ func (d *decider) run() error {
 		if d.c.Playbook.Step("start") == nil {
 			return &Error{Step: "start", Msg: "playbook has no start step"}
 		}
-		if err := d.enter("start", nil, d.st.GetLastEventId()); err != nil {
+		if err := d.enter("start", d.st.GetLastEventId()); err != nil {
 			return err
 		}
 		return d.finish()
@@ -278,7 +278,7 @@ func (d *decider) arrive(src, dst, cause string) error {
 	}
 	if d.c.back[src+"\x00"+dst] {
 		if contains(d.stepFired(src), dst) {
-			return d.enter(dst, nil, cause)
+			return d.enter(dst, cause)
 		}
 		return nil
 	}
@@ -289,7 +289,7 @@ func (d *decider) arrive(src, dst, cause string) error {
 	if st != eventv1.StepStatus_STEP_STATUS_UNSPECIFIED && !d.isBackTarget(dst) {
 		// Already entered and finished through another arc (convergence without a cycle).
 		if contains(d.stepFired(src), dst) && d.routed(dst) && len(d.c.incoming[dst]) <= 1 {
-			return d.enter(dst, nil, cause)
+			return d.enter(dst, cause)
 		}
 		return nil
 	}
@@ -303,7 +303,7 @@ func (d *decider) arrive(src, dst, cause string) error {
 		}
 	}
 	if anyFired {
-		return d.enter(dst, nil, cause)
+		return d.enter(dst, cause)
 	}
 	return d.skip(dst, cause)
 }
@@ -385,7 +385,7 @@ func (d *decider) updateCtx(vals map[string]any, id, step string) {
 
 // enter emits step.enter and command.issued for a step, or step.skipped when its legacy
 // when guard is false.
-func (d *decider) enter(name string, _ map[string]any, cause string) error {
+func (d *decider) enter(name, cause string) error {
 	ps := d.c.Playbook.Step(name)
 	if ps == nil {
 		return &Error{Step: name, Msg: "arc target does not exist"}
