@@ -29,6 +29,17 @@ func IsTerminal(eventType string) bool {
 	return false
 }
 
+// IsDecisionOutput reports whether an event type is only ever produced by a decision. A
+// state that changed only by such events needs no new decision: deciding is idempotent over
+// its own output.
+func IsDecisionOutput(eventType string) bool {
+	switch eventType {
+	case EventStepEnter, EventCommandIssued, EventStepExit, EventStepSkipped, EventCtxUpdated:
+		return true
+	}
+	return false
+}
+
 // StartedPayload is the payload of playbook.started.
 type StartedPayload struct {
 	Path     string         `json:"path"`

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -51,17 +50,8 @@ type Writer struct {
 	Now func() time.Time
 }
 
-type execRow struct {
-	tenant  string
-	lastSeq int64
-	status  int16
-	ended   bool
-	touched bool
-	newSeq  int64
-	endedAt *time.Time
-}
-
-// Commit writes evs in one transaction.
+// Commit writes evs in one statement: noetl.append_events (migration 00002) dedupes, locks
+// and sequences the whole batch server-side, so a commit costs one round trip.
 func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, error) {
 	now := time.Now
 	if w.Now != nil {
@@ -72,171 +62,92 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, err
 		return res, nil
 	}
 	commitTime := now().UTC()
-	var ids []string
-	seenExec := map[string]bool{}
-	var eventIDs []string
-	for _, ev := range evs {
-		if !seenExec[ev.GetExecutionId()] {
-			seenExec[ev.GetExecutionId()] = true
-			ids = append(ids, ev.GetExecutionId())
-		}
-		eventIDs = append(eventIDs, ev.GetEventId())
+	// Group by execution, keeping each execution's arrival order.
+	order := make([]int, len(evs))
+	for i := range order {
+		order[i] = i
 	}
-	sort.Strings(ids) // lock order: avoids deadlocks between concurrent writers
-
-	err := pgx.BeginFunc(ctx, w.DB, func(tx pgx.Tx) error {
-		// New executions.
-		var sIDs, sTenants, sPaths, sParents []string
-		var sVersions []int64
-		for _, ev := range evs {
-			if ev.GetType() != domain.EventPlaybookStarted {
-				continue
-			}
-			p, err := startedOf(ev)
-			if err != nil {
-				continue
-			}
-			sIDs = append(sIDs, ev.GetExecutionId())
-			sTenants = append(sTenants, ev.GetTenant())
-			sPaths = append(sPaths, p.Path)
-			sVersions = append(sVersions, p.Version)
-			sParents = append(sParents, ev.GetParentExecutionId())
-		}
-		if len(sIDs) > 0 {
-			if _, err := tx.Exec(ctx, `INSERT INTO noetl.execution (execution_id, tenant, playbook_path, playbook_version, parent_execution_id, started_at)
-				SELECT x.id, x.tenant, x.path, x.version, x.parent, $6 FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) AS x(id, tenant, path, version, parent)
-				ON CONFLICT (execution_id) DO NOTHING`, sIDs, sTenants, sPaths, sVersions, sParents, commitTime); err != nil {
-				return fmt.Errorf("insert executions: %w", err)
+	sort.SliceStable(order, func(a, b int) bool { return evs[order[a]].GetExecutionId() < evs[order[b]].GetExecutionId() })
+	n := len(evs)
+	execs, ids, tenants, types, steps, cmds := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	paths, parents := make([]string, n), make([]string, n)
+	versions := make([]int64, n)
+	bodies := make([][]byte, n)
+	for k, i := range order {
+		ev := evs[i]
+		execs[k], ids[k], tenants[k], types[k], steps[k], cmds[k] = ev.GetExecutionId(), ev.GetEventId(), ev.GetTenant(), ev.GetType(), ev.GetStep(), ev.GetCommandId()
+		parents[k] = ev.GetParentExecutionId()
+		if ev.GetType() == domain.EventPlaybookStarted {
+			if p, err := startedOf(ev); err == nil {
+				paths[k], versions[k] = p.Path, p.Version
 			}
 		}
-		// Lock the executions and find duplicates in one round trip.
-		b := &pgx.Batch{}
-		b.Queue(`SELECT execution_id, tenant, last_seq, status FROM noetl.execution WHERE execution_id = ANY($1) ORDER BY execution_id FOR UPDATE`, ids)
-		b.Queue(`SELECT execution_id, event_id FROM noetl.event WHERE execution_id = ANY($1) AND event_id = ANY($2)`, ids, eventIDs)
-		br := tx.SendBatch(ctx, b)
-		execs := map[string]*execRow{}
-		rows, err := br.Query()
+		// seq and commit time live in columns; the stored body is the event as published.
+		ev.Seq, ev.CommitTime = 0, nil
+		b, err := proto.Marshal(ev)
 		if err != nil {
-			_ = br.Close()
-			return fmt.Errorf("lock executions: %w", err)
+			return nil, err
 		}
-		for rows.Next() {
-			var id string
-			r := &execRow{}
-			if err := rows.Scan(&id, &r.tenant, &r.lastSeq, &r.status); err != nil {
-				rows.Close()
-				_ = br.Close()
-				return err
-			}
-			r.ended = isTerminalStatus(r.status)
-			r.newSeq = r.lastSeq
-			execs[id] = r
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			_ = br.Close()
-			return err
-		}
-		existing := map[[2]string]bool{}
-		rows, err = br.Query()
-		if err != nil {
-			_ = br.Close()
-			return fmt.Errorf("find duplicates: %w", err)
-		}
-		for rows.Next() {
-			var e, id string
-			if err := rows.Scan(&e, &id); err != nil {
-				rows.Close()
-				_ = br.Close()
-				return err
-			}
-			existing[[2]string{e, id}] = true
-		}
-		rows.Close()
-		if err := br.Close(); err != nil {
-			return err
-		}
-
-		// Assign seqs in arrival order.
-		var out [][]any
-		inBatch := map[[2]string]bool{}
-		for i, ev := range evs {
-			k := [2]string{ev.GetExecutionId(), ev.GetEventId()}
-			r := execs[ev.GetExecutionId()]
-			switch {
-			case existing[k] || inBatch[k]:
-				res.Outcomes[i] = Duplicate
-				if r != nil {
-					r.touched = true
-				}
-				continue
-			case r == nil, r.tenant != ev.GetTenant(), r.ended:
-				res.Outcomes[i] = Rejected
-				continue
-			}
-			inBatch[k] = true
-			r.newSeq++
-			r.touched = true
-			ev.Seq = r.newSeq
-			ev.CommitTime = timestamppb.New(commitTime)
-			body, err := proto.Marshal(ev)
-			if err != nil {
-				return err
-			}
-			out = append(out, []any{ev.GetExecutionId(), ev.GetSeq(), ev.GetEventId(), ev.GetTenant(), ev.GetType(), ev.GetStep(), ev.GetCommandId(), commitTime, body})
-			res.Outcomes[i] = Committed
-			if domain.IsTerminal(ev.GetType()) {
-				r.ended = true
-				r.status = statusOf(ev.GetType())
-				t := commitTime
-				r.endedAt = &t
-			}
-		}
-		if len(out) > 0 {
-			n, err := tx.CopyFrom(ctx, pgx.Identifier{"noetl", "event"},
-				[]string{"execution_id", "seq", "event_id", "tenant", "type", "step", "command_id", "committed_at", "body"},
-				pgx.CopyFromRows(out))
-			if err != nil {
-				return fmt.Errorf("copy events: %w", err)
-			}
-			res.Committed = int(n)
-			var uIDs []string
-			var uSeqs []int64
-			var uStatus []int16
-			var uEnded []*time.Time
-			for _, id := range ids {
-				r := execs[id]
-				if r == nil || r.newSeq == r.lastSeq {
-					continue
-				}
-				uIDs = append(uIDs, id)
-				uSeqs = append(uSeqs, r.newSeq)
-				uStatus = append(uStatus, r.status)
-				uEnded = append(uEnded, r.endedAt)
-			}
-			if _, err := tx.Exec(ctx, `UPDATE noetl.execution e SET last_seq = x.seq, status = x.status, ended_at = COALESCE(x.ended, e.ended_at), updated_at = $5
-				FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::timestamptz[]) AS x(id, seq, status, ended)
-				WHERE e.execution_id = x.id`, uIDs, uSeqs, uStatus, uEnded, commitTime); err != nil {
-				return fmt.Errorf("update executions: %w", err)
-			}
-		}
-		for _, id := range ids {
-			r := execs[id]
-			if r == nil || !r.touched {
-				continue
-			}
-			res.Notices = append(res.Notices, &eventv1.CommitNotice{ExecutionId: id, Tenant: r.tenant, Seq: r.newSeq, Terminal: r.ended})
-		}
-		return nil
-	})
+		bodies[k] = b
+	}
+	rows, err := w.DB.Query(ctx, `SELECT o_idx, o_seq, o_outcome, o_exec_seq, o_exec_status FROM noetl.append_events($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)`,
+		execs, ids, tenants, types, steps, cmds, bodies, paths, versions, parents, commitTime)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("append events: %w", err)
+	}
+	type execAfter struct {
+		seq     int64
+		status  int16
+		tenant  string
+		decide  bool
+		present bool
+	}
+	after := map[string]*execAfter{}
+	var seen []string
+	for rows.Next() {
+		var idx int32
+		var seq, execSeq int64
+		var outcome, status int16
+		if err := rows.Scan(&idx, &seq, &outcome, &execSeq, &status); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		i := order[idx-1]
+		ev := evs[i]
+		res.Outcomes[i] = Outcome(outcome)
+		if outcome == int16(Committed) {
+			ev.Seq = seq
+			ev.CommitTime = timestamppb.New(commitTime)
+			res.Committed++
+		}
+		a := after[ev.GetExecutionId()]
+		if a == nil {
+			a = &execAfter{}
+			after[ev.GetExecutionId()] = a
+			seen = append(seen, ev.GetExecutionId())
+		}
+		a.seq, a.status = execSeq, status
+		if outcome != int16(Rejected) {
+			a.present = true
+			a.tenant = ev.GetTenant()
+			a.decide = a.decide || !domain.IsDecisionOutput(ev.GetType())
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("append events: %w", err)
+	}
+	for _, id := range seen {
+		a := after[id]
+		if !a.present || a.seq == 0 {
+			continue
+		}
+		ended := domain.IsTerminalStatus(eventv1.ExecutionStatus(a.status))
+		res.Notices = append(res.Notices, &eventv1.CommitNotice{ExecutionId: id, Tenant: a.tenant, Seq: a.seq, Terminal: ended, NeedsDecision: a.decide && !ended})
 	}
 	for i, ev := range evs {
 		if ev.GetType() == domain.EventCommandIssued && ev.GetCommand() != nil && res.Outcomes[i] != Rejected {
-			if r := res.Outcomes[i]; r == Committed || r == Duplicate {
-				res.Commands = append(res.Commands, ev.GetCommand())
-			}
+			res.Commands = append(res.Commands, ev.GetCommand())
 		}
 	}
 	return res, nil
@@ -250,18 +161,3 @@ func startedOf(ev *eventv1.Event) (*domain.StartedPayload, error) {
 	return &p, nil
 }
 
-func statusOf(t string) int16 {
-	switch t {
-	case domain.EventPlaybookCompleted:
-		return int16(eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED)
-	case domain.EventPlaybookFailed:
-		return int16(eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED)
-	case domain.EventPlaybookCancelled:
-		return int16(eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED)
-	}
-	return int16(eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING)
-}
-
-func isTerminalStatus(s int16) bool {
-	return domain.IsTerminalStatus(eventv1.ExecutionStatus(s))
-}

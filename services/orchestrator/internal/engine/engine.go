@@ -138,6 +138,10 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
+	if !n.GetNeedsDecision() {
+		_ = m.Ack() // only this service's own decisions were committed
+		return
+	}
 	if s.decided[id] >= n.GetSeq() {
 		_ = m.Ack() // a newer state was already decided on
 		return

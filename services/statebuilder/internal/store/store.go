@@ -120,24 +120,17 @@ func (s *Store) GetState(ctx context.Context, req *sbv1.GetStateRequest) (*sbv1.
 // advance folds the events after the cached seq.
 func (s *Store) advance(ctx context.Context, e *entry) error {
 	for {
-		rows, err := s.db.Query(ctx, `SELECT seq, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, e.id, e.state.GetSeq(), readPage)
+		rows, err := s.db.Query(ctx, `SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, e.id, e.state.GetSeq(), readPage)
 		if err != nil {
 			return err
 		}
 		n := 0
 		for rows.Next() {
-			var seq int64
-			var body []byte
-			if err := rows.Scan(&seq, &body); err != nil {
+			ev, err := scanEvent(rows)
+			if err != nil {
 				rows.Close()
-				return err
+				return fmt.Errorf("event of %s after seq %d: %w", e.id, e.state.GetSeq(), err)
 			}
-			ev := &eventv1.Event{}
-			if err := proto.Unmarshal(body, ev); err != nil {
-				rows.Close()
-				return fmt.Errorf("event %s/%d: %w", e.id, seq, err)
-			}
-			ev.Seq = seq
 			if err := domain.Apply(e.state, ev); err != nil {
 				rows.Close()
 				e.state = domain.NewState(e.id)
@@ -176,7 +169,7 @@ func (s *Store) ListEvents(ctx context.Context, req *sbv1.ListEventsRequest) (*s
 	if n > 1000 {
 		n = 1000
 	}
-	rows, err := s.db.Query(ctx, `SELECT seq, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, id, req.GetAfterSeq(), n)
+	rows, err := s.db.Query(ctx, `SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, id, req.GetAfterSeq(), n)
 	if err != nil {
 		return nil, err
 	}
@@ -184,20 +177,14 @@ func (s *Store) ListEvents(ctx context.Context, req *sbv1.ListEventsRequest) (*s
 	resp := &sbv1.ListEventsResponse{}
 	expect := req.GetAfterSeq() + 1
 	for rows.Next() {
-		var seq int64
-		var body []byte
-		if err := rows.Scan(&seq, &body); err != nil {
+		ev, err := scanEvent(rows)
+		if err != nil {
 			return nil, err
 		}
-		if seq != expect {
+		if ev.GetSeq() != expect {
 			return nil, status.Errorf(codes.Unavailable, "execution %s: gap in log at seq %d; retry", id, expect)
 		}
 		expect++
-		ev := &eventv1.Event{}
-		if err := proto.Unmarshal(body, ev); err != nil {
-			return nil, err
-		}
-		ev.Seq = seq
 		resp.Events = append(resp.Events, ev)
 	}
 	if err := rows.Err(); err != nil {
@@ -275,4 +262,21 @@ func afterIDOrMax(id string) string {
 		return "\U0010FFFF"
 	}
 	return id
+}
+
+// scanEvent decodes a (seq, committed_at, body) row; seq and commit time live in columns.
+func scanEvent(rows pgx.Rows) (*eventv1.Event, error) {
+	var seq int64
+	var committed time.Time
+	var body []byte
+	if err := rows.Scan(&seq, &committed, &body); err != nil {
+		return nil, err
+	}
+	ev := &eventv1.Event{}
+	if err := proto.Unmarshal(body, ev); err != nil {
+		return nil, fmt.Errorf("seq %d: %w", seq, err)
+	}
+	ev.Seq = seq
+	ev.CommitTime = timestamppb.New(committed)
+	return ev, nil
 }

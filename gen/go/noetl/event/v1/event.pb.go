@@ -816,7 +816,11 @@ type CommitNotice struct {
 	// Highest committed sequence number of the execution.
 	Seq int64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Whether the execution reached a terminal event.
-	Terminal      bool `protobuf:"varint,4,opt,name=terminal,proto3" json:"terminal,omitempty"`
+	Terminal bool `protobuf:"varint,4,opt,name=terminal,proto3" json:"terminal,omitempty"`
+	// Whether the batch held an event that is not itself a decision's output (for example a
+	// worker's command.completed or playbook.started), so the orchestrator must decide again.
+	// Decision outputs alone never call for a new decision.
+	NeedsDecision bool `protobuf:"varint,5,opt,name=needs_decision,json=needsDecision,proto3" json:"needs_decision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -875,6 +879,13 @@ func (x *CommitNotice) GetSeq() int64 {
 func (x *CommitNotice) GetTerminal() bool {
 	if x != nil {
 		return x.Terminal
+	}
+	return false
+}
+
+func (x *CommitNotice) GetNeedsDecision() bool {
+	if x != nil {
+		return x.NeedsDecision
 	}
 	return false
 }
@@ -949,12 +960,13 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\bdeadline\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12&\n" +
 	"\x0fissued_event_id\x18\f \x01(\tR\rissuedEventId\x12#\n" +
 	"\rplaybook_path\x18\r \x01(\tR\fplaybookPath\x12.\n" +
-	"\x13parent_execution_id\x18\x0e \x01(\tR\x11parentExecutionId\"w\n" +
+	"\x13parent_execution_id\x18\x0e \x01(\tR\x11parentExecutionId\"\x9e\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12\x1a\n" +
-	"\bterminal\x18\x04 \x01(\bR\bterminal*\xae\x01\n" +
+	"\bterminal\x18\x04 \x01(\bR\bterminal\x12%\n" +
+	"\x0eneeds_decision\x18\x05 \x01(\bR\rneedsDecision*\xae\x01\n" +
 	"\x0fExecutionStatus\x12 \n" +
 	"\x1cEXECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18EXECUTION_STATUS_RUNNING\x10\x01\x12\x1e\n" +

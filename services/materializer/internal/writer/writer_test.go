@@ -1,0 +1,81 @@
+package writer
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+func ev(exec, id, typ string) *eventv1.Event {
+	e := &eventv1.Event{ExecutionId: exec, EventId: id, Tenant: "t1", Type: typ}
+	if typ == domain.EventPlaybookStarted {
+		e.PayloadJson = []byte(`{"path":"p","version":1,"workload":{}}`)
+	}
+	return e
+}
+
+func TestCommitDedupesSequencesAndRejects(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	w := &Writer{DB: db}
+
+	wrongTenant := ev("a", "a3", domain.EventStepEnter)
+	wrongTenant.Tenant = "t2"
+	res, err := w.Commit(ctx, []*eventv1.Event{
+		ev("a", "a1", domain.EventPlaybookStarted),
+		ev("b", "b1", domain.EventPlaybookStarted),
+		ev("a", "a2", domain.EventStepEnter),
+		ev("a", "a2", domain.EventStepEnter), // in-batch duplicate
+		wrongTenant,
+		ev("zzz", "z1", domain.EventStepEnter), // unknown execution
+		ev("b", "b2", domain.EventCommandCompleted),
+	})
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Committed, Committed, Committed, Duplicate, Rejected, Rejected, Committed}, res.Outcomes)
+	require.Equal(t, 4, res.Committed)
+	require.Len(t, res.Notices, 2)
+	for _, n := range res.Notices {
+		require.Equal(t, int64(2), n.GetSeq(), n.GetExecutionId())
+		require.True(t, n.GetNeedsDecision())
+	}
+
+	// A redelivery of the whole batch changes nothing but still re-sends notices.
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a1", domain.EventPlaybookStarted), ev("a", "a2", domain.EventStepEnter)})
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Duplicate, Duplicate}, res.Outcomes)
+	require.Len(t, res.Notices, 1)
+	require.Equal(t, int64(2), res.Notices[0].GetSeq())
+
+	// After the terminal event only its duplicate is accepted (as a duplicate).
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted), ev("a", "a10", domain.EventStepEnter)})
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Committed, Rejected}, res.Outcomes)
+	require.True(t, res.Notices[0].GetTerminal())
+	require.False(t, res.Notices[0].GetNeedsDecision())
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted)})
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Duplicate}, res.Outcomes)
+
+	var seqs []int64
+	rows, err := db.Query(ctx, `SELECT seq FROM noetl.event WHERE execution_id = 'a' ORDER BY seq`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var s int64
+		require.NoError(t, rows.Scan(&s))
+		seqs = append(seqs, s)
+	}
+	require.Equal(t, []int64{1, 2, 3}, seqs)
+	var status int16
+	require.NoError(t, db.QueryRow(ctx, `SELECT status FROM noetl.execution WHERE execution_id = 'a'`).Scan(&status))
+	require.Equal(t, int16(eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED), status)
+}
