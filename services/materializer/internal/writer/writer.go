@@ -160,4 +160,3 @@ func startedOf(ev *eventv1.Event) (*domain.StartedPayload, error) {
 	}
 	return &p, nil
 }
-
