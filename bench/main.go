@@ -15,10 +15,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
@@ -32,12 +35,17 @@ func main() {
 	executions := flag.Int("executions", 50, "executions of the concurrent workload")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
 	gateway := flag.String("gateway", "", "use a running gateway (gRPC address) instead of an in-process mesh")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured phase (in-process mesh included) to this file")
 	flag.Parse()
+	profile = *cpuprofile
 	if err := run(*workload, *n, *executions, *steps, *gateway); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
+
+// profile is the CPU profile path, empty for none.
+var profile string
 
 func chain(name string, n int) string {
 	var b strings.Builder
@@ -97,6 +105,17 @@ func run(workload string, n, executions, steps int, gateway string) error {
 	if err := once(ctx, exe, reg.GetPlaybook().GetPath()); err != nil {
 		return err
 	}
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, count)
@@ -133,9 +152,8 @@ func once(ctx context.Context, exe apiv1.ExecutionServiceClient, path string) er
 	if err != nil {
 		return err
 	}
-	backoff := 500 * time.Microsecond
 	for {
-		g, err := exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: resp.GetExecutionId()})
+		g, err := exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: resp.GetExecutionId(), Timeout: durationpb.New(time.Minute)})
 		if err != nil {
 			return err
 		}
@@ -145,8 +163,6 @@ func once(ctx context.Context, exe apiv1.ExecutionServiceClient, path string) er
 		case eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
 			return fmt.Errorf("execution %s ended %s: %s", resp.GetExecutionId(), g.GetExecution().GetStatus(), g.GetExecution().GetError().GetMessage())
 		}
-		time.Sleep(backoff)
-		backoff = min(backoff*2, 50*time.Millisecond)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
@@ -224,10 +225,10 @@ func runFile(ctx context.Context, c *client, target string, sets []string, wait 
 	return out, nil
 }
 
+// waitTerminal waits for a terminal status with server-side long polls (no client polling).
 func waitTerminal(ctx context.Context, c *client, id string) (*apiv1.Execution, error) {
-	backoff := 5 * time.Millisecond
 	for {
-		resp, err := c.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: id})
+		resp, err := c.exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: id, Timeout: durationpb.New(time.Minute)})
 		if err != nil {
 			return nil, err
 		}
@@ -235,12 +236,9 @@ func waitTerminal(ctx context.Context, c *client, id string) (*apiv1.Execution, 
 		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
 			return resp.GetExecution(), nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff):
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
-		backoff = min(backoff*2, 500*time.Millisecond)
 	}
 }
 

@@ -89,7 +89,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv := app.NewServer("orchestrator", log, grpcLis, adminLis)
 	cat := catalog.New(db, playbook.NewRenderer(), 1024)
-	api := &server.Server{Catalog: cat, DB: db, NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout}
+	api := &server.Server{Catalog: cat, DB: db, NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000)}
 	orchv1.RegisterOrchestratorServiceServer(srv.GRPC, api)
 	orchv1.RegisterCredentialServiceServer(srv.GRPC, api)
 	srv.AddCheck("postgres", pgxext.Check(db))

@@ -110,10 +110,38 @@ func jsonValue(b []byte) *structpb.Value {
 
 // GetExecution implements ExecutionService.
 func (s *Server) GetExecution(ctx context.Context, req *apiv1.GetExecutionRequest) (*apiv1.GetExecutionResponse, error) {
+	x, err := s.execution(ctx, req.GetExecutionId(), 0)
+	if err != nil {
+		return nil, err
+	}
+	return &apiv1.GetExecutionResponse{Execution: x}, nil
+}
+
+// WaitExecution implements ExecutionService.
+func (s *Server) WaitExecution(ctx context.Context, req *apiv1.WaitExecutionRequest) (*apiv1.WaitExecutionResponse, error) {
 	if req.GetExecutionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
 	}
-	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenant(ctx)})
+	if d := req.GetTimeout(); d != nil && (!d.IsValid() || d.AsDuration() < 0) {
+		return nil, status.Error(codes.InvalidArgument, "timeout: must be a non-negative duration")
+	}
+	w, err := s.Orchestrator.WaitExecution(ctx, &orchv1.WaitExecutionRequest{Tenant: tenant(ctx), ExecutionId: req.GetExecutionId(), Timeout: req.GetTimeout()})
+	if err != nil {
+		return nil, err
+	}
+	x, err := s.execution(ctx, req.GetExecutionId(), w.GetSeq())
+	if err != nil {
+		return nil, err
+	}
+	return &apiv1.WaitExecutionResponse{Execution: x}, nil
+}
+
+// execution reads an execution's view at or after minSeq.
+func (s *Server) execution(ctx context.Context, id string, minSeq int64) (*apiv1.Execution, error) {
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	}
+	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id, Tenant: tenant(ctx), MinSeq: minSeq})
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +154,7 @@ func (s *Server) GetExecution(ctx context.Context, req *apiv1.GetExecutionReques
 	for name, s := range st.GetSteps() {
 		x.Steps[name] = &apiv1.StepView{Name: name, Status: s.GetStatus(), Result: jsonValue(s.GetResultJson()), ResultRef: s.GetResultRef(), Error: s.GetError(), Epoch: s.GetEpoch()}
 	}
-	return &apiv1.GetExecutionResponse{Execution: x}, nil
+	return x, nil
 }
 
 // ListExecutions implements ExecutionService.

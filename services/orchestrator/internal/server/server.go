@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -40,6 +41,8 @@ type Server struct {
 	Partitions int
 	// StartTimeout bounds how long StartExecution waits for playbook.started to commit.
 	StartTimeout time.Duration
+	// Waiters bounds concurrent WaitExecution calls; nil means 10,000.
+	Waiters chan struct{}
 }
 
 var idempotencyNS = uuid.MustParse("6f1c3f36-58b4-4c1e-9a43-6e6f65746c21")
@@ -239,6 +242,49 @@ func (s *Server) CancelExecution(ctx context.Context, req *orchv1.CancelExecutio
 		return nil, status.Errorf(codes.Unavailable, "publish cancel: %v", err)
 	}
 	return &orchv1.CancelExecutionResponse{}, nil
+}
+
+// WaitExecution waits for an execution's terminal commit notice. It subscribes before
+// reading the state, so a terminal commit between the two cannot be missed.
+func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRequest) (*orchv1.WaitExecutionResponse, error) {
+	if req.GetExecutionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	}
+	select {
+	case s.Waiters <- struct{}{}:
+		defer func() { <-s.Waiters }()
+	default:
+		return nil, status.Error(codes.ResourceExhausted, "too many concurrent waits; retry later")
+	}
+	timeout := req.GetTimeout().AsDuration()
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	timeout = min(timeout, 5*time.Minute)
+	sub, err := s.NC.SubscribeSync(natsx.CommittedWildcard(req.GetExecutionId()))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenantOf(req.GetTenant())})
+	if err != nil {
+		return nil, err
+	}
+	out := &orchv1.WaitExecutionResponse{Seq: resp.GetState().GetSeq(), Terminal: domain.IsTerminalStatus(resp.GetState().GetStatus())}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for !out.Terminal {
+		m, err := sub.NextMsgWithContext(wctx)
+		if err != nil {
+			return out, nil // timed out (or the caller left): report what is known
+		}
+		var n eventv1.CommitNotice
+		if proto.Unmarshal(m.Data, &n) == nil {
+			out.Seq = max(out.Seq, n.GetSeq())
+			out.Terminal = n.GetTerminal()
+		}
+	}
+	return out, nil
 }
 
 // PutCredential stores a credential.

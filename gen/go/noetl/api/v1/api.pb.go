@@ -14,6 +14,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -887,6 +888,107 @@ func (x *GetExecutionResponse) GetExecution() *Execution {
 	return nil
 }
 
+// WaitExecutionRequest names an execution to wait for.
+type WaitExecutionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// How long to wait (default 30 s, at most 5 minutes).
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitExecutionRequest) Reset() {
+	*x = WaitExecutionRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitExecutionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitExecutionRequest) ProtoMessage() {}
+
+func (x *WaitExecutionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitExecutionRequest.ProtoReflect.Descriptor instead.
+func (*WaitExecutionRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *WaitExecutionRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *WaitExecutionRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// WaitExecutionResponse carries the execution when it ended or the wait timed out.
+type WaitExecutionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The execution.
+	Execution     *Execution `protobuf:"bytes,1,opt,name=execution,proto3" json:"execution,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitExecutionResponse) Reset() {
+	*x = WaitExecutionResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitExecutionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitExecutionResponse) ProtoMessage() {}
+
+func (x *WaitExecutionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitExecutionResponse.ProtoReflect.Descriptor instead.
+func (*WaitExecutionResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *WaitExecutionResponse) GetExecution() *Execution {
+	if x != nil {
+		return x.Execution
+	}
+	return nil
+}
+
 // ListExecutionsRequest asks for a page of executions.
 type ListExecutionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -904,7 +1006,7 @@ type ListExecutionsRequest struct {
 
 func (x *ListExecutionsRequest) Reset() {
 	*x = ListExecutionsRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[13]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1018,7 @@ func (x *ListExecutionsRequest) String() string {
 func (*ListExecutionsRequest) ProtoMessage() {}
 
 func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[13]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1031,7 @@ func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListExecutionsRequest) GetPageSize() int32 {
@@ -973,7 +1075,7 @@ type ListExecutionsResponse struct {
 
 func (x *ListExecutionsResponse) Reset() {
 	*x = ListExecutionsResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[14]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1087,7 @@ func (x *ListExecutionsResponse) String() string {
 func (*ListExecutionsResponse) ProtoMessage() {}
 
 func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[14]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1100,7 @@ func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListExecutionsResponse) GetExecutions() []*Execution {
@@ -1028,7 +1130,7 @@ type CancelExecutionRequest struct {
 
 func (x *CancelExecutionRequest) Reset() {
 	*x = CancelExecutionRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[15]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1142,7 @@ func (x *CancelExecutionRequest) String() string {
 func (*CancelExecutionRequest) ProtoMessage() {}
 
 func (x *CancelExecutionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[15]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1155,7 @@ func (x *CancelExecutionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelExecutionRequest.ProtoReflect.Descriptor instead.
 func (*CancelExecutionRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelExecutionRequest) GetExecutionId() string {
@@ -1079,7 +1181,7 @@ type CancelExecutionResponse struct {
 
 func (x *CancelExecutionResponse) Reset() {
 	*x = CancelExecutionResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[16]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1193,7 @@ func (x *CancelExecutionResponse) String() string {
 func (*CancelExecutionResponse) ProtoMessage() {}
 
 func (x *CancelExecutionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[16]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1206,7 @@ func (x *CancelExecutionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelExecutionResponse.ProtoReflect.Descriptor instead.
 func (*CancelExecutionResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 // Event is one committed event of an execution.
@@ -1144,7 +1246,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[17]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1258,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[17]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1271,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Event) GetSeq() int64 {
@@ -1285,7 +1387,7 @@ type ListExecutionEventsRequest struct {
 
 func (x *ListExecutionEventsRequest) Reset() {
 	*x = ListExecutionEventsRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[18]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1399,7 @@ func (x *ListExecutionEventsRequest) String() string {
 func (*ListExecutionEventsRequest) ProtoMessage() {}
 
 func (x *ListExecutionEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[18]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1412,7 @@ func (x *ListExecutionEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionEventsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListExecutionEventsRequest) GetExecutionId() string {
@@ -1347,7 +1449,7 @@ type ListExecutionEventsResponse struct {
 
 func (x *ListExecutionEventsResponse) Reset() {
 	*x = ListExecutionEventsResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[19]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1461,7 @@ func (x *ListExecutionEventsResponse) String() string {
 func (*ListExecutionEventsResponse) ProtoMessage() {}
 
 func (x *ListExecutionEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[19]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1474,7 @@ func (x *ListExecutionEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionEventsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListExecutionEventsResponse) GetEvents() []*Event {
@@ -1400,7 +1502,7 @@ type GetResultRequest struct {
 
 func (x *GetResultRequest) Reset() {
 	*x = GetResultRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[20]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1514,7 @@ func (x *GetResultRequest) String() string {
 func (*GetResultRequest) ProtoMessage() {}
 
 func (x *GetResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[20]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1527,7 @@ func (x *GetResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultRequest.ProtoReflect.Descriptor instead.
 func (*GetResultRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetResultRequest) GetResultId() string {
@@ -1448,7 +1550,7 @@ type GetResultResponse struct {
 
 func (x *GetResultResponse) Reset() {
 	*x = GetResultResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[21]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1562,7 @@ func (x *GetResultResponse) String() string {
 func (*GetResultResponse) ProtoMessage() {}
 
 func (x *GetResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[21]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1575,7 @@ func (x *GetResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultResponse.ProtoReflect.Descriptor instead.
 func (*GetResultResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetResultResponse) GetRef() *v1.ResultRef {
@@ -1494,7 +1596,7 @@ var File_noetl_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x16noetl/api/v1/api.proto\x12\fnoetl.api.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anoetl/event/v1/event.proto\"\xe1\x01\n" +
+	"\x16noetl/api/v1/api.proto\x12\fnoetl.api.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anoetl/event/v1/event.proto\"\xe1\x01\n" +
 	"\bPlaybook\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
@@ -1558,6 +1660,11 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x13GetExecutionRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\"M\n" +
 	"\x14GetExecutionResponse\x125\n" +
+	"\texecution\x18\x01 \x01(\v2\x17.noetl.api.v1.ExecutionR\texecution\"n\n" +
+	"\x14WaitExecutionRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"N\n" +
+	"\x15WaitExecutionResponse\x125\n" +
 	"\texecution\x18\x01 \x01(\v2\x17.noetl.api.v1.ExecutionR\texecution\"\xa0\x01\n" +
 	"\x15ListExecutionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1609,10 +1716,11 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x0eCatalogService\x12{\n" +
 	"\x10RegisterPlaybook\x12%.noetl.api.v1.RegisterPlaybookRequest\x1a&.noetl.api.v1.RegisterPlaybookResponse\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/playbooks\x12s\n" +
 	"\vGetPlaybook\x12 .noetl.api.v1.GetPlaybookRequest\x1a!.noetl.api.v1.GetPlaybookResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/playbooks/{path=**}\x12o\n" +
-	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\xaa\x05\n" +
+	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\xb1\x06\n" +
 	"\x10ExecutionService\x12v\n" +
 	"\x0eStartExecution\x12#.noetl.api.v1.StartExecutionRequest\x1a$.noetl.api.v1.StartExecutionResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/executions\x12|\n" +
-	"\fGetExecution\x12!.noetl.api.v1.GetExecutionRequest\x1a\".noetl.api.v1.GetExecutionResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/executions/{execution_id}\x12s\n" +
+	"\fGetExecution\x12!.noetl.api.v1.GetExecutionRequest\x1a\".noetl.api.v1.GetExecutionResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/executions/{execution_id}\x12\x84\x01\n" +
+	"\rWaitExecution\x12\".noetl.api.v1.WaitExecutionRequest\x1a#.noetl.api.v1.WaitExecutionResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/executions/{execution_id}:wait\x12s\n" +
 	"\x0eListExecutions\x12#.noetl.api.v1.ListExecutionsRequest\x1a$.noetl.api.v1.ListExecutionsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/executions\x12\x8f\x01\n" +
 	"\x0fCancelExecution\x12$.noetl.api.v1.CancelExecutionRequest\x1a%.noetl.api.v1.CancelExecutionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/executions/{execution_id}:cancel\x12\x98\x01\n" +
 	"\x13ListExecutionEvents\x12(.noetl.api.v1.ListExecutionEventsRequest\x1a).noetl.api.v1.ListExecutionEventsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/executions/{execution_id}/events2~\n" +
@@ -1632,7 +1740,7 @@ func file_noetl_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_noetl_api_v1_api_proto_rawDescData
 }
 
-var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*Playbook)(nil),                    // 0: noetl.api.v1.Playbook
 	(*RegisterPlaybookRequest)(nil),     // 1: noetl.api.v1.RegisterPlaybookRequest
@@ -1647,78 +1755,85 @@ var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*Execution)(nil),                   // 10: noetl.api.v1.Execution
 	(*GetExecutionRequest)(nil),         // 11: noetl.api.v1.GetExecutionRequest
 	(*GetExecutionResponse)(nil),        // 12: noetl.api.v1.GetExecutionResponse
-	(*ListExecutionsRequest)(nil),       // 13: noetl.api.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil),      // 14: noetl.api.v1.ListExecutionsResponse
-	(*CancelExecutionRequest)(nil),      // 15: noetl.api.v1.CancelExecutionRequest
-	(*CancelExecutionResponse)(nil),     // 16: noetl.api.v1.CancelExecutionResponse
-	(*Event)(nil),                       // 17: noetl.api.v1.Event
-	(*ListExecutionEventsRequest)(nil),  // 18: noetl.api.v1.ListExecutionEventsRequest
-	(*ListExecutionEventsResponse)(nil), // 19: noetl.api.v1.ListExecutionEventsResponse
-	(*GetResultRequest)(nil),            // 20: noetl.api.v1.GetResultRequest
-	(*GetResultResponse)(nil),           // 21: noetl.api.v1.GetResultResponse
-	nil,                                 // 22: noetl.api.v1.Execution.StepsEntry
-	(*timestamppb.Timestamp)(nil),       // 23: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 24: google.protobuf.Struct
-	(v1.StepStatus)(0),                  // 25: noetl.event.v1.StepStatus
-	(*structpb.Value)(nil),              // 26: google.protobuf.Value
-	(*v1.ResultRef)(nil),                // 27: noetl.event.v1.ResultRef
-	(*v1.ErrorInfo)(nil),                // 28: noetl.event.v1.ErrorInfo
-	(v1.ExecutionStatus)(0),             // 29: noetl.event.v1.ExecutionStatus
-	(*v1.Iteration)(nil),                // 30: noetl.event.v1.Iteration
+	(*WaitExecutionRequest)(nil),        // 13: noetl.api.v1.WaitExecutionRequest
+	(*WaitExecutionResponse)(nil),       // 14: noetl.api.v1.WaitExecutionResponse
+	(*ListExecutionsRequest)(nil),       // 15: noetl.api.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil),      // 16: noetl.api.v1.ListExecutionsResponse
+	(*CancelExecutionRequest)(nil),      // 17: noetl.api.v1.CancelExecutionRequest
+	(*CancelExecutionResponse)(nil),     // 18: noetl.api.v1.CancelExecutionResponse
+	(*Event)(nil),                       // 19: noetl.api.v1.Event
+	(*ListExecutionEventsRequest)(nil),  // 20: noetl.api.v1.ListExecutionEventsRequest
+	(*ListExecutionEventsResponse)(nil), // 21: noetl.api.v1.ListExecutionEventsResponse
+	(*GetResultRequest)(nil),            // 22: noetl.api.v1.GetResultRequest
+	(*GetResultResponse)(nil),           // 23: noetl.api.v1.GetResultResponse
+	nil,                                 // 24: noetl.api.v1.Execution.StepsEntry
+	(*timestamppb.Timestamp)(nil),       // 25: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 26: google.protobuf.Struct
+	(v1.StepStatus)(0),                  // 27: noetl.event.v1.StepStatus
+	(*structpb.Value)(nil),              // 28: google.protobuf.Value
+	(*v1.ResultRef)(nil),                // 29: noetl.event.v1.ResultRef
+	(*v1.ErrorInfo)(nil),                // 30: noetl.event.v1.ErrorInfo
+	(v1.ExecutionStatus)(0),             // 31: noetl.event.v1.ExecutionStatus
+	(*durationpb.Duration)(nil),         // 32: google.protobuf.Duration
+	(*v1.Iteration)(nil),                // 33: noetl.event.v1.Iteration
 }
 var file_noetl_api_v1_api_proto_depIdxs = []int32{
-	23, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
+	25, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.api.v1.RegisterPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 2: noetl.api.v1.GetPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
-	24, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
-	25, // 5: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	26, // 6: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	27, // 7: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	28, // 8: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	29, // 9: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	26, // 10: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	28, // 11: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	22, // 12: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	23, // 13: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	23, // 14: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	26, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
+	27, // 5: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	28, // 6: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	29, // 7: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	30, // 8: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	31, // 9: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	28, // 10: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	30, // 11: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	24, // 12: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	25, // 13: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	25, // 14: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
 	10, // 15: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	29, // 16: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	10, // 17: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	30, // 18: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	26, // 19: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	26, // 20: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	27, // 21: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	28, // 22: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	23, // 23: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	23, // 24: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
-	17, // 25: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
-	27, // 26: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	26, // 27: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	9,  // 28: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	1,  // 29: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 30: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 31: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 32: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 33: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 34: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	15, // 35: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	18, // 36: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	20, // 37: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	2,  // 38: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 39: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 40: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 41: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 42: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 43: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	16, // 44: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	19, // 45: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	21, // 46: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	32, // 16: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	10, // 17: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	31, // 18: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	10, // 19: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
+	33, // 20: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	28, // 21: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	28, // 22: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	29, // 23: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	30, // 24: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	25, // 25: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	25, // 26: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	19, // 27: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
+	29, // 28: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	28, // 29: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	9,  // 30: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	1,  // 31: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 32: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 33: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 34: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 35: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 36: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 37: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 38: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 39: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 40: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	2,  // 41: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 42: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 43: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 44: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 45: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 46: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 47: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 48: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 49: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 50: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	41, // [41:51] is the sub-list for method output_type
+	31, // [31:41] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }
@@ -1732,7 +1847,7 @@ func file_noetl_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_api_v1_api_proto_rawDesc), len(file_noetl_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -212,6 +212,7 @@ var CatalogService_ServiceDesc = grpc.ServiceDesc{
 const (
 	ExecutionService_StartExecution_FullMethodName      = "/noetl.api.v1.ExecutionService/StartExecution"
 	ExecutionService_GetExecution_FullMethodName        = "/noetl.api.v1.ExecutionService/GetExecution"
+	ExecutionService_WaitExecution_FullMethodName       = "/noetl.api.v1.ExecutionService/WaitExecution"
 	ExecutionService_ListExecutions_FullMethodName      = "/noetl.api.v1.ExecutionService/ListExecutions"
 	ExecutionService_CancelExecution_FullMethodName     = "/noetl.api.v1.ExecutionService/CancelExecution"
 	ExecutionService_ListExecutionEvents_FullMethodName = "/noetl.api.v1.ExecutionService/ListExecutionEvents"
@@ -227,6 +228,9 @@ type ExecutionServiceClient interface {
 	StartExecution(ctx context.Context, in *StartExecutionRequest, opts ...grpc.CallOption) (*StartExecutionResponse, error)
 	// GetExecution returns an execution's status, steps and result.
 	GetExecution(ctx context.Context, in *GetExecutionRequest, opts ...grpc.CallOption) (*GetExecutionResponse, error)
+	// WaitExecution waits until an execution reaches a terminal status or the timeout passes,
+	// then returns the execution as GetExecution does (its status tells which happened).
+	WaitExecution(ctx context.Context, in *WaitExecutionRequest, opts ...grpc.CallOption) (*WaitExecutionResponse, error)
 	// ListExecutions returns a page of executions, newest first.
 	ListExecutions(ctx context.Context, in *ListExecutionsRequest, opts ...grpc.CallOption) (*ListExecutionsResponse, error)
 	// CancelExecution requests cancellation of a running execution.
@@ -257,6 +261,16 @@ func (c *executionServiceClient) GetExecution(ctx context.Context, in *GetExecut
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetExecutionResponse)
 	err := c.cc.Invoke(ctx, ExecutionService_GetExecution_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionServiceClient) WaitExecution(ctx context.Context, in *WaitExecutionRequest, opts ...grpc.CallOption) (*WaitExecutionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitExecutionResponse)
+	err := c.cc.Invoke(ctx, ExecutionService_WaitExecution_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -303,6 +317,9 @@ type ExecutionServiceServer interface {
 	StartExecution(context.Context, *StartExecutionRequest) (*StartExecutionResponse, error)
 	// GetExecution returns an execution's status, steps and result.
 	GetExecution(context.Context, *GetExecutionRequest) (*GetExecutionResponse, error)
+	// WaitExecution waits until an execution reaches a terminal status or the timeout passes,
+	// then returns the execution as GetExecution does (its status tells which happened).
+	WaitExecution(context.Context, *WaitExecutionRequest) (*WaitExecutionResponse, error)
 	// ListExecutions returns a page of executions, newest first.
 	ListExecutions(context.Context, *ListExecutionsRequest) (*ListExecutionsResponse, error)
 	// CancelExecution requests cancellation of a running execution.
@@ -324,6 +341,9 @@ func (UnimplementedExecutionServiceServer) StartExecution(context.Context, *Star
 }
 func (UnimplementedExecutionServiceServer) GetExecution(context.Context, *GetExecutionRequest) (*GetExecutionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetExecution not implemented")
+}
+func (UnimplementedExecutionServiceServer) WaitExecution(context.Context, *WaitExecutionRequest) (*WaitExecutionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitExecution not implemented")
 }
 func (UnimplementedExecutionServiceServer) ListExecutions(context.Context, *ListExecutionsRequest) (*ListExecutionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListExecutions not implemented")
@@ -387,6 +407,24 @@ func _ExecutionService_GetExecution_Handler(srv interface{}, ctx context.Context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ExecutionServiceServer).GetExecution(ctx, req.(*GetExecutionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionService_WaitExecution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitExecutionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionServiceServer).WaitExecution(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionService_WaitExecution_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionServiceServer).WaitExecution(ctx, req.(*WaitExecutionRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -459,6 +497,10 @@ var ExecutionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetExecution",
 			Handler:    _ExecutionService_GetExecution_Handler,
+		},
+		{
+			MethodName: "WaitExecution",
+			Handler:    _ExecutionService_WaitExecution_Handler,
 		},
 		{
 			MethodName: "ListExecutions",

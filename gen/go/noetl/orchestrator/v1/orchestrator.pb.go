@@ -12,6 +12,7 @@ package orchestratorv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -720,6 +721,125 @@ func (*CancelExecutionResponse) Descriptor() ([]byte, []int) {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
+// WaitExecutionRequest names an execution to wait for.
+type WaitExecutionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,2,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// How long to wait.
+	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitExecutionRequest) Reset() {
+	*x = WaitExecutionRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitExecutionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitExecutionRequest) ProtoMessage() {}
+
+func (x *WaitExecutionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitExecutionRequest.ProtoReflect.Descriptor instead.
+func (*WaitExecutionRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *WaitExecutionRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *WaitExecutionRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *WaitExecutionRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// WaitExecutionResponse tells whether the execution ended.
+type WaitExecutionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the execution is terminal.
+	Terminal bool `protobuf:"varint,1,opt,name=terminal,proto3" json:"terminal,omitempty"`
+	// Highest committed seq seen.
+	Seq           int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitExecutionResponse) Reset() {
+	*x = WaitExecutionResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitExecutionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitExecutionResponse) ProtoMessage() {}
+
+func (x *WaitExecutionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitExecutionResponse.ProtoReflect.Descriptor instead.
+func (*WaitExecutionResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WaitExecutionResponse) GetTerminal() bool {
+	if x != nil {
+		return x.Terminal
+	}
+	return false
+}
+
+func (x *WaitExecutionResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 // PutCredentialRequest stores a credential.
 type PutCredentialRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -737,7 +857,7 @@ type PutCredentialRequest struct {
 
 func (x *PutCredentialRequest) Reset() {
 	*x = PutCredentialRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +869,7 @@ func (x *PutCredentialRequest) String() string {
 func (*PutCredentialRequest) ProtoMessage() {}
 
 func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +882,7 @@ func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialRequest.ProtoReflect.Descriptor instead.
 func (*PutCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PutCredentialRequest) GetTenant() string {
@@ -802,7 +922,7 @@ type PutCredentialResponse struct {
 
 func (x *PutCredentialResponse) Reset() {
 	*x = PutCredentialResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +934,7 @@ func (x *PutCredentialResponse) String() string {
 func (*PutCredentialResponse) ProtoMessage() {}
 
 func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +947,7 @@ func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialResponse.ProtoReflect.Descriptor instead.
 func (*PutCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 // ResolveCredentialRequest names a credential.
@@ -845,7 +965,7 @@ type ResolveCredentialRequest struct {
 
 func (x *ResolveCredentialRequest) Reset() {
 	*x = ResolveCredentialRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +977,7 @@ func (x *ResolveCredentialRequest) String() string {
 func (*ResolveCredentialRequest) ProtoMessage() {}
 
 func (x *ResolveCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +990,7 @@ func (x *ResolveCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCredentialRequest.ProtoReflect.Descriptor instead.
 func (*ResolveCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResolveCredentialRequest) GetTenant() string {
@@ -907,7 +1027,7 @@ type ResolveCredentialResponse struct {
 
 func (x *ResolveCredentialResponse) Reset() {
 	*x = ResolveCredentialResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1039,7 @@ func (x *ResolveCredentialResponse) String() string {
 func (*ResolveCredentialResponse) ProtoMessage() {}
 
 func (x *ResolveCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1052,7 @@ func (x *ResolveCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCredentialResponse.ProtoReflect.Descriptor instead.
 func (*ResolveCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResolveCredentialResponse) GetType() string {
@@ -953,7 +1073,7 @@ var File_noetl_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\n" +
-	"(noetl/orchestrator/v1/orchestrator.proto\x12\x15noetl.orchestrator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x02\n" +
+	"(noetl/orchestrator/v1/orchestrator.proto\x12\x15noetl.orchestrator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x02\n" +
 	"\fCatalogEntry\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
@@ -998,7 +1118,14 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x19\n" +
-	"\x17CancelExecutionResponse\"s\n" +
+	"\x17CancelExecutionResponse\"\x86\x01\n" +
+	"\x14WaitExecutionRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
+	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"E\n" +
+	"\x15WaitExecutionResponse\x12\x1a\n" +
+	"\bterminal\x18\x01 \x01(\bR\bterminal\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\"s\n" +
 	"\x14PutCredentialRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1011,13 +1138,14 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fexecution_id\x18\x03 \x01(\tR\vexecutionId\"L\n" +
 	"\x19ResolveCredentialResponse\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1b\n" +
-	"\tdata_json\x18\x02 \x01(\fR\bdataJson2\xbd\x04\n" +
+	"\tdata_json\x18\x02 \x01(\fR\bdataJson2\xa9\x05\n" +
 	"\x13OrchestratorService\x12s\n" +
 	"\x10RegisterPlaybook\x12..noetl.orchestrator.v1.RegisterPlaybookRequest\x1a/.noetl.orchestrator.v1.RegisterPlaybookResponse\x12d\n" +
 	"\vGetPlaybook\x12).noetl.orchestrator.v1.GetPlaybookRequest\x1a*.noetl.orchestrator.v1.GetPlaybookResponse\x12j\n" +
 	"\rListPlaybooks\x12+.noetl.orchestrator.v1.ListPlaybooksRequest\x1a,.noetl.orchestrator.v1.ListPlaybooksResponse\x12m\n" +
 	"\x0eStartExecution\x12,.noetl.orchestrator.v1.StartExecutionRequest\x1a-.noetl.orchestrator.v1.StartExecutionResponse\x12p\n" +
-	"\x0fCancelExecution\x12-.noetl.orchestrator.v1.CancelExecutionRequest\x1a..noetl.orchestrator.v1.CancelExecutionResponse2\xf7\x01\n" +
+	"\x0fCancelExecution\x12-.noetl.orchestrator.v1.CancelExecutionRequest\x1a..noetl.orchestrator.v1.CancelExecutionResponse\x12j\n" +
+	"\rWaitExecution\x12+.noetl.orchestrator.v1.WaitExecutionRequest\x1a,.noetl.orchestrator.v1.WaitExecutionResponse2\xf7\x01\n" +
 	"\x11CredentialService\x12j\n" +
 	"\rPutCredential\x12+.noetl.orchestrator.v1.PutCredentialRequest\x1a,.noetl.orchestrator.v1.PutCredentialResponse\x12v\n" +
 	"\x11ResolveCredential\x12/.noetl.orchestrator.v1.ResolveCredentialRequest\x1a0.noetl.orchestrator.v1.ResolveCredentialResponseB\xe8\x01\n" +
@@ -1035,7 +1163,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*CatalogEntry)(nil),              // 0: noetl.orchestrator.v1.CatalogEntry
 	(*RegisterPlaybookRequest)(nil),   // 1: noetl.orchestrator.v1.RegisterPlaybookRequest
@@ -1048,36 +1176,42 @@ var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*StartExecutionResponse)(nil),    // 8: noetl.orchestrator.v1.StartExecutionResponse
 	(*CancelExecutionRequest)(nil),    // 9: noetl.orchestrator.v1.CancelExecutionRequest
 	(*CancelExecutionResponse)(nil),   // 10: noetl.orchestrator.v1.CancelExecutionResponse
-	(*PutCredentialRequest)(nil),      // 11: noetl.orchestrator.v1.PutCredentialRequest
-	(*PutCredentialResponse)(nil),     // 12: noetl.orchestrator.v1.PutCredentialResponse
-	(*ResolveCredentialRequest)(nil),  // 13: noetl.orchestrator.v1.ResolveCredentialRequest
-	(*ResolveCredentialResponse)(nil), // 14: noetl.orchestrator.v1.ResolveCredentialResponse
-	(*timestamppb.Timestamp)(nil),     // 15: google.protobuf.Timestamp
+	(*WaitExecutionRequest)(nil),      // 11: noetl.orchestrator.v1.WaitExecutionRequest
+	(*WaitExecutionResponse)(nil),     // 12: noetl.orchestrator.v1.WaitExecutionResponse
+	(*PutCredentialRequest)(nil),      // 13: noetl.orchestrator.v1.PutCredentialRequest
+	(*PutCredentialResponse)(nil),     // 14: noetl.orchestrator.v1.PutCredentialResponse
+	(*ResolveCredentialRequest)(nil),  // 15: noetl.orchestrator.v1.ResolveCredentialRequest
+	(*ResolveCredentialResponse)(nil), // 16: noetl.orchestrator.v1.ResolveCredentialResponse
+	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 18: google.protobuf.Duration
 }
 var file_noetl_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	15, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
+	17, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.orchestrator.v1.RegisterPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 2: noetl.orchestrator.v1.GetPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 3: noetl.orchestrator.v1.ListPlaybooksResponse.entries:type_name -> noetl.orchestrator.v1.CatalogEntry
-	1,  // 4: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
-	3,  // 5: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
-	5,  // 6: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
-	7,  // 7: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
-	9,  // 8: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
-	11, // 9: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
-	13, // 10: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
-	2,  // 11: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
-	4,  // 12: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
-	6,  // 13: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
-	8,  // 14: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
-	10, // 15: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
-	12, // 16: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
-	14, // 17: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
-	11, // [11:18] is the sub-list for method output_type
-	4,  // [4:11] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	18, // 4: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	1,  // 5: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
+	3,  // 6: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
+	5,  // 7: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
+	7,  // 8: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
+	9,  // 9: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
+	11, // 10: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
+	13, // 11: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
+	15, // 12: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
+	2,  // 13: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
+	4,  // 14: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
+	6,  // 15: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
+	8,  // 16: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
+	10, // 17: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
+	12, // 18: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
+	14, // 19: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
+	16, // 20: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
+	13, // [13:21] is the sub-list for method output_type
+	5,  // [5:13] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_noetl_orchestrator_v1_orchestrator_proto_init() }
@@ -1091,7 +1225,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc), len(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

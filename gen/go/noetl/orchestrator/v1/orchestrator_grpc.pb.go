@@ -27,6 +27,7 @@ const (
 	OrchestratorService_ListPlaybooks_FullMethodName    = "/noetl.orchestrator.v1.OrchestratorService/ListPlaybooks"
 	OrchestratorService_StartExecution_FullMethodName   = "/noetl.orchestrator.v1.OrchestratorService/StartExecution"
 	OrchestratorService_CancelExecution_FullMethodName  = "/noetl.orchestrator.v1.OrchestratorService/CancelExecution"
+	OrchestratorService_WaitExecution_FullMethodName    = "/noetl.orchestrator.v1.OrchestratorService/WaitExecution"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -45,6 +46,9 @@ type OrchestratorServiceClient interface {
 	StartExecution(ctx context.Context, in *StartExecutionRequest, opts ...grpc.CallOption) (*StartExecutionResponse, error)
 	// CancelExecution requests cancellation of a running execution.
 	CancelExecution(ctx context.Context, in *CancelExecutionRequest, opts ...grpc.CallOption) (*CancelExecutionResponse, error)
+	// WaitExecution blocks until an execution is terminal or the timeout passes, listening to
+	// commit notices (no polling).
+	WaitExecution(ctx context.Context, in *WaitExecutionRequest, opts ...grpc.CallOption) (*WaitExecutionResponse, error)
 }
 
 type orchestratorServiceClient struct {
@@ -105,6 +109,16 @@ func (c *orchestratorServiceClient) CancelExecution(ctx context.Context, in *Can
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) WaitExecution(ctx context.Context, in *WaitExecutionRequest, opts ...grpc.CallOption) (*WaitExecutionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitExecutionResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_WaitExecution_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -121,6 +135,9 @@ type OrchestratorServiceServer interface {
 	StartExecution(context.Context, *StartExecutionRequest) (*StartExecutionResponse, error)
 	// CancelExecution requests cancellation of a running execution.
 	CancelExecution(context.Context, *CancelExecutionRequest) (*CancelExecutionResponse, error)
+	// WaitExecution blocks until an execution is terminal or the timeout passes, listening to
+	// commit notices (no polling).
+	WaitExecution(context.Context, *WaitExecutionRequest) (*WaitExecutionResponse, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -145,6 +162,9 @@ func (UnimplementedOrchestratorServiceServer) StartExecution(context.Context, *S
 }
 func (UnimplementedOrchestratorServiceServer) CancelExecution(context.Context, *CancelExecutionRequest) (*CancelExecutionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelExecution not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) WaitExecution(context.Context, *WaitExecutionRequest) (*WaitExecutionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitExecution not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -257,6 +277,24 @@ func _OrchestratorService_CancelExecution_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_WaitExecution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitExecutionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).WaitExecution(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_WaitExecution_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).WaitExecution(ctx, req.(*WaitExecutionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -283,6 +321,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelExecution",
 			Handler:    _OrchestratorService_CancelExecution_Handler,
+		},
+		{
+			MethodName: "WaitExecution",
+			Handler:    _OrchestratorService_WaitExecution_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
