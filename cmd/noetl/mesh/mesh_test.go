@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
@@ -103,19 +104,10 @@ func (h *harness) run(t *testing.T, content string, workload map[string]any, key
 	require.NoError(t, err)
 	resp, err := h.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: reg.GetPlaybook().GetPath(), Workload: w, IdempotencyKey: key})
 	require.NoError(t, err)
-	var x *apiv1.Execution
-	testkit.WaitFor(t, 60*time.Second, func() error {
-		g, err := h.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: resp.GetExecutionId()})
-		if err != nil {
-			return err
-		}
-		x = g.GetExecution()
-		switch x.GetStatus() {
-		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
-			return nil
-		}
-		return fmt.Errorf("execution %s still %s", x.GetExecutionId(), x.GetStatus())
-	})
+	done, err := h.exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: resp.GetExecutionId(), Timeout: durationpb.New(60 * time.Second)})
+	require.NoError(t, err)
+	x := done.GetExecution()
+	require.Contains(t, []eventv1.ExecutionStatus{eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED}, x.GetStatus(), "wait returned before the end")
 	return x
 }
 
