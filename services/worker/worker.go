@@ -36,6 +36,10 @@ type Config struct {
 	Partitions  int
 	Python      string
 	ID          string
+	// OrchestratorAddr is where credentials are resolved (CredentialService).
+	OrchestratorAddr string
+	// AllowPrivateHTTP lets the http tool reach loopback and private addresses (dev, tests).
+	AllowPrivateHTTP bool
 
 	// AdminListener, when set, is used instead of AdminAddr.
 	AdminListener net.Listener `json:"-"`
@@ -50,6 +54,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
 	fs.String(&c.Python, "python", "NOETL_PYTHON", "python3", "python interpreter for kind: python")
 	fs.String(&c.ID, "id", "NOETL_WORKER_ID", "", "worker id reported in events (default: host name)")
+	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address (credential resolution)")
+	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "let the http tool reach loopback and private addresses")
 }
 
 // Run runs the worker until ctx ends.
