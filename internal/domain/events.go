@@ -67,3 +67,9 @@ type TerminalPayload struct {
 	FailedSteps []string `json:"failed_steps,omitempty"`
 	Reason      string   `json:"reason,omitempty"`
 }
+
+// CallPayload is the payload of call.done: updates made by the tool's policy rules, by scope
+// ("ctx", "iter").
+type CallPayload struct {
+	Set map[string]map[string]any `json:"set,omitempty"`
+}

@@ -89,6 +89,15 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		}
 		s.ResultJson = ev.GetResultJson()
 		s.ResultRef = ev.GetResultRef()
+		if len(ev.GetPayloadJson()) > 0 {
+			var p CallPayload
+			if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+				return fmt.Errorf("call.done payload: %w", err)
+			}
+			if err := mergeCtx(st, p.Set["ctx"]); err != nil {
+				return err
+			}
+		}
 	case EventCallError:
 		s := step()
 		if ev.GetCommandId() != s.CommandId {
@@ -128,20 +137,9 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
 			return fmt.Errorf("ctx.updated payload: %w", err)
 		}
-		ctx := map[string]any{}
-		if len(st.CtxJson) > 0 {
-			if err := json.Unmarshal(st.CtxJson, &ctx); err != nil {
-				return err
-			}
-		}
-		for k, v := range p.Values {
-			ctx[k] = v
-		}
-		b, err := json.Marshal(ctx)
-		if err != nil {
+		if err := mergeCtx(st, p.Values); err != nil {
 			return err
 		}
-		st.CtxJson = b
 	case EventPlaybookCompleted:
 		st.Status = eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED
 		st.ResultJson = ev.GetResultJson()
@@ -167,4 +165,26 @@ func IsTerminalStatus(s eventv1.ExecutionStatus) bool {
 		return true
 	}
 	return false
+}
+
+// mergeCtx merges values into the execution context (latest write wins per key).
+func mergeCtx(st *sbv1.ExecutionState, values map[string]any) error {
+	if len(values) == 0 {
+		return nil
+	}
+	ctx := map[string]any{}
+	if len(st.CtxJson) > 0 {
+		if err := json.Unmarshal(st.CtxJson, &ctx); err != nil {
+			return err
+		}
+	}
+	for k, v := range values {
+		ctx[k] = v
+	}
+	b, err := json.Marshal(ctx)
+	if err != nil {
+		return err
+	}
+	st.CtxJson = b
+	return nil
 }

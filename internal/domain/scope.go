@@ -39,6 +39,11 @@ type Scope struct {
 	Workload    map[string]any        `json:"workload"`
 	Ctx         map[string]any        `json:"ctx"`
 	Steps       map[string]StepResult `json:"steps,omitempty"`
+	// Iter is the loop iteration scope: the iterator variable, _index, _total and any
+	// iter.* values; nil outside loops.
+	Iter map[string]any `json:"iter,omitempty"`
+	// Iterator is the loop's iterator variable name, bound at top level too.
+	Iterator string `json:"iterator,omitempty"`
 }
 
 // Vars returns the template variables of the scope: workload keys at top level, then ctx
@@ -70,6 +75,14 @@ func (s *Scope) Vars() map[string]any {
 	vars["ctx"] = ctx
 	vars["steps"] = steps
 	vars["execution_id"] = s.ExecutionID
+	if s.Iter != nil {
+		vars["iter"] = s.Iter
+		if s.Iterator != "" {
+			vars[s.Iterator] = s.Iter[s.Iterator]
+		}
+		vars["loop_index"] = s.Iter["_index"]
+		vars["_index"] = s.Iter["_index"]
+	}
 	return vars
 }
 

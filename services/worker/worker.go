@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -230,7 +231,7 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		kind = cmd.GetTools()[0].GetKind()
 	}
 	begin := time.Now()
-	result, err := w.run(ctx, cmd)
+	out, err := w.run(ctx, cmd)
 	w.duration.WithLabelValues(kind).Observe(time.Since(begin).Seconds())
 	if err != nil {
 		w.runs.WithLabelValues(w.cfg.Pool, kind, "error").Inc()
@@ -247,7 +248,14 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 	}
 	w.runs.WithLabelValues(w.cfg.Pool, kind, "ok").Inc()
 	done := mk(domain.EventCallDone)
-	b, merr := json.Marshal(result)
+	if len(out.set) > 0 {
+		p, err := json.Marshal(domain.CallPayload{Set: out.set})
+		if err != nil {
+			return fail(&eventv1.ErrorInfo{Code: "tool_error", Message: "policy set is not JSON-encodable: " + err.Error()})
+		}
+		done.PayloadJson = p
+	}
+	b, merr := json.Marshal(out.result)
 	if merr != nil {
 		info := &eventv1.ErrorInfo{Code: "tool_error", Message: "result is not JSON-encodable: " + merr.Error()}
 		return fail(info)
@@ -268,15 +276,27 @@ type renderError struct{ err error }
 func (e *renderError) Error() string { return e.err.Error() }
 func (e *renderError) Unwrap() error { return e.err }
 
-// run renders the command's tools and runs them in order; later tools of a pipeline see
-// earlier results by label, and the step result is the last tool's result (a map of
-// results by label for pipelines).
-func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (any, error) {
+// outcome is what running a command's tools produced.
+type outcome struct {
+	result any
+	// set holds the ctx. (and iter.) updates made by policy rules, by scope.
+	set map[string]map[string]any
+}
+
+// run renders the command's tools and runs them in order. Later tools of a pipeline see
+// earlier results by label (and the previous one as _prev); each tool's policy rules decide
+// what follows (continue, retry, jump, break, fail). The step result is the tool's result
+// for a single tool, and for a pipeline the last result with every label's result added
+// under its label.
+func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error) {
 	var scope domain.Scope
 	if len(cmd.GetContextJson()) > 0 {
 		if err := json.Unmarshal(cmd.GetContextJson(), &scope); err != nil {
 			return nil, fmt.Errorf("command context: %w", err)
 		}
+	}
+	if scope.Ctx == nil {
+		scope.Ctx = map[string]any{}
 	}
 	vars := scope.Vars()
 	vars["command_id"] = cmd.GetCommandId()
@@ -286,65 +306,273 @@ func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (any, error) {
 			return nil, fmt.Errorf("command input: %w", err)
 		}
 	}
-	renderedInput := map[string]any{}
-	if len(stepInput) > 0 {
-		v, err := w.renderer.Render(stepInput, vars)
-		if err != nil {
-			return nil, &renderError{fmt.Errorf("step %s: input: %w", cmd.GetStep(), err)}
+	out := &outcome{set: map[string]map[string]any{}}
+	calls := cmd.GetTools()
+	labels := make(map[string]int, len(calls))
+	for i, tc := range calls {
+		if tc.GetLabel() != "" {
+			labels[tc.GetLabel()] = i
 		}
-		renderedInput, _ = v.(map[string]any)
 	}
-	var last any
 	byLabel := map[string]any{}
-	for i, tc := range cmd.GetTools() {
-		var cfg map[string]any
-		if err := json.Unmarshal(tc.GetConfigJson(), &cfg); err != nil {
-			return nil, fmt.Errorf("tool config: %w", err)
+	var last any
+	attempts := make([]int, len(calls))
+	for i := 0; i < len(calls); {
+		tc := calls[i]
+		attempts[i]++
+		label := tc.GetLabel()
+		if label == "" {
+			label = fmt.Sprintf("task_%d", i)
 		}
 		where := fmt.Sprintf("step %s: tool %s", cmd.GetStep(), tc.GetKind())
 		if tc.GetLabel() != "" {
 			where = fmt.Sprintf("step %s: tool %s (%s)", cmd.GetStep(), tc.GetLabel(), tc.GetKind())
 		}
-		// Code is data for the interpreter, not a template.
-		code, hasCode := cfg["code"]
-		delete(cfg, "code")
-		rc, err := w.renderer.Render(cfg, vars)
+		vars["_attempt"] = attempts[i]
+		vars["_task"] = label
+		res, runErr := w.runTool(ctx, cmd, tc, stepInput, vars, where)
+		var re *renderError
+		if errors.As(runErr, &re) {
+			return nil, runErr
+		}
+		env := envelope(res, runErr)
+		vars["output"] = env
+		var policy *playbook.Policy
+		if p, ok := policyOf(tc); ok {
+			policy = p
+		}
+		action, err := w.decidePolicy(policy, vars, runErr, where)
 		if err != nil {
-			return nil, &renderError{fmt.Errorf("%s: %w", where, err)}
+			return nil, err
 		}
-		rendered, _ := rc.(map[string]any)
-		if rendered == nil {
-			rendered = map[string]any{}
-		}
-		if hasCode {
-			rendered["code"] = code
-		}
-		input := make(map[string]any, len(renderedInput))
-		for k, v := range renderedInput {
-			input[k] = v
-		}
-		for _, key := range []string{"args", "input"} {
-			if m, ok := rendered[key].(map[string]any); ok {
-				for k, v := range m {
-					input[k] = v
-				}
+		if len(action.Set) > 0 {
+			if err := w.applySet(action.Set, vars, out, where); err != nil {
+				return nil, err
 			}
 		}
-		res, err := w.tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep()})
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+		switch action.Do {
+		case playbook.DoRetry:
+			max := action.Attempts
+			if max <= 0 {
+				max = 3
+			}
+			if attempts[i] < max {
+				if err := sleepCtx(ctx, backoff(action, attempts[i])); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if runErr != nil {
+				return nil, fmt.Errorf("%s: failed after %d attempts: %w", where, attempts[i], runErr)
+			}
+			// A successful output that still asks for a retry after the last attempt goes on.
+		case playbook.DoFail:
+			if runErr != nil {
+				return nil, fmt.Errorf("%s: %w", where, runErr)
+			}
+			return nil, &tools.Error{Msg: where + ": failed by policy"}
+		}
+		if runErr != nil && action.Do != playbook.DoContinue && action.Do != playbook.DoRetry {
+			return nil, fmt.Errorf("%s: %w", where, runErr)
 		}
 		last = res
-		label := tc.GetLabel()
-		if label == "" {
-			label = fmt.Sprintf("task_%d", i)
-		}
 		byLabel[label] = res
 		vars[label] = res
 		vars["_prev"] = res
+		switch action.Do {
+		case playbook.DoBreak:
+			i = len(calls)
+			continue
+		case playbook.DoJump:
+			j, ok := labels[action.To]
+			if !ok {
+				return nil, fmt.Errorf("%s: policy jump to unknown tool %q", where, action.To)
+			}
+			if attempts[j] > 100 {
+				return nil, fmt.Errorf("%s: policy jump to %q looped more than 100 times", where, action.To)
+			}
+			i = j
+			continue
+		}
+		i++
 	}
-	if len(cmd.GetTools()) > 1 {
-		return byLabel, nil
+	out.result = last
+	if len(calls) > 1 {
+		merged := map[string]any{}
+		if m, ok := last.(map[string]any); ok {
+			for k, v := range m {
+				merged[k] = v
+			}
+		}
+		for k, v := range byLabel {
+			if _, taken := merged[k]; !taken {
+				merged[k] = v
+			}
+		}
+		out.result = merged
 	}
-	return last, nil
+	return out, nil
+}
+
+// runTool renders one tool's configuration and runs it.
+func (w *Worker) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.ToolCall, stepInput map[string]any, vars map[string]any, where string) (any, error) {
+	var cfg map[string]any
+	if err := json.Unmarshal(tc.GetConfigJson(), &cfg); err != nil {
+		return nil, fmt.Errorf("tool config: %w", err)
+	}
+	// Code is data for the interpreter and the policy is evaluated after the run: neither
+	// is rendered now.
+	code, hasCode := cfg["code"]
+	delete(cfg, "code")
+	spec := cfg["spec"]
+	delete(cfg, "spec")
+	rc, err := w.renderer.Render(cfg, vars)
+	if err != nil {
+		return nil, &renderError{fmt.Errorf("%s: %w", where, err)}
+	}
+	rendered, _ := rc.(map[string]any)
+	if rendered == nil {
+		rendered = map[string]any{}
+	}
+	if hasCode {
+		rendered["code"] = code
+	}
+	if spec != nil {
+		rendered["spec"] = spec
+	}
+	input := map[string]any{}
+	if len(stepInput) > 0 {
+		v, err := w.renderer.Render(stepInput, vars)
+		if err != nil {
+			return nil, &renderError{fmt.Errorf("step %s: input: %w", cmd.GetStep(), err)}
+		}
+		if m, ok := v.(map[string]any); ok {
+			input = m
+		}
+	}
+	for _, key := range []string{"args", "input"} {
+		if m, ok := rendered[key].(map[string]any); ok {
+			for k, v := range m {
+				input[k] = v
+			}
+		}
+	}
+	return w.tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep()})
+}
+
+// envelope is the output policies see: {status: ok|error, data, error: {message, retryable}}.
+func envelope(res any, err error) map[string]any {
+	if err == nil {
+		return map[string]any{"status": "ok", "data": res}
+	}
+	retryable := false
+	var te *tools.Error
+	if errors.As(err, &te) {
+		retryable = te.Retryable
+	}
+	return map[string]any{"status": "error", "data": res, "error": map[string]any{"message": err.Error(), "retryable": retryable}}
+}
+
+// policyOf reads a tool's spec.policy.
+func policyOf(tc *eventv1.ToolCall) (*playbook.Policy, bool) {
+	var cfg struct {
+		Spec struct {
+			Policy json.RawMessage `json:"policy"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(tc.GetConfigJson(), &cfg); err != nil || len(cfg.Spec.Policy) == 0 {
+		return nil, false
+	}
+	p, err := playbook.ParsePolicy(cfg.Spec.Policy)
+	if err != nil || p == nil {
+		return nil, false
+	}
+	return p, true
+}
+
+// decidePolicy picks the action for a tool's output: the first rule whose when is true, else
+// the else rule; without a match the outcome decides (error: fail, success: continue).
+func (w *Worker) decidePolicy(p *playbook.Policy, vars map[string]any, runErr error, where string) (playbook.Action, error) {
+	if p != nil {
+		for _, r := range p.Rules {
+			if r.Else {
+				return withDefault(r.Then), nil
+			}
+			ok, err := w.renderer.Truthy(r.When, vars)
+			if err != nil {
+				return playbook.Action{}, fmt.Errorf("%s: policy condition %q failed to evaluate: %w", where, r.When, err)
+			}
+			if ok {
+				return withDefault(r.Then), nil
+			}
+		}
+	}
+	if runErr != nil {
+		return playbook.Action{Do: playbook.DoFail}, nil
+	}
+	return playbook.Action{Do: playbook.DoContinue}, nil
+}
+
+func withDefault(a playbook.Action) playbook.Action {
+	if a.Do == "" {
+		a.Do = playbook.DoContinue
+	}
+	return a
+}
+
+// applySet renders a policy set: block; ctx.* (and unscoped) keys become ctx updates visible
+// to later tools and to the following steps, iter.* keys iteration updates.
+func (w *Worker) applySet(set map[string]any, vars map[string]any, out *outcome, where string) error {
+	for k, v := range set {
+		rv, err := w.renderer.Render(v, vars)
+		if err != nil {
+			return &renderError{fmt.Errorf("%s: set %s: %w", where, k, err)}
+		}
+		scope, key := "ctx", k
+		switch {
+		case strings.HasPrefix(k, "ctx."):
+			key = strings.TrimPrefix(k, "ctx.")
+		case strings.HasPrefix(k, "iter."):
+			scope, key = "iter", strings.TrimPrefix(k, "iter.")
+		case strings.HasPrefix(k, "step."):
+			key = strings.TrimPrefix(k, "step.")
+		}
+		if out.set[scope] == nil {
+			out.set[scope] = map[string]any{}
+		}
+		out.set[scope][key] = rv
+		if m, ok := vars[scope].(map[string]any); ok {
+			m[key] = rv
+		}
+		if scope == "ctx" {
+			vars[key] = rv
+		}
+	}
+	return nil
+}
+
+// backoff is the delay before retry number attempt (1-based) of a policy.
+func backoff(a playbook.Action, attempt int) time.Duration {
+	d := time.Duration(a.Delay * float64(time.Second))
+	switch a.Backoff {
+	case "linear":
+		d *= time.Duration(attempt)
+	case "exponential":
+		d *= time.Duration(1) << min(attempt-1, 16)
+	}
+	return min(d, 5*time.Minute)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -69,7 +69,8 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 	if input == nil {
 		input = map[string]any{}
 	}
-	in, err := json.Marshal(input)
+	libs, _ := c.Config["libs"].(map[string]any)
+	in, err := json.Marshal(map[string]any{"input": input, "libs": libs})
 	if err != nil {
 		return nil, &Error{Msg: "python: input is not JSON-encodable: " + err.Error()}
 	}

@@ -1,6 +1,7 @@
 # NoETL python tool runner: reads the step input as JSON on stdin, runs the step code with
 # the input bound as top-level variables, and writes the value of `result` as JSON to the
 # file named by argv[2].
+import importlib
 import inspect
 import json
 import sys
@@ -11,10 +12,14 @@ def _main():
     code_path, result_path = sys.argv[1], sys.argv[2]
     with open(code_path, encoding="utf-8") as f:
         code = f.read()
-    data = json.load(sys.stdin)
+    request = json.load(sys.stdin)
+    data = request.get("input")
     if not isinstance(data, dict):
         data = {"input": data}
-    scope = {"__name__": "__noetl_step__", "input_data": data, "args": dict(data)}
+    scope = {"__name__": "__noetl_step__", "input_data": data, "args": dict(data), "context": dict(data)}
+    # Legacy `libs: {alias: module}` imports modules under the given names.
+    for alias, module in (request.get("libs") or {}).items():
+        scope[alias] = importlib.import_module(str(module))
     scope.update(data)
     try:
         compiled = compile(code, "<step>", "exec")

@@ -1,0 +1,262 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/noetl/noetl/cmd/noetl/mesh"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// playbookDir is where the shared conformance playbooks live: ../shared beside the
+// repository, or NOETL_CONFORMANCE_DIR.
+func playbookDir(t *testing.T) string {
+	if d := os.Getenv("NOETL_CONFORMANCE_DIR"); d != "" {
+		return d
+	}
+	d, err := filepath.Abs("../../shared/conformance/playbooks")
+	require.NoError(t, err)
+	if _, err := os.Stat(d); err != nil {
+		t.Fatalf("conformance playbooks not found at %s (set NOETL_CONFORMANCE_DIR): %v", d, err)
+	}
+	return d
+}
+
+// rest is a small client of the gateway's REST API.
+type rest struct {
+	t    *testing.T
+	base string
+}
+
+func (r rest) do(method, path string, body any) (int, map[string]any) {
+	r.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(r.t, err)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, r.base+path, rd)
+	require.NoError(r.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(r.t, err)
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(r.t, err)
+	out := map[string]any{}
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, out
+}
+
+// run is one finished execution as the REST API shows it.
+type run struct {
+	id     string
+	status string
+	exec   map[string]any
+	events []map[string]any
+}
+
+func (r run) step(name string) map[string]any {
+	steps, _ := r.exec["steps"].(map[string]any)
+	s, _ := steps[name].(map[string]any)
+	return s
+}
+
+func (r run) stepResult(name string) map[string]any {
+	res, _ := r.step(name)["result"].(map[string]any)
+	return res
+}
+
+func (r run) enters(step string) int {
+	n := 0
+	for _, ev := range r.events {
+		if ev["type"] == "step.enter" && ev["step"] == step {
+			n++
+		}
+	}
+	return n
+}
+
+func (r run) seqOf(typ, step string) int {
+	for _, ev := range r.events {
+		if ev["type"] == typ && ev["step"] == step {
+			s, _ := ev["seq"].(string)
+			var n int
+			_, _ = fmt.Sscan(s, &n)
+			return n
+		}
+	}
+	return -1
+}
+
+func (c rest) execute(path string, workload map[string]any) run {
+	c.t.Helper()
+	code, started := c.do("POST", "/v1/executions", map[string]any{"path": path, "workload": workload})
+	require.Equal(c.t, http.StatusOK, code, "start %s: %v", path, started)
+	id, _ := started["executionId"].(string)
+	require.NotEmpty(c.t, id)
+	var r run
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		code, w := c.do("GET", "/v1/executions/"+id+":wait?timeout=30s", nil)
+		require.Equal(c.t, http.StatusOK, code, "wait %s: %v", id, w)
+		r.exec, _ = w["execution"].(map[string]any)
+		r.status, _ = r.exec["status"].(string)
+		if r.status != "EXECUTION_STATUS_RUNNING" || time.Now().After(deadline) {
+			break
+		}
+	}
+	r.id = id
+	token := ""
+	for {
+		code, page := c.do("GET", "/v1/executions/"+id+"/events?pageSize=1000&pageToken="+token, nil)
+		require.Equal(c.t, http.StatusOK, code)
+		evs, _ := page["events"].([]any)
+		for _, e := range evs {
+			m, _ := e.(map[string]any)
+			r.events = append(r.events, m)
+		}
+		token, _ = page["nextPageToken"].(string)
+		if token == "" {
+			break
+		}
+	}
+	return r
+}
+
+// expectation is one row of the outcome table of ../shared/conformance/README.md.
+type expectation struct {
+	file     string
+	workload map[string]any
+	// unsupported, when set, names what the platform still lacks for this playbook; the case
+	// is skipped with that reason printed.
+	unsupported string
+	// registerOnly playbooks are registered and validated but not executed.
+	registerOnly bool
+	status       string
+	check        func(t *testing.T, r run)
+}
+
+func cases() []expectation {
+	completed := "EXECUTION_STATUS_COMPLETED"
+	return []expectation{
+		{file: "hello_world.hello_world.yaml", status: completed},
+		{file: "simple_python.yaml", status: completed},
+		{file: "test_args_passing.yaml", status: completed},
+		{file: "vars_test.test_vars_simple.yaml", status: completed, check: func(t *testing.T, r run) {
+			res := r.stepResult("get_var")
+			require.EqualValues(t, 42, res["value"], "get_var result: %v", res)
+			require.Equal(t, true, res["verification"], "get_var result: %v", res)
+		}},
+		{file: "vars_test.test_vars_block.yaml", status: completed},
+		{file: "loop_test.yaml", status: completed, unsupported: "loop steps"},
+		{file: "root_scripts.test_simple_loop.yaml", status: completed, unsupported: "loop steps"},
+		{file: "root_scripts.test_implicit_end_routing.yaml", status: completed},
+		{file: "fanout_reduce.fanout_reduce_phase6.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, 1, r.enters("reduce_customer"), "exactly one step.enter for the reducer")
+			reduce := r.seqOf("command.completed", "reduce_customer")
+			require.Greater(t, reduce, r.seqOf("command.completed", "normalize_customer"))
+			require.Greater(t, reduce, r.seqOf("command.completed", "enrich_customer"))
+			require.Greater(t, r.seqOf("command.completed", "normalize_customer"), 0)
+			require.Greater(t, r.seqOf("command.completed", "enrich_customer"), 0)
+		}},
+		{file: "control_flow_workbook.control_flow_workbook.yaml", status: completed, unsupported: "workbook tool"},
+		{file: "test_start_with_action.yaml", status: completed},
+		{file: "test_end_with_action.yaml", status: completed},
+		{file: "test_large_result_extraction.yaml", status: completed, unsupported: "results by reference (resultstore offload)"},
+		{file: "test_output_select.yaml", status: completed, unsupported: "results by reference and the artifact tool"},
+		{file: "http_test.yaml", status: completed, unsupported: "http tool"},
+		{file: "playbook_composition.user_profile_scorer.yaml", status: completed, unsupported: "workbook tool"},
+		{file: "playbook_composition.playbook_composition.yaml", status: completed, unsupported: "playbook tool, postgres tool, loops"},
+		{file: "postgres_test.yaml", status: completed, unsupported: "postgres tool and credentials"},
+		{file: "broken_sql.yaml", status: "EXECUTION_STATUS_FAILED", unsupported: "postgres tool and credentials"},
+		{file: "v10_canonical_example.yaml", registerOnly: true},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	dir := playbookDir(t)
+	pg := testkit.StartPostgres(t)
+	natsURL := testkit.StartNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, WorkerConcurrency: 16})
+	require.NoError(t, err)
+	t.Cleanup(m.Stop)
+	c := rest{t: t, base: "http://" + m.HTTPAddr}
+
+	all := cases()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	require.NoError(t, err)
+	known := map[string]bool{}
+	for _, e := range all {
+		known[e.file] = true
+	}
+	for _, f := range files {
+		require.True(t, known[filepath.Base(f)], "playbook %s has no expectation in this suite", filepath.Base(f))
+	}
+
+	var mu sync.Mutex
+	var lines []string
+	passed, failed, skipped := 0, 0, 0
+	for _, e := range all {
+		name := strings.TrimSuffix(e.file, ".yaml")
+		ok := t.Run(name, func(t *testing.T) {
+			if e.unsupported != "" {
+				mu.Lock()
+				skipped++
+				lines = append(lines, fmt.Sprintf("SKIP %s: not yet supported: %s", name, e.unsupported))
+				mu.Unlock()
+				t.Skipf("not yet supported: %s", e.unsupported)
+			}
+			src, err := os.ReadFile(filepath.Join(dir, e.file))
+			require.NoError(t, err)
+			cc := rest{t: t, base: c.base}
+			code, reg := cc.do("POST", "/v1/playbooks", map[string]any{"content": string(src)})
+			require.Equal(t, http.StatusOK, code, "register: %v", reg)
+			pb, _ := reg["playbook"].(map[string]any)
+			path, _ := pb["path"].(string)
+			if e.registerOnly {
+				return
+			}
+			r := cc.execute(path, e.workload)
+			require.Equal(t, e.status, r.status, "execution %s: %v", r.id, r.exec["error"])
+			if e.check != nil {
+				e.check(t, r)
+			}
+		})
+		if e.unsupported != "" {
+			continue
+		}
+		mu.Lock()
+		if ok {
+			passed++
+			lines = append(lines, "PASS "+name)
+		} else {
+			failed++
+			lines = append(lines, "FAIL "+name)
+		}
+		mu.Unlock()
+	}
+	sort.Strings(lines)
+	for _, l := range lines {
+		fmt.Println("conformance:", l)
+	}
+	fmt.Printf("conformance: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
+}
