@@ -165,8 +165,8 @@ func cases() []expectation {
 			require.Equal(t, true, res["verification"], "get_var result: %v", res)
 		}},
 		{file: "vars_test.test_vars_block.yaml", status: completed},
-		{file: "loop_test.yaml", status: completed, unsupported: "loop steps"},
-		{file: "root_scripts.test_simple_loop.yaml", status: completed, unsupported: "loop steps"},
+		{file: "loop_test.yaml", status: completed},
+		{file: "root_scripts.test_simple_loop.yaml", status: completed},
 		{file: "root_scripts.test_implicit_end_routing.yaml", status: completed},
 		{file: "fanout_reduce.fanout_reduce_phase6.yaml", status: completed, check: func(t *testing.T, r run) {
 			require.Equal(t, 1, r.enters("reduce_customer"), "exactly one step.enter for the reducer")

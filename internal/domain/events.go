@@ -1,5 +1,7 @@
 package domain
 
+import "encoding/json"
+
 // Event types. Dotted names, as in DESIGN.md §5a.
 const (
 	EventPlaybookStarted   = "playbook.started"
@@ -50,6 +52,14 @@ type StartedPayload struct {
 // EnterPayload is the payload of step.enter.
 type EnterPayload struct {
 	Epoch int32 `json:"epoch"`
+	// Loop is set when the step loops over a collection.
+	Loop *LoopPayload `json:"loop,omitempty"`
+}
+
+// LoopPayload carries a loop step's rendered collection.
+type LoopPayload struct {
+	Items    []json.RawMessage `json:"items"`
+	Iterator string            `json:"iterator"`
 }
 
 // ExitPayload is the payload of step.exit: the arcs that fired.

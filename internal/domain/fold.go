@@ -70,6 +70,21 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.EnterEventId = ev.GetEventId()
 		s.Routed = false
 		s.Error = nil
+		s.Loop = nil
+		if p.Loop != nil {
+			s.Loop = &sbv1.LoopState{Iterator: p.Loop.Iterator, ItemsJson: make([][]byte, len(p.Loop.Items)), ResultsJson: make([][]byte, len(p.Loop.Items))}
+			for i, it := range p.Loop.Items {
+				s.Loop.ItemsJson[i] = it
+			}
+			if len(p.Loop.Items) == 0 {
+				// An empty collection completes the step at once.
+				st.Running--
+				s.Status = eventv1.StepStatus_STEP_STATUS_COMPLETED
+				s.ResultJson = []byte("[]")
+				s.ResultRef = nil
+				s.DoneEventId = ev.GetEventId()
+			}
+		}
 	case EventStepSkipped:
 		s := step()
 		if s.Status == eventv1.StepStatus_STEP_STATUS_RUNNING {
@@ -80,10 +95,32 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.Routed = true
 	case EventCommandIssued:
 		s := step()
+		if s.Loop != nil {
+			if ev.GetIteration().GetEpoch() == s.Epoch {
+				s.Loop.Issued++
+			}
+			return nil
+		}
 		s.CommandId = ev.GetCommandId()
 		s.Attempt = ev.GetAttempt()
 	case EventCallDone:
 		s := step()
+		if s.Loop != nil {
+			i := ev.GetIteration().GetIndex()
+			if ev.GetIteration().GetEpoch() == s.Epoch && i >= 0 && int(i) < len(s.Loop.ResultsJson) {
+				s.Loop.ResultsJson[i] = ev.GetResultJson()
+				if len(ev.GetPayloadJson()) > 0 {
+					var p CallPayload
+					if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+						return fmt.Errorf("call.done payload: %w", err)
+					}
+					if err := mergeCtx(st, p.Set["ctx"]); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
 		if ev.GetCommandId() != s.CommandId {
 			return nil // a late event of an older command
 		}
@@ -100,13 +137,36 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		}
 	case EventCallError:
 		s := step()
+		if s.Loop != nil {
+			if ev.GetIteration().GetEpoch() == s.Epoch {
+				s.Error = ev.GetError()
+			}
+			return nil
+		}
 		if ev.GetCommandId() != s.CommandId {
 			return nil
 		}
 		s.Error = ev.GetError()
 	case EventCommandCompleted, EventCommandFailed:
 		s := step()
-		if ev.GetCommandId() != s.CommandId || s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
+		if s.Loop != nil {
+			// Late events of an older epoch, or after the step finished, change nothing.
+			if ev.GetIteration().GetEpoch() != s.Epoch || s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
+				return nil
+			}
+			if ev.GetType() == EventCommandCompleted {
+				s.Loop.Done++
+				if int(s.Loop.Done) < len(s.Loop.ItemsJson) {
+					return nil
+				}
+				res, err := joinResults(s.Loop.ResultsJson)
+				if err != nil {
+					return err
+				}
+				s.ResultJson = res
+				s.ResultRef = nil
+			}
+		} else if ev.GetCommandId() != s.CommandId || s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
 			return nil
 		}
 		st.Running--
@@ -187,4 +247,20 @@ func mergeCtx(st *sbv1.ExecutionState, values map[string]any) error {
 	}
 	st.CtxJson = b
 	return nil
+}
+
+// joinResults builds the JSON array of a loop's iteration results (null for an empty one).
+func joinResults(parts [][]byte) ([]byte, error) {
+	b := make([]byte, 0, 2+len(parts)*8)
+	b = append(b, '[')
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if len(p) == 0 {
+			p = []byte("null")
+		}
+		b = append(b, p...)
+	}
+	return append(b, ']'), nil
 }

@@ -164,7 +164,109 @@ func (d *decider) run() error {
 			return err
 		}
 	}
+	if err := d.advanceLoops(); err != nil {
+		return err
+	}
 	return d.finish()
+}
+
+// advanceLoops issues the next iterations of running loop steps, keeping at most
+// max_in_flight (1 when sequential) iterations in flight.
+func (d *decider) advanceLoops() error {
+	var names []string
+	for name, s := range d.st.GetSteps() {
+		if s.GetLoop() != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_RUNNING && d.stepStatus(name) == eventv1.StepStatus_STEP_STATUS_RUNNING && !d.entered[name] {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		s := d.st.GetSteps()[name]
+		ps := d.c.Playbook.Step(name)
+		if ps == nil || ps.Loop == nil {
+			continue
+		}
+		limit, err := d.maxInFlight(ps)
+		if err != nil {
+			return err
+		}
+		l := s.GetLoop()
+		total := len(l.GetItemsJson())
+		for i := int(l.GetIssued()); i < total && i < int(l.GetDone())+limit; i++ {
+			if err := d.issueIteration(ps, s.GetEpoch(), int32(i), l.GetItemsJson()[i], total, s.GetEnterEventId()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// collection renders a loop step's in: and requires a list.
+func (d *decider) collection(ps *playbook.Step) ([]json.RawMessage, error) {
+	v := ps.Loop.InValue
+	if ps.Loop.In != "" {
+		v = ps.Loop.In
+	}
+	rv, err := d.c.Renderer.Render(v, d.vars(ps))
+	if err != nil {
+		return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.in: %v", err)}
+	}
+	list, ok := rv.([]any)
+	if !ok {
+		return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.in must render to a list, got %T", rv)}
+	}
+	items := make([]json.RawMessage, len(list))
+	for i, it := range list {
+		b, err := json.Marshal(it)
+		if err != nil {
+			return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.in item %d: %v", i, err)}
+		}
+		items[i] = b
+	}
+	return items, nil
+}
+
+// maxInFlight is how many iterations of a loop may run at once.
+func (d *decider) maxInFlight(ps *playbook.Step) (int, error) {
+	if ps.Loop.Mode != playbook.LoopParallel {
+		return 1, nil
+	}
+	n := ps.Loop.MaxInFlight
+	if ps.Loop.MaxInFlightExpr != "" {
+		v, err := d.c.Renderer.Eval(ps.Loop.MaxInFlightExpr, d.vars(ps))
+		if err != nil {
+			return 0, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.spec.max_in_flight: %v", err)}
+		}
+		switch x := v.(type) {
+		case int64:
+			n = int(x)
+		case float64:
+			n = int(x)
+		}
+	}
+	if n <= 0 {
+		n = 1 << 30
+	}
+	return n, nil
+}
+
+// issueIteration emits the command.issued of one loop iteration.
+func (d *decider) issueIteration(ps *playbook.Step, epoch, index int32, item json.RawMessage, total int, cause string) error {
+	exec := d.st.GetExecutionId()
+	iter := &eventv1.Iteration{Epoch: epoch, Index: index}
+	cmdID := domain.CommandID(exec, ps.Name, epoch, index, 1)
+	var v any
+	if err := json.Unmarshal(item, &v); err != nil {
+		return err
+	}
+	cmd, err := d.command(ps, cmdID, iter, 1, map[string]any{ps.Loop.Iterator: v, "_index": index, "_total": total})
+	if err != nil {
+		return err
+	}
+	issuedID := domain.EventID(cmdID, domain.EventCommandIssued)
+	cmd.IssuedEventId = issuedID
+	d.emit(&eventv1.Event{EventId: issuedID, Type: domain.EventCommandIssued, Step: ps.Name, CommandId: cmdID, Attempt: 1, CauseEventId: cause, Iteration: iter, Command: cmd})
+	return nil
 }
 
 // stepStatus is the status of a step as of this pass.
@@ -201,13 +303,30 @@ func (d *decider) emit(ev *eventv1.Event) {
 
 func (d *decider) route(name string) error {
 	s := d.st.GetSteps()[name]
+	return d.routeFinished(name, s.GetStatus(), s.GetDoneEventId(), domain.StepResult{Status: "completed", Result: s.GetResultJson(), Ref: domain.RefViewOf(s.GetResultRef())})
+}
+
+// routeFinished evaluates the arcs of a step that finished with status; cause is the event
+// that finished it and res its result.
+func (d *decider) routeFinished(name string, status eventv1.StepStatus, cause string, res domain.StepResult) error {
 	ps := d.c.Playbook.Step(name)
-	cause := s.GetDoneEventId()
-	if s.GetStatus() == eventv1.StepStatus_STEP_STATUS_FAILED || ps == nil {
+	if status == eventv1.StepStatus_STEP_STATUS_FAILED || ps == nil {
 		// A failed step does not route through its arcs.
 		return d.exit(name, cause, nil)
 	}
-	vars := d.vars(ps, name)
+	vars := d.vars(ps)
+	out := res.Value()
+	vars[name] = out
+	vars["output"] = out
+	vars["result"] = out
+	if steps, ok := vars["steps"].(map[string]any); ok {
+		steps[name] = map[string]any{"status": "completed", "result": out}
+	}
+	if ps.Loop != nil {
+		vars["event"] = map[string]any{"name": "loop.done"}
+	} else {
+		vars["event"] = map[string]any{"name": "step.done"}
+	}
 	if len(ps.Set) > 0 {
 		vals, err := d.renderSet(ps.Set, vars, name, "set")
 		if err != nil {
@@ -391,7 +510,7 @@ func (d *decider) enter(name, cause string) error {
 		return &Error{Step: name, Msg: "arc target does not exist"}
 	}
 	if ps.When != "" {
-		ok, err := d.truthy(ps.When, d.vars(ps, ""), name, "when")
+		ok, err := d.truthy(ps.When, d.vars(ps), name, "when")
 		if err != nil {
 			return err
 		}
@@ -399,22 +518,48 @@ func (d *decider) enter(name, cause string) error {
 			return d.skip(name, cause)
 		}
 	}
-	if ps.Loop != nil {
-		return &Error{Step: name, Msg: "loop steps are not supported by this orchestrator version"}
-	}
 	exec := d.st.GetExecutionId()
 	epoch := d.st.GetSteps()[name].GetEpoch() + 1
 	enterID := domain.EventID(domain.StepEnterCause(exec, name, epoch), domain.EventStepEnter)
-	payload, _ := json.Marshal(domain.EnterPayload{Epoch: epoch})
+	enter := domain.EnterPayload{Epoch: epoch}
+	if ps.Loop != nil {
+		items, err := d.collection(ps)
+		if err != nil {
+			return err
+		}
+		enter.Loop = &domain.LoopPayload{Items: items, Iterator: ps.Loop.Iterator}
+	}
+	payload, err := json.Marshal(enter)
+	if err != nil {
+		return err
+	}
 	d.emit(&eventv1.Event{EventId: enterID, Type: domain.EventStepEnter, Step: name, CauseEventId: cause, PayloadJson: payload, Iteration: &eventv1.Iteration{Epoch: epoch, Index: -1}})
 	d.entered[name] = true
 	d.status[name] = eventv1.StepStatus_STEP_STATUS_RUNNING
 	delete(d.fired, name)
+	if enter.Loop != nil {
+		if len(enter.Loop.Items) == 0 {
+			// An empty collection completes the loop at once: route it in this pass.
+			d.status[name] = eventv1.StepStatus_STEP_STATUS_COMPLETED
+			return d.routeFinished(name, eventv1.StepStatus_STEP_STATUS_COMPLETED, enterID, domain.StepResult{Status: "completed", Result: []byte("[]")})
+		}
+		d.running++
+		limit, err := d.maxInFlight(ps)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < len(enter.Loop.Items) && i < limit; i++ {
+			if err := d.issueIteration(ps, epoch, int32(i), enter.Loop.Items[i], len(enter.Loop.Items), enterID); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	d.running++
 
 	iter := &eventv1.Iteration{Epoch: epoch, Index: -1}
 	cmdID := domain.CommandID(exec, name, epoch, -1, 1)
-	cmd, err := d.command(ps, cmdID, iter, 1)
+	cmd, err := d.command(ps, cmdID, iter, 1, nil)
 	if err != nil {
 		return err
 	}
@@ -426,7 +571,7 @@ func (d *decider) enter(name, cause string) error {
 
 // command builds the command of a step: unrendered tool configs and input, plus the render
 // scope restricted to the steps its templates reference.
-func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration, attempt int32) (*eventv1.Command, error) {
+func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration, attempt int32, iterScope map[string]any) (*eventv1.Command, error) {
 	tools := make([]*eventv1.ToolCall, 0, len(ps.Tool))
 	for _, t := range ps.Tool {
 		cfg, err := json.Marshal(t.Config)
@@ -443,6 +588,10 @@ func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration,
 		return nil, &Error{Step: ps.Name, Msg: "input is not JSON-encodable: " + err.Error()}
 	}
 	scope := d.scope(ps)
+	if iterScope != nil {
+		scope.Iter = iterScope
+		scope.Iterator = ps.Loop.Iterator
+	}
 	sc, err := json.Marshal(scope)
 	if err != nil {
 		return nil, err
@@ -492,20 +641,10 @@ func (d *decider) scope(ps *playbook.Step) *domain.Scope {
 	return sc
 }
 
-// vars builds template variables for conditions evaluated in the orchestrator; output is
-// the result of step out (empty for none).
-func (d *decider) vars(ps *playbook.Step, out string) map[string]any {
-	sc := d.scope(ps)
-	if out != "" {
-		s := d.st.GetSteps()[out]
-		sc.Steps[out] = domain.StepResult{Status: "completed", Result: s.GetResultJson(), Ref: domain.RefViewOf(s.GetResultRef())}
-	}
-	vars := sc.Vars()
-	if out != "" {
-		vars["output"] = vars[out]
-		vars["result"] = vars[out]
-	}
-	return vars
+// vars builds template variables for templates evaluated in the orchestrator (conditions,
+// set:, loop collections) of step ps.
+func (d *decider) vars(ps *playbook.Step) map[string]any {
+	return d.scope(ps).Vars()
 }
 
 func (d *decider) truthy(expr string, vars map[string]any, step, where string) (bool, error) {

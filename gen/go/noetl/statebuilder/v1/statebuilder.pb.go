@@ -251,7 +251,9 @@ type StepState struct {
 	// Id of the step.enter event of the current epoch.
 	EnterEventId string `protobuf:"bytes,11,opt,name=enter_event_id,json=enterEventId,proto3" json:"enter_event_id,omitempty"`
 	// Targets of the arcs that fired when the step was last routed.
-	Fired         []string `protobuf:"bytes,12,rep,name=fired,proto3" json:"fired,omitempty"`
+	Fired []string `protobuf:"bytes,12,rep,name=fired,proto3" json:"fired,omitempty"`
+	// Loop state of the current epoch; unset for steps without a loop.
+	Loop          *LoopState `protobuf:"bytes,13,opt,name=loop,proto3" json:"loop,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -370,6 +372,95 @@ func (x *StepState) GetFired() []string {
 	return nil
 }
 
+func (x *StepState) GetLoop() *LoopState {
+	if x != nil {
+		return x.Loop
+	}
+	return nil
+}
+
+// LoopState tracks the iterations of a loop step in its current epoch.
+type LoopState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rendered collection, one JSON text per item.
+	ItemsJson [][]byte `protobuf:"bytes,1,rep,name=items_json,json=itemsJson,proto3" json:"items_json,omitempty"`
+	// Name of the iterator variable.
+	Iterator string `protobuf:"bytes,2,opt,name=iterator,proto3" json:"iterator,omitempty"`
+	// Iterations issued so far (indexes 0 .. issued-1).
+	Issued int32 `protobuf:"varint,3,opt,name=issued,proto3" json:"issued,omitempty"`
+	// Iterations completed.
+	Done int32 `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
+	// Result of each iteration as JSON text, index-aligned with items_json (empty until done).
+	ResultsJson   [][]byte `protobuf:"bytes,5,rep,name=results_json,json=resultsJson,proto3" json:"results_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoopState) Reset() {
+	*x = LoopState{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoopState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoopState) ProtoMessage() {}
+
+func (x *LoopState) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoopState.ProtoReflect.Descriptor instead.
+func (*LoopState) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *LoopState) GetItemsJson() [][]byte {
+	if x != nil {
+		return x.ItemsJson
+	}
+	return nil
+}
+
+func (x *LoopState) GetIterator() string {
+	if x != nil {
+		return x.Iterator
+	}
+	return ""
+}
+
+func (x *LoopState) GetIssued() int32 {
+	if x != nil {
+		return x.Issued
+	}
+	return 0
+}
+
+func (x *LoopState) GetDone() int32 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *LoopState) GetResultsJson() [][]byte {
+	if x != nil {
+		return x.ResultsJson
+	}
+	return nil
+}
+
 // GetStateRequest asks for an execution's state.
 type GetStateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -385,7 +476,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -397,7 +488,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -410,7 +501,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{2}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetStateRequest) GetExecutionId() string {
@@ -445,7 +536,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +548,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +561,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{3}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetStateResponse) GetState() *ExecutionState {
@@ -497,7 +588,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +600,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +613,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{4}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListEventsRequest) GetExecutionId() string {
@@ -566,7 +657,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +669,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +682,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{5}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListEventsResponse) GetEvents() []*v1.Event {
@@ -635,7 +726,7 @@ type ExecutionSummary struct {
 
 func (x *ExecutionSummary) Reset() {
 	*x = ExecutionSummary{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +738,7 @@ func (x *ExecutionSummary) String() string {
 func (*ExecutionSummary) ProtoMessage() {}
 
 func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +751,7 @@ func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionSummary.ProtoReflect.Descriptor instead.
 func (*ExecutionSummary) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{6}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExecutionSummary) GetExecutionId() string {
@@ -745,7 +836,7 @@ type ListExecutionsRequest struct {
 
 func (x *ListExecutionsRequest) Reset() {
 	*x = ListExecutionsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +848,7 @@ func (x *ListExecutionsRequest) String() string {
 func (*ListExecutionsRequest) ProtoMessage() {}
 
 func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +861,7 @@ func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{7}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListExecutionsRequest) GetTenant() string {
@@ -821,7 +912,7 @@ type ListExecutionsResponse struct {
 
 func (x *ListExecutionsResponse) Reset() {
 	*x = ListExecutionsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +924,7 @@ func (x *ListExecutionsResponse) String() string {
 func (*ListExecutionsResponse) ProtoMessage() {}
 
 func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +937,7 @@ func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{8}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListExecutionsResponse) GetExecutions() []*ExecutionSummary {
@@ -893,7 +984,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
-	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\xa6\x03\n" +
+	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\xdc\x03\n" +
 	"\tStepState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12\x14\n" +
@@ -910,7 +1001,15 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\rdone_event_id\x18\n" +
 	" \x01(\tR\vdoneEventId\x12$\n" +
 	"\x0eenter_event_id\x18\v \x01(\tR\fenterEventId\x12\x14\n" +
-	"\x05fired\x18\f \x03(\tR\x05fired\"e\n" +
+	"\x05fired\x18\f \x03(\tR\x05fired\x124\n" +
+	"\x04loop\x18\r \x01(\v2 .noetl.statebuilder.v1.LoopStateR\x04loop\"\x95\x01\n" +
+	"\tLoopState\x12\x1d\n" +
+	"\n" +
+	"items_json\x18\x01 \x03(\fR\titemsJson\x12\x1a\n" +
+	"\biterator\x18\x02 \x01(\tR\biterator\x12\x16\n" +
+	"\x06issued\x18\x03 \x01(\x05R\x06issued\x12\x12\n" +
+	"\x04done\x18\x04 \x01(\x05R\x04done\x12!\n" +
+	"\fresults_json\x18\x05 \x03(\fR\vresultsJson\"e\n" +
 	"\x0fGetStateRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\amin_seq\x18\x02 \x01(\x03R\x06minSeq\x12\x16\n" +
@@ -967,53 +1066,55 @@ func file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP() []byte {
 	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescData
 }
 
-var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_noetl_statebuilder_v1_statebuilder_proto_goTypes = []any{
 	(*ExecutionState)(nil),         // 0: noetl.statebuilder.v1.ExecutionState
 	(*StepState)(nil),              // 1: noetl.statebuilder.v1.StepState
-	(*GetStateRequest)(nil),        // 2: noetl.statebuilder.v1.GetStateRequest
-	(*GetStateResponse)(nil),       // 3: noetl.statebuilder.v1.GetStateResponse
-	(*ListEventsRequest)(nil),      // 4: noetl.statebuilder.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 5: noetl.statebuilder.v1.ListEventsResponse
-	(*ExecutionSummary)(nil),       // 6: noetl.statebuilder.v1.ExecutionSummary
-	(*ListExecutionsRequest)(nil),  // 7: noetl.statebuilder.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil), // 8: noetl.statebuilder.v1.ListExecutionsResponse
-	nil,                            // 9: noetl.statebuilder.v1.ExecutionState.StepsEntry
-	(v1.ExecutionStatus)(0),        // 10: noetl.event.v1.ExecutionStatus
-	(*v1.ErrorInfo)(nil),           // 11: noetl.event.v1.ErrorInfo
-	(*timestamppb.Timestamp)(nil),  // 12: google.protobuf.Timestamp
-	(v1.StepStatus)(0),             // 13: noetl.event.v1.StepStatus
-	(*v1.ResultRef)(nil),           // 14: noetl.event.v1.ResultRef
-	(*v1.Event)(nil),               // 15: noetl.event.v1.Event
+	(*LoopState)(nil),              // 2: noetl.statebuilder.v1.LoopState
+	(*GetStateRequest)(nil),        // 3: noetl.statebuilder.v1.GetStateRequest
+	(*GetStateResponse)(nil),       // 4: noetl.statebuilder.v1.GetStateResponse
+	(*ListEventsRequest)(nil),      // 5: noetl.statebuilder.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),     // 6: noetl.statebuilder.v1.ListEventsResponse
+	(*ExecutionSummary)(nil),       // 7: noetl.statebuilder.v1.ExecutionSummary
+	(*ListExecutionsRequest)(nil),  // 8: noetl.statebuilder.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil), // 9: noetl.statebuilder.v1.ListExecutionsResponse
+	nil,                            // 10: noetl.statebuilder.v1.ExecutionState.StepsEntry
+	(v1.ExecutionStatus)(0),        // 11: noetl.event.v1.ExecutionStatus
+	(*v1.ErrorInfo)(nil),           // 12: noetl.event.v1.ErrorInfo
+	(*timestamppb.Timestamp)(nil),  // 13: google.protobuf.Timestamp
+	(v1.StepStatus)(0),             // 14: noetl.event.v1.StepStatus
+	(*v1.ResultRef)(nil),           // 15: noetl.event.v1.ResultRef
+	(*v1.Event)(nil),               // 16: noetl.event.v1.Event
 }
 var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
-	10, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
-	9,  // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
-	11, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
-	12, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
-	12, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
-	13, // 5: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
-	14, // 6: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
-	11, // 7: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
-	0,  // 8: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	15, // 9: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	10, // 10: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	12, // 11: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	12, // 12: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	10, // 13: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	6,  // 14: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	1,  // 15: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	2,  // 16: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	4,  // 17: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	7,  // 18: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	3,  // 19: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	5,  // 20: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	8,  // 21: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	11, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
+	10, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
+	12, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
+	13, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
+	13, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
+	14, // 5: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
+	15, // 6: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
+	12, // 7: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
+	2,  // 8: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
+	0,  // 9: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	16, // 10: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	11, // 11: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	13, // 12: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	13, // 13: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	11, // 14: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	7,  // 15: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	1,  // 16: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	3,  // 17: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	5,  // 18: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	8,  // 19: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	4,  // 20: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	6,  // 21: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	9,  // 22: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	20, // [20:23] is the sub-list for method output_type
+	17, // [17:20] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
@@ -1027,7 +1128,7 @@ func file_noetl_statebuilder_v1_statebuilder_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc), len(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,162 @@
+package decide
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/playbook"
+)
+
+// sim drives decide against a folded state, playing the worker for issued commands.
+type sim struct {
+	t   *testing.T
+	c   *Compiled
+	st  *sbv1.ExecutionState
+	log []*eventv1.Event
+}
+
+func newSim(t *testing.T, src string, workload string) *sim {
+	t.Helper()
+	pb, err := playbook.Parse([]byte(src))
+	require.NoError(t, err)
+	s := &sim{t: t, c: Compile(pb, "t/p", 1, playbook.NewRenderer()), st: domain.NewState("x")}
+	s.apply(&eventv1.Event{EventId: "start", ExecutionId: "x", Type: domain.EventPlaybookStarted, PayloadJson: []byte(`{"path":"t/p","version":1,"workload":` + workload + `}`)})
+	return s
+}
+
+func (s *sim) apply(evs ...*eventv1.Event) {
+	for _, ev := range evs {
+		ev = proto.Clone(ev).(*eventv1.Event)
+		ev.Seq = s.st.GetSeq() + 1
+		require.NoError(s.t, domain.Apply(s.st, ev))
+		s.log = append(s.log, ev)
+	}
+}
+
+// decide runs one decision, applies it, and returns the commands it issued.
+func (s *sim) decide() []*eventv1.Event {
+	evs, err := Decide(s.c, s.st)
+	require.NoError(s.t, err)
+	s.apply(evs...)
+	var cmds []*eventv1.Event
+	for _, ev := range evs {
+		if ev.GetType() == domain.EventCommandIssued {
+			cmds = append(cmds, ev)
+		}
+	}
+	return cmds
+}
+
+// complete plays the worker for one command, echoing its iteration item as the result.
+func (s *sim) complete(cmd *eventv1.Event) {
+	var sc domain.Scope
+	require.NoError(s.t, json.Unmarshal(cmd.GetCommand().GetContextJson(), &sc))
+	res, _ := json.Marshal(map[string]any{"item": sc.Iter[sc.Iterator], "index": sc.Iter["_index"]})
+	mk := func(typ string) *eventv1.Event {
+		return &eventv1.Event{EventId: domain.EventID(cmd.GetCommandId(), typ), ExecutionId: "x", Type: typ, Step: cmd.GetStep(), CommandId: cmd.GetCommandId(), Iteration: cmd.GetIteration()}
+	}
+	done := mk(domain.EventCallDone)
+	done.ResultJson = res
+	s.apply(mk(domain.EventCommandStarted), done, mk(domain.EventCommandCompleted))
+}
+
+func (s *sim) types() []string {
+	var out []string
+	for _, ev := range s.log {
+		out = append(out, ev.GetType()+":"+ev.GetStep())
+	}
+	return out
+}
+
+const loopBook = `
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: l, path: t/p}
+workflow:
+  - step: start
+    loop: {in: "{{ workload.items }}", iterator: it, spec: {mode: %s, max_in_flight: 2}}
+    tool: {kind: noop}
+    next: [{step: after, when: "{{ event.name == 'loop.done' }}"}]
+  - step: after
+    tool: {kind: noop}
+`
+
+func TestSequentialLoopRunsOneIterationAtATime(t *testing.T) {
+	s := newSim(t, fmt.Sprintf(loopBook, "sequential"), `{"items":["a","b","c"]}`)
+	for i := 0; i < 3; i++ {
+		cmds := s.decide()
+		require.Len(t, cmds, 1, "iteration %d", i)
+		require.Equal(t, int32(i), cmds[0].GetIteration().GetIndex())
+		require.Equal(t, domain.CommandID("x", "start", 1, int32(i), 1), cmds[0].GetCommandId())
+		s.complete(cmds[0])
+	}
+	cmds := s.decide()
+	require.Len(t, cmds, 1)
+	require.Equal(t, "after", cmds[0].GetStep())
+	require.JSONEq(t, `[{"item":"a","index":0},{"item":"b","index":1},{"item":"c","index":2}]`, string(s.st.GetSteps()["start"].GetResultJson()))
+}
+
+func TestParallelLoopRespectsMaxInFlightAndCollectsByIndex(t *testing.T) {
+	s := newSim(t, fmt.Sprintf(loopBook, "parallel"), `{"items":[1,2,3,4,5]}`)
+	first := s.decide()
+	require.Len(t, first, 2)
+	// Complete out of order: the second iteration first.
+	s.complete(first[1])
+	more := s.decide()
+	require.Len(t, more, 1)
+	require.Equal(t, int32(2), more[0].GetIteration().GetIndex())
+	s.complete(first[0])
+	s.complete(more[0])
+	rest := s.decide()
+	require.Len(t, rest, 2)
+	for _, c := range rest {
+		s.complete(c)
+	}
+	after := s.decide()
+	require.Len(t, after, 1)
+	require.Equal(t, "after", after[0].GetStep())
+	require.JSONEq(t, `[{"item":1,"index":0},{"item":2,"index":1},{"item":3,"index":2},{"item":4,"index":3},{"item":5,"index":4}]`, string(s.st.GetSteps()["start"].GetResultJson()))
+}
+
+func TestEmptyLoopCompletesAtOnce(t *testing.T) {
+	s := newSim(t, fmt.Sprintf(loopBook, "sequential"), `{"items":[]}`)
+	cmds := s.decide()
+	require.Len(t, cmds, 1)
+	require.Equal(t, "after", cmds[0].GetStep())
+	require.Equal(t, []string{"playbook.started:", "step.enter:start", "step.enter:after", "command.issued:after", "step.exit:start"}, s.types())
+	require.JSONEq(t, `[]`, string(s.st.GetSteps()["start"].GetResultJson()))
+}
+
+func TestLoopOverANonListFailsNamingTheStep(t *testing.T) {
+	s := newSim(t, fmt.Sprintf(loopBook, "sequential"), `{"items":"nope"}`)
+	evs, err := Decide(s.c, s.st)
+	require.NoError(t, err)
+	last := evs[len(evs)-1]
+	require.Equal(t, domain.EventPlaybookFailed, last.GetType())
+	require.Contains(t, last.GetError().GetMessage(), `"start"`)
+	require.Contains(t, last.GetError().GetMessage(), "loop.in must render to a list")
+}
+
+func TestLateEventsOfAnOldEpochAreIgnored(t *testing.T) {
+	st := domain.NewState("x")
+	seq := int64(0)
+	add := func(ev *eventv1.Event) {
+		seq++
+		ev.Seq = seq
+		require.NoError(t, domain.Apply(st, ev))
+	}
+	add(&eventv1.Event{Type: domain.EventPlaybookStarted, PayloadJson: []byte(`{"workload":{}}`)})
+	add(&eventv1.Event{Type: domain.EventStepEnter, Step: "s", PayloadJson: []byte(`{"epoch":2,"loop":{"items":[1],"iterator":"i"}}`)})
+	add(&eventv1.Event{Type: domain.EventCommandCompleted, Step: "s", Iteration: &eventv1.Iteration{Epoch: 1, Index: 0}})
+	require.Equal(t, int32(0), st.GetSteps()["s"].GetLoop().GetDone())
+	require.Equal(t, eventv1.StepStatus_STEP_STATUS_RUNNING, st.GetSteps()["s"].GetStatus())
+	add(&eventv1.Event{Type: domain.EventCommandCompleted, Step: "s", Iteration: &eventv1.Iteration{Epoch: 2, Index: 0}})
+	require.Equal(t, eventv1.StepStatus_STEP_STATUS_COMPLETED, st.GetSteps()["s"].GetStatus())
+}
