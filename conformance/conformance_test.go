@@ -176,13 +176,13 @@ func cases() []expectation {
 			require.Greater(t, r.seqOf("command.completed", "normalize_customer"), 0)
 			require.Greater(t, r.seqOf("command.completed", "enrich_customer"), 0)
 		}},
-		{file: "control_flow_workbook.control_flow_workbook.yaml", status: completed, unsupported: "workbook tool"},
+		{file: "control_flow_workbook.control_flow_workbook.yaml", status: completed},
 		{file: "test_start_with_action.yaml", status: completed},
 		{file: "test_end_with_action.yaml", status: completed},
 		{file: "test_large_result_extraction.yaml", status: completed, unsupported: "results by reference (resultstore offload)"},
 		{file: "test_output_select.yaml", status: completed, unsupported: "results by reference and the artifact tool"},
 		{file: "http_test.yaml", status: completed, unsupported: "http tool"},
-		{file: "playbook_composition.user_profile_scorer.yaml", status: completed, unsupported: "workbook tool"},
+		{file: "playbook_composition.user_profile_scorer.yaml", status: completed},
 		{file: "playbook_composition.playbook_composition.yaml", status: completed, unsupported: "playbook tool, postgres tool, loops"},
 		{file: "postgres_test.yaml", status: completed, unsupported: "postgres tool and credentials"},
 		{file: "broken_sql.yaml", status: "EXECUTION_STATUS_FAILED", unsupported: "postgres tool and credentials"},

@@ -574,6 +574,10 @@ func (d *decider) enter(name, cause string) error {
 func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration, attempt int32, iterScope map[string]any) (*eventv1.Command, error) {
 	tools := make([]*eventv1.ToolCall, 0, len(ps.Tool))
 	for _, t := range ps.Tool {
+		t, err := d.resolveWorkbook(ps, t)
+		if err != nil {
+			return nil, err
+		}
 		cfg, err := json.Marshal(t.Config)
 		if err != nil {
 			return nil, &Error{Step: ps.Name, Msg: "tool config is not JSON-encodable: " + err.Error()}
@@ -749,4 +753,45 @@ func (d *decider) terminal(typ string, e *eventv1.ErrorInfo, failed []string, re
 
 func (d *decider) terminalFailed(step, msg string) *eventv1.Event {
 	return d.terminal(domain.EventPlaybookFailed, &eventv1.ErrorInfo{Code: "decision_error", Message: msg}, []string{step}, nil, nil)
+}
+
+// resolveWorkbook replaces a workbook tool by the named task's tool: the task's
+// configuration with the calling tool's input (and args) merged over the task's input.
+func (d *decider) resolveWorkbook(ps *playbook.Step, t *playbook.Tool) (*playbook.Tool, error) {
+	if t.Kind != "workbook" {
+		return t, nil
+	}
+	name, _ := t.Config["name"].(string)
+	if name == "" {
+		name, _ = t.Config["task"].(string)
+	}
+	task := d.c.Playbook.Workbook[name]
+	if task == nil {
+		return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("workbook task %q not found", name)}
+	}
+	if task.Kind == "workbook" {
+		return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("workbook task %q refers to another workbook task", name)}
+	}
+	cfg := make(map[string]any, len(task.Config)+2)
+	for k, v := range task.Config {
+		cfg[k] = v
+	}
+	input := map[string]any{}
+	for _, src := range []map[string]any{task.Config, t.Config} {
+		for _, key := range []string{"input", "args"} {
+			if m, ok := src[key].(map[string]any); ok {
+				for k, v := range m {
+					input[k] = v
+				}
+			}
+		}
+	}
+	delete(cfg, "args")
+	cfg["input"] = input
+	for k, v := range t.Config {
+		if k != "name" && k != "task" && k != "input" && k != "args" {
+			cfg[k] = v
+		}
+	}
+	return &playbook.Tool{Kind: task.Kind, Label: t.Label, Config: cfg, Policy: task.Policy}, nil
 }
