@@ -160,3 +160,5 @@ func TestLateEventsOfAnOldEpochAreIgnored(t *testing.T) {
 	add(&eventv1.Event{Type: domain.EventCommandCompleted, Step: "s", Iteration: &eventv1.Iteration{Epoch: 2, Index: 0}})
 	require.Equal(t, eventv1.StepStatus_STEP_STATUS_COMPLETED, st.GetSteps()["s"].GetStatus())
 }
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
