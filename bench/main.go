@@ -30,8 +30,8 @@ import (
 )
 
 func main() {
-	workload := flag.String("workload", "chain", "chain | concurrent")
-	n := flag.Int("n", 200, "steps of the chain workload")
+	workload := flag.String("workload", "chain", "chain | concurrent | fanout")
+	n := flag.Int("n", 200, "steps of the chain workload, iterations of the fanout workload")
 	executions := flag.Int("executions", 50, "executions of the concurrent workload")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
 	gateway := flag.String("gateway", "", "use a running gateway (gRPC address) instead of an in-process mesh")
@@ -63,6 +63,23 @@ func chain(name string, n int) string {
 	return b.String()
 }
 
+// fanout is one step looping in parallel over n items with every iteration in flight.
+func fanout(name string, n int) string {
+	return fmt.Sprintf(`apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: %s, path: bench/%s}
+workload:
+  n: %d
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(workload.n) | list }}"
+      iterator: i
+      spec: {mode: parallel, max_in_flight: %d}
+    tool: {kind: noop}
+`, name, name, n, n)
+}
+
 func run(workload string, n, executions, steps int, gateway string) error {
 	ctx := context.Background()
 	if gateway == "" {
@@ -91,13 +108,20 @@ func run(workload string, n, executions, steps int, gateway string) error {
 	exe := apiv1.NewExecutionServiceClient(conn)
 
 	perExec, count := n, 1
-	if workload == "concurrent" {
+	name := fmt.Sprintf("%s_%d", workload, n)
+	content := chain(name, n)
+	switch workload {
+	case "chain":
+	case "concurrent":
 		perExec, count = steps, executions
-	} else if workload != "chain" {
-		return fmt.Errorf("unknown workload %q (chain, concurrent)", workload)
+		name = fmt.Sprintf("%s_%d", workload, steps)
+		content = chain(name, steps)
+	case "fanout":
+		content = fanout(name, n)
+	default:
+		return fmt.Errorf("unknown workload %q (chain, concurrent, fanout)", workload)
 	}
-	name := fmt.Sprintf("%s_%d", workload, perExec)
-	reg, err := cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: chain(name, perExec)})
+	reg, err := cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: content})
 	if err != nil {
 		return err
 	}
@@ -135,6 +159,15 @@ func run(workload string, n, executions, steps int, gateway string) error {
 	}
 	wall := time.Since(start)
 	total := perExec * count
+	if workload == "fanout" {
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{
+			"workload":    workload,
+			"tasks":       n,
+			"wall_ms":     float64(wall.Microseconds()) / 1000,
+			"tasks_per_s": float64(n) / wall.Seconds(),
+			"peak_rss_mb": peakRSSMB(),
+		})
+	}
 	out := map[string]any{
 		"workload":    workload,
 		"executions":  count,

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 
@@ -94,7 +95,7 @@ func (r StepResult) Value() any {
 		m := map[string]any{}
 		if len(r.Ref.Extracted) > 0 {
 			var ex any
-			if json.Unmarshal(r.Ref.Extracted, &ex) == nil {
+			if DecodeJSON(r.Ref.Extracted, &ex) == nil {
 				if em, ok := ex.(map[string]any); ok {
 					m = em
 				}
@@ -110,7 +111,7 @@ func (r StepResult) Value() any {
 		return nil
 	}
 	var v any
-	if err := json.Unmarshal(r.Result, &v); err != nil {
+	if err := DecodeJSON(r.Result, &v); err != nil {
 		return nil
 	}
 	return withDataAlias(v)
@@ -139,4 +140,12 @@ func PoolFor(path string) string {
 		return "system"
 	}
 	return "shared"
+}
+
+// DecodeJSON decodes JSON keeping numbers as json.Number, so templates see whole numbers as
+// integers (range(n), n + 1) and fractions as floats, as they were written.
+func DecodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
 }

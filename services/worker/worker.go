@@ -16,13 +16,17 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/config"
+	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/worker/internal/tools"
@@ -82,12 +86,39 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv := app.NewServer("worker", log, nil, adminLis)
 	srv.AddCheck("nats", natsx.Check(nc))
+	conn, err := grpcx.Dial(cfg.OrchestratorAddr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	creds := orchv1.NewCredentialServiceClient(conn)
+	// Credentials are resolved for the tenant of the command being run, carried in ctx.
+	resolve := func(ctx context.Context, name string) (string, map[string]any, error) {
+		tenant, _ := ctx.Value(tenantKey{}).(string)
+		if tenant == "" {
+			return "", nil, &tools.Error{Msg: fmt.Sprintf("credential %q: no tenant in scope", name)}
+		}
+		resp, err := creds.ResolveCredential(ctx, &orchv1.ResolveCredentialRequest{Tenant: tenant, Name: name})
+		if err != nil {
+			retry := status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded
+			return "", nil, &tools.Error{Msg: fmt.Sprintf("credential %q: %s", name, status.Convert(err).Message()), Retryable: retry}
+		}
+		var data map[string]any
+		if err := json.Unmarshal(resp.GetDataJson(), &data); err != nil {
+			return "", nil, &tools.Error{Msg: fmt.Sprintf("credential %q: malformed data", name)}
+		}
+		return resp.GetType(), data, nil
+	}
+	pg := &tools.Postgres{Resolve: resolve}
+	defer pg.Close()
+	httpTool := &tools.HTTP{AllowPrivate: cfg.AllowPrivateHTTP, Resolve: resolve}
+	defer httpTool.CloseIdleConnections()
 	w := &Worker{
 		cfg:      cfg,
 		log:      log,
 		js:       js,
 		renderer: playbook.NewRenderer(),
-		tools:    tools.Registry{"noop": tools.Noop{}, "python": &tools.Python{Interpreter: cfg.Python}},
+		tools:    tools.Registry{"noop": tools.Noop{}, "python": &tools.Python{Interpreter: cfg.Python}, "postgres": pg, "http": httpTool},
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_worker_commands_total", Help: "Commands run, by pool, tool and outcome."},
 			[]string{"pool", "tool", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "noetl_worker_tool_seconds", Help: "Tool run time.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}, []string{"tool"}),
@@ -291,7 +322,7 @@ type outcome struct {
 func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error) {
 	var scope domain.Scope
 	if len(cmd.GetContextJson()) > 0 {
-		if err := json.Unmarshal(cmd.GetContextJson(), &scope); err != nil {
+		if err := domain.DecodeJSON(cmd.GetContextJson(), &scope); err != nil {
 			return nil, fmt.Errorf("command context: %w", err)
 		}
 	}
@@ -302,7 +333,7 @@ func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error
 	vars["command_id"] = cmd.GetCommandId()
 	var stepInput map[string]any
 	if len(cmd.GetInputJson()) > 0 && string(cmd.GetInputJson()) != "null" {
-		if err := json.Unmarshal(cmd.GetInputJson(), &stepInput); err != nil {
+		if err := domain.DecodeJSON(cmd.GetInputJson(), &stepInput); err != nil {
 			return nil, fmt.Errorf("command input: %w", err)
 		}
 	}
@@ -457,8 +488,13 @@ func (w *Worker) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.
 			}
 		}
 	}
+	// Tools resolve credentials for the command's tenant only.
+	ctx = context.WithValue(ctx, tenantKey{}, cmd.GetTenant())
 	return w.tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep()})
 }
+
+// tenantKey carries the tenant of the running command in a context.
+type tenantKey struct{}
 
 // envelope is the output policies see: {status: ok|error, data, error: {message, retryable}}.
 func envelope(res any, err error) map[string]any {

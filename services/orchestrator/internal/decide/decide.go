@@ -109,10 +109,10 @@ func Decide(c *Compiled, st *sbv1.ExecutionState) ([]*eventv1.Event, error) {
 		return nil, nil
 	}
 	d := &decider{c: c, st: st, status: map[string]eventv1.StepStatus{}, fired: map[string][]string{}, entered: map[string]bool{}, running: st.GetRunning()}
-	if err := json.Unmarshal(orEmpty(st.GetWorkloadJson()), &d.workload); err != nil {
+	if err := domain.DecodeJSON(orEmpty(st.GetWorkloadJson()), &d.workload); err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
-	if err := json.Unmarshal(orEmpty(st.GetCtxJson()), &d.ctx); err != nil {
+	if err := domain.DecodeJSON(orEmpty(st.GetCtxJson()), &d.ctx); err != nil {
 		return nil, fmt.Errorf("ctx: %w", err)
 	}
 	if err := d.run(); err != nil {
@@ -256,7 +256,7 @@ func (d *decider) issueIteration(ps *playbook.Step, epoch, index int32, item jso
 	iter := &eventv1.Iteration{Epoch: epoch, Index: index}
 	cmdID := domain.CommandID(exec, ps.Name, epoch, index, 1)
 	var v any
-	if err := json.Unmarshal(item, &v); err != nil {
+	if err := domain.DecodeJSON(item, &v); err != nil {
 		return err
 	}
 	cmd, err := d.command(ps, cmdID, iter, 1, map[string]any{ps.Loop.Iterator: v, "_index": index, "_total": total})

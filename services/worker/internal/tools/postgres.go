@@ -1,0 +1,828 @@
+package tools
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Defaults of the postgres tool.
+const (
+	// DefaultPostgresStatementTimeout is the statement_timeout unless the tool sets
+	// statement_timeout_ms.
+	DefaultPostgresStatementTimeout = 60 * time.Second
+	// DefaultPostgresMaxRows caps the rows a result may hold unless the tool sets max_rows.
+	DefaultPostgresMaxRows = 10000
+	// DefaultPostgresMaxPools is the number of connection pools kept (one per DSN).
+	DefaultPostgresMaxPools = 16
+	// DefaultPostgresMaxConns is the size of each connection pool.
+	DefaultPostgresMaxConns = 4
+	// postgresConnectTimeout bounds a connection attempt unless the DSN sets one.
+	postgresConnectTimeout = 10 * time.Second
+)
+
+// Postgres is the postgres tool (kind postgres). It runs the command's statements in
+// order in one transaction (rolled back on any failure; a lone statement that cannot
+// run in a transaction block, such as VACUUM, is run on its own) and returns the rows
+// of the last statement that returned rows (or the last statement's outcome):
+//
+//	{"rows": [{col: val}...] or [[val...]...], "columns": [...], "row_count": n,
+//	 "command": "<last command tag>", "statements": k}
+//
+// Config keys: command (alias query; several statements separated by ";" run with the
+// simple protocol), params (positional list bound to $1..$n; needs a single
+// statement), auth (credential name resolved through Resolve) or inline
+// connection_string / dsn, or host, port, database, user, password, sslmode; schema
+// (sets search_path for the transaction), as_objects (default true),
+// statement_timeout_ms (default 60000), max_rows (default 10000; a larger result
+// fails). Values come back JSON-friendly: integers as int64, numeric as float64 (or a
+// string when it has more than 15 significant digits or is NaN/Infinity), timestamps
+// as RFC 3339 strings, dates as YYYY-MM-DD, uuid as text, bytea as base64, json and
+// jsonb decoded, other types as their text form.
+//
+// Pools are cached by DSN (at most MaxPools, least recently used closed first); Close
+// releases them. Passwords never appear in errors or results, and a DSN without a
+// password never picks one up from the environment or a password file.
+type Postgres struct {
+	// Resolve fetches credentials named by auth; nil means auth cannot be used.
+	Resolve CredentialResolver
+	// MaxPools bounds the cached pools (default DefaultPostgresMaxPools).
+	MaxPools int
+	// MaxConns is the size of each pool (default DefaultPostgresMaxConns).
+	MaxConns int32
+
+	mu     sync.Mutex
+	pools  map[string]*pgPool
+	tick   uint64
+	closed bool
+}
+
+// pgPool is one cached pool with its users count for safe eviction.
+type pgPool struct {
+	dsn      string
+	pool     *pgxpool.Pool
+	password string
+	users    int
+	lastUse  uint64
+	evicted  bool
+}
+
+// pgRequest is a parsed tool config.
+type pgRequest struct {
+	sql       string
+	params    []any
+	schema    string
+	asObjects bool
+	timeout   time.Duration
+	maxRows   int
+}
+
+// pgResultSet is the outcome of one statement.
+type pgResultSet struct {
+	columns []string
+	rows    []any
+	hasRows bool
+	tag     pgconn.CommandTag
+}
+
+// Run implements Tool.
+func (p *Postgres) Run(ctx context.Context, c *Call) (any, error) {
+	req, err := parsePGRequest(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	dsn, err := p.dsn(ctx, c.Config)
+	if err != nil {
+		return nil, err
+	}
+	pp, err := p.acquirePool(dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer p.releasePool(pp)
+	out, err := p.execute(ctx, pp.pool, req)
+	if err != nil {
+		return nil, pgFailure(ctx, err, pp.password)
+	}
+	return out, nil
+}
+
+// Close closes the cached pools; pools in use close when their calls finish. Run
+// fails after Close.
+func (p *Postgres) Close() {
+	p.mu.Lock()
+	p.closed = true
+	var toClose []*pgxpool.Pool
+	for k, e := range p.pools {
+		e.evicted = true
+		if e.users == 0 {
+			toClose = append(toClose, e.pool)
+		}
+		delete(p.pools, k)
+	}
+	p.mu.Unlock()
+	for _, pl := range toClose {
+		pl.Close()
+	}
+}
+
+func parsePGRequest(cfg map[string]any) (*pgRequest, error) {
+	fail := func(format string, a ...any) (*pgRequest, error) {
+		return nil, &Error{Msg: "postgres: " + fmt.Sprintf(format, a...)}
+	}
+	sql, _ := cfg["command"].(string)
+	if strings.TrimSpace(sql) == "" {
+		sql, _ = cfg["query"].(string)
+	}
+	if strings.TrimSpace(sql) == "" {
+		return fail("tool.command (or tool.query) is required")
+	}
+	r := &pgRequest{sql: sql, asObjects: true, timeout: DefaultPostgresStatementTimeout, maxRows: DefaultPostgresMaxRows}
+	switch ps := cfg["params"].(type) {
+	case nil:
+	case []any:
+		r.params = make([]any, len(ps))
+		for i, v := range ps {
+			r.params[i] = pgParam(v)
+		}
+	case map[string]any:
+		return fail("tool.params must be a positional list ($1, $2, ...), got a map")
+	default:
+		r.params = []any{pgParam(ps)}
+	}
+	r.schema = strings.TrimSpace(cfgString(cfg, "schema"))
+	var err error
+	if r.asObjects, err = cfgBool(cfg["as_objects"], true); err != nil {
+		return fail("tool.as_objects: %v", err)
+	}
+	if v, ok := cfg["statement_timeout_ms"]; ok && v != nil {
+		f, ok := cfgNumber(v)
+		if !ok || f < 0 {
+			return fail("tool.statement_timeout_ms must be a non-negative number, got %v", v)
+		}
+		r.timeout = time.Duration(f) * time.Millisecond
+	}
+	if v, ok := cfg["max_rows"]; ok && v != nil {
+		f, ok := cfgNumber(v)
+		if !ok || f < 1 || f > math.MaxInt32 {
+			return fail("tool.max_rows must be a positive integer, got %v", v)
+		}
+		r.maxRows = int(f)
+	}
+	return r, nil
+}
+
+// pgParam adapts a JSON value for binding: whole numbers become int64 so they bind
+// to integer parameters.
+func pgParam(v any) any {
+	if f, ok := v.(float64); ok && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return int64(f)
+	}
+	return v
+}
+
+// dsn works out the connection string from the config: an inline connection_string
+// or dsn wins, then a connection string in the auth credential, else keyword/value
+// parts from the credential overlaid with inline host, port, database, user,
+// password and sslmode.
+func (p *Postgres) dsn(ctx context.Context, cfg map[string]any) (string, error) {
+	if s := cfgString(cfg, "connection_string", "dsn"); s != "" {
+		return s, nil
+	}
+	parts := map[string]string{}
+	ra, err := resolveAuth(ctx, p.Resolve, "postgres", cfg["auth"])
+	if err != nil {
+		return "", err
+	}
+	if ra != nil {
+		if s := cfgString(ra.data, "connection_string", "dsn", "url", "uri"); s != "" {
+			return s, nil
+		}
+		collectPGParts(parts, ra.data)
+	}
+	collectPGParts(parts, cfg)
+	if len(parts) == 0 {
+		return "", &Error{Msg: "postgres: no connection: set tool.auth to a credential name, or connection_string, or host/database/user"}
+	}
+	if _, ok := parts["password"]; !ok {
+		parts["password"] = "" // never fall back to PGPASSWORD or a password file
+	}
+	var b strings.Builder
+	for _, k := range []string{"host", "port", "user", "password", "dbname", "sslmode"} {
+		v, ok := parts[k]
+		if !ok {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(k)
+		b.WriteString("='")
+		b.WriteString(strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v))
+		b.WriteByte('\'')
+	}
+	return b.String(), nil
+}
+
+// collectPGParts copies connection parameters from m into parts under libpq names.
+func collectPGParts(parts map[string]string, m map[string]any) {
+	for k, names := range map[string][]string{
+		"host":     {"host", "hostname", "server"},
+		"port":     {"port"},
+		"user":     {"user", "username"},
+		"password": {"password"},
+		"dbname":   {"database", "dbname", "db"},
+		"sslmode":  {"sslmode"},
+	} {
+		if v := cfgString(m, names...); v != "" {
+			parts[k] = v
+		}
+	}
+}
+
+var kvPasswordRE = regexp.MustCompile(`(^|\s)password\s*=`)
+
+// pgConfig parses a DSN into a pool config. A DSN that sets no password gets an empty
+// one, whatever PGPASSWORD or a password file say.
+func (p *Postgres) pgConfig(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if !dsnHasPassword(dsn) {
+		cfg.ConnConfig.Password = ""
+	}
+	maxConns := p.MaxConns
+	if maxConns <= 0 {
+		maxConns = DefaultPostgresMaxConns
+	}
+	cfg.MaxConns = maxConns
+	cfg.MinConns = 0
+	cfg.MaxConnIdleTime = 5 * time.Minute
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = postgresConnectTimeout
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "noetl-worker"
+	}
+	// Describe every statement afresh: playbooks change schemas between steps.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeDescribeExec
+	cfg.ConnConfig.StatementCacheCapacity = 0
+	cfg.ConnConfig.DescriptionCacheCapacity = 0
+	return cfg, nil
+}
+
+// dsnHasPassword reports whether a URL or keyword/value DSN sets a password.
+func dsnHasPassword(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return false
+		}
+		if _, ok := u.User.Password(); ok {
+			return true
+		}
+		return u.Query().Has("password")
+	}
+	return kvPasswordRE.MatchString(dsn)
+}
+
+// acquirePool returns the pool for dsn, creating it (and evicting the least recently
+// used idle pool beyond MaxPools) as needed. Callers must releasePool it.
+func (p *Postgres) acquirePool(dsn string) (*pgPool, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, &Error{Msg: "postgres: tool is closed"}
+	}
+	if p.pools == nil {
+		p.pools = map[string]*pgPool{}
+	}
+	p.tick++
+	if e, ok := p.pools[dsn]; ok {
+		e.users++
+		e.lastUse = p.tick
+		p.mu.Unlock()
+		return e, nil
+	}
+	p.mu.Unlock()
+
+	cfg, err := p.pgConfig(dsn)
+	if err != nil {
+		return nil, &Error{Msg: "postgres: bad connection parameters: " + scrub(err.Error(), passwordOf(dsn))}
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, &Error{Msg: "postgres: " + scrub(err.Error(), cfg.ConnConfig.Password)}
+	}
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		pool.Close()
+		return nil, &Error{Msg: "postgres: tool is closed"}
+	}
+	if e, ok := p.pools[dsn]; ok { // another call created it meanwhile
+		e.users++
+		e.lastUse = p.tick
+		p.mu.Unlock()
+		pool.Close()
+		return e, nil
+	}
+	e := &pgPool{dsn: dsn, pool: pool, password: cfg.ConnConfig.Password, users: 1, lastUse: p.tick}
+	p.pools[dsn] = e
+	var toClose []*pgxpool.Pool
+	maxPools := p.MaxPools
+	if maxPools <= 0 {
+		maxPools = DefaultPostgresMaxPools
+	}
+	for len(p.pools) > maxPools {
+		var lru *pgPool
+		for _, c := range p.pools {
+			if c != e && (lru == nil || c.lastUse < lru.lastUse) {
+				lru = c
+			}
+		}
+		if lru == nil {
+			break
+		}
+		delete(p.pools, lru.dsn)
+		lru.evicted = true
+		if lru.users == 0 {
+			toClose = append(toClose, lru.pool)
+		}
+	}
+	p.mu.Unlock()
+	for _, pl := range toClose {
+		pl.Close()
+	}
+	return e, nil
+}
+
+// releasePool ends one use of a pool, closing it if it was evicted meanwhile.
+func (p *Postgres) releasePool(e *pgPool) {
+	p.mu.Lock()
+	e.users--
+	closeIt := e.evicted && e.users == 0
+	p.mu.Unlock()
+	if closeIt {
+		e.pool.Close()
+	}
+}
+
+// execute runs the request in one transaction. A lone statement that cannot run in a
+// transaction block (VACUUM, CREATE INDEX CONCURRENTLY, ...) is run again on its own.
+func (p *Postgres) execute(ctx context.Context, pool *pgxpool.Pool, req *pgRequest) (map[string]any, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	out, err := runInTx(ctx, conn.Conn(), req)
+	var pgErr *pgconn.PgError
+	if err != nil && errors.As(err, &pgErr) && pgErr.Code == "25001" && len(req.params) == 0 &&
+		conn.Conn().PgConn().TxStatus() == 'I' {
+		return runOutsideTx(ctx, conn.Conn(), req)
+	}
+	return out, err
+}
+
+// runInTx runs the request inside an explicit transaction, rolled back on any error
+// (including a result over max_rows).
+func runInTx(ctx context.Context, conn *pgx.Conn, req *pgRequest) (_ map[string]any, err error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = tx.Rollback(rctx)
+		}
+	}()
+	if err := applySettings(ctx, tx, req, true); err != nil {
+		return nil, err
+	}
+	var sets []*pgResultSet
+	if len(req.params) > 0 {
+		rs, err := queryParams(ctx, tx, conn.TypeMap(), req)
+		if err != nil {
+			return nil, err
+		}
+		sets = []*pgResultSet{rs}
+	} else if sets, err = querySimple(ctx, conn.PgConn(), conn.TypeMap(), req); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return pgResult(sets), nil
+}
+
+// runOutsideTx runs a parameterless command with session settings, reset afterwards;
+// the connection is closed (so the pool drops it) if they cannot be reset.
+func runOutsideTx(ctx context.Context, conn *pgx.Conn, req *pgRequest) (map[string]any, error) {
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.PgConn().Exec(rctx, "RESET statement_timeout; RESET search_path").ReadAll(); err != nil {
+			_ = conn.Close(rctx)
+		}
+	}()
+	if err := applySettings(ctx, conn, req, false); err != nil {
+		return nil, err
+	}
+	sets, err := querySimple(ctx, conn.PgConn(), conn.TypeMap(), req)
+	if err != nil {
+		return nil, err
+	}
+	return pgResult(sets), nil
+}
+
+// applySettings sets statement_timeout and, with a schema, search_path, for the
+// transaction (local) or the session, binding the values as parameters.
+func applySettings(ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, req *pgRequest, local bool) error {
+	scope := "false"
+	if local {
+		scope = "true"
+	}
+	setup := "SELECT set_config('statement_timeout', $1, " + scope + ")"
+	args := []any{pgx.QueryExecModeExec, strconv.FormatInt(req.timeout.Milliseconds(), 10)}
+	if req.schema != "" {
+		var path []string
+		for _, s := range strings.Split(req.schema, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				path = append(path, pgx.Identifier{s}.Sanitize())
+			}
+		}
+		setup += ", set_config('search_path', $2, " + scope + ")"
+		args = append(args, strings.Join(path, ", "))
+	}
+	_, err := db.Exec(ctx, setup, args...)
+	return err
+}
+
+// errTooManyRows reports a result over max_rows.
+type errTooManyRows struct{ max int }
+
+func (e *errTooManyRows) Error() string {
+	return fmt.Sprintf("result has more than %d rows (the max_rows cap); add a LIMIT or raise tool.max_rows", e.max)
+}
+
+// queryParams runs one statement with bound parameters (extended protocol, text results).
+func queryParams(ctx context.Context, tx pgx.Tx, m *pgtype.Map, req *pgRequest) (*pgResultSet, error) {
+	args := append([]any{pgx.QueryResultFormats{pgx.TextFormatCode}}, req.params...)
+	rows, err := tx.Query(ctx, req.sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	rs := &pgResultSet{}
+	fds := rows.FieldDescriptions()
+	rs.hasRows = len(fds) > 0
+	for _, fd := range fds {
+		rs.columns = append(rs.columns, fd.Name)
+	}
+	over := false
+	for rows.Next() {
+		if len(rs.rows) >= req.maxRows {
+			over = true
+			continue
+		}
+		rs.rows = append(rs.rows, decodeRow(m, fds, rows.RawValues(), req.asObjects))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if over {
+		return nil, &errTooManyRows{max: req.maxRows}
+	}
+	rs.tag = rows.CommandTag()
+	return rs, nil
+}
+
+// querySimple runs one or more statements with the simple protocol.
+func querySimple(ctx context.Context, pc *pgconn.PgConn, m *pgtype.Map, req *pgRequest) ([]*pgResultSet, error) {
+	mrr := pc.Exec(ctx, req.sql)
+	var sets []*pgResultSet
+	over := false
+	for mrr.NextResult() {
+		rr := mrr.ResultReader()
+		rs := &pgResultSet{}
+		fds := rr.FieldDescriptions()
+		rs.hasRows = len(fds) > 0
+		for _, fd := range fds {
+			rs.columns = append(rs.columns, fd.Name)
+		}
+		for rr.NextRow() {
+			if over || len(rs.rows) >= req.maxRows {
+				over = true
+				continue
+			}
+			rs.rows = append(rs.rows, decodeRow(m, fds, rr.Values(), req.asObjects))
+		}
+		tag, err := rr.Close()
+		if err != nil {
+			_ = mrr.Close()
+			return nil, err
+		}
+		rs.tag = tag
+		sets = append(sets, rs)
+	}
+	if err := mrr.Close(); err != nil {
+		return nil, err
+	}
+	if over {
+		return nil, &errTooManyRows{max: req.maxRows}
+	}
+	return sets, nil
+}
+
+// pgResult shapes the statements' outcome: rows of the last statement that returned
+// rows (else the last statement) and the last command tag.
+func pgResult(sets []*pgResultSet) map[string]any {
+	out := map[string]any{"rows": []any{}, "columns": []any{}, "row_count": int64(0), "command": "", "statements": len(sets)}
+	if len(sets) == 0 {
+		return out
+	}
+	last := sets[len(sets)-1]
+	chosen := last
+	for i := len(sets) - 1; i >= 0; i-- {
+		if sets[i].hasRows {
+			chosen = sets[i]
+			break
+		}
+	}
+	out["command"] = last.tag.String()
+	cols := make([]any, len(chosen.columns))
+	for i, c := range chosen.columns {
+		cols[i] = c
+	}
+	out["columns"] = cols
+	if chosen.hasRows {
+		rows := chosen.rows
+		if rows == nil {
+			rows = []any{}
+		}
+		out["rows"] = rows
+		out["row_count"] = int64(len(rows))
+	} else {
+		out["row_count"] = chosen.tag.RowsAffected()
+	}
+	return out
+}
+
+// decodeRow converts one row of text-format values.
+func decodeRow(m *pgtype.Map, fds []pgconn.FieldDescription, vals [][]byte, asObjects bool) any {
+	if asObjects {
+		row := make(map[string]any, len(fds))
+		for i, fd := range fds {
+			row[fd.Name] = decodeValue(m, fd.DataTypeOID, vals[i])
+		}
+		return row
+	}
+	row := make([]any, len(fds))
+	for i, fd := range fds {
+		row[i] = decodeValue(m, fd.DataTypeOID, vals[i])
+	}
+	return row
+}
+
+// decodeValue converts one text-format value to a JSON-friendly Go value.
+func decodeValue(m *pgtype.Map, oid uint32, src []byte) any {
+	if src == nil {
+		return nil
+	}
+	switch oid {
+	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID, pgtype.UUIDOID, pgtype.DateOID:
+		return string(src)
+	case pgtype.NumericOID:
+		return numericValue(string(src))
+	}
+	t, ok := m.TypeForOID(oid)
+	if !ok {
+		return string(src)
+	}
+	v, err := t.Codec.DecodeValue(m, oid, pgx.TextFormatCode, src)
+	if err != nil {
+		return string(src)
+	}
+	if j, ok := jsonFriendly(v, oid); ok {
+		return j
+	}
+	return string(src)
+}
+
+// jsonFriendly converts a decoded value; false when it has no natural JSON form.
+func jsonFriendly(v any, oid uint32) (any, bool) {
+	switch x := v.(type) {
+	case nil, bool, string, int64:
+		return x, true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case float32:
+		return floatValue(float64(x)), true
+	case float64:
+		if oid == pgtype.JSONOID || oid == pgtype.JSONBOID {
+			return x, true
+		}
+		return floatValue(x), true
+	case time.Time:
+		if oid == pgtype.DateOID || oid == pgtype.DateArrayOID {
+			return x.Format("2006-01-02"), true
+		}
+		return x.UTC().Format(time.RFC3339Nano), true
+	case [16]byte:
+		return fmt.Sprintf("%x-%x-%x-%x-%x", x[0:4], x[4:6], x[6:8], x[8:10], x[10:16]), true
+	case []byte:
+		return base64.StdEncoding.EncodeToString(x), true
+	case pgtype.Numeric:
+		dv, err := x.Value()
+		if err != nil || dv == nil {
+			return nil, err == nil
+		}
+		return numericValue(fmt.Sprint(dv)), true
+	case pgtype.InfinityModifier:
+		return x.String(), true
+	case map[string]any:
+		for k, e := range x {
+			x[k], _ = jsonFriendlyNested(e, oid)
+		}
+		return x, true
+	case []any:
+		for i, e := range x {
+			x[i], _ = jsonFriendlyNested(e, oid)
+		}
+		return x, true
+	}
+	return nil, false
+}
+
+// jsonFriendlyNested converts an element of an array or JSON document, falling back
+// to its printed form.
+func jsonFriendlyNested(v any, oid uint32) (any, bool) {
+	if j, ok := jsonFriendly(v, oid); ok {
+		return j, true
+	}
+	if s, ok := v.(fmt.Stringer); ok {
+		return s.String(), true
+	}
+	return fmt.Sprint(v), true
+}
+
+// floatValue keeps finite floats and spells NaN and infinities as Postgres does.
+func floatValue(f float64) any {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "Infinity"
+	case math.IsInf(f, -1):
+		return "-Infinity"
+	}
+	return f
+}
+
+// numericValue turns numeric text into a float64 when it has at most 15 significant
+// digits (so it round-trips), else keeps the exact text.
+func numericValue(s string) any {
+	digits := strings.TrimLeft(s, "+-")
+	if strings.ContainsAny(digits, "eE") {
+		return s
+	}
+	if i := strings.IndexByte(digits, '.'); i >= 0 {
+		digits = digits[:i] + digits[i+1:]
+	}
+	for _, r := range digits {
+		if r < '0' || r > '9' {
+			return s // NaN, Infinity
+		}
+	}
+	digits = strings.Trim(digits, "0")
+	if len(digits) > 15 {
+		return s
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) {
+		return s
+	}
+	return f
+}
+
+// pgFailure turns an error into an *Error naming the problem, without the password.
+func pgFailure(ctx context.Context, err error, password string) error {
+	var te *Error
+	if errors.As(err, &te) {
+		return &Error{Msg: scrub(te.Msg, password), Retryable: te.Retryable}
+	}
+	var tooMany *errTooManyRows
+	if errors.As(err, &tooMany) {
+		return &Error{Msg: "postgres: " + tooMany.Error()}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		msg := fmt.Sprintf("postgres: %s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+		if pgErr.Detail != "" {
+			msg += "; detail: " + pgErr.Detail
+		}
+		if pgErr.Hint != "" {
+			msg += "; hint: " + pgErr.Hint
+		}
+		if pgErr.Code == "42601" && strings.Contains(pgErr.Message, "multiple commands") {
+			msg += "; tool.params can only be bound to a single statement"
+		}
+		var ce *pgconn.ConnectError
+		if errors.As(err, &ce) {
+			msg = "postgres: connect: " + strings.TrimPrefix(msg, "postgres: ")
+		}
+		return &Error{Msg: scrub(msg, password), Retryable: pgRetryableCode(pgErr.Code)}
+	}
+	text := strings.NewReplacer("\n\t", "; ", "\n", "; ").Replace(err.Error())
+	if ctx.Err() != nil {
+		return &Error{Msg: "postgres: " + scrub(text, password) + " (" + ctx.Err().Error() + ")", Retryable: true}
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	retry := errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed)
+	return &Error{Msg: "postgres: " + scrub(text, password), Retryable: retry}
+}
+
+// pgRetryableCode reports SQLSTATEs worth retrying: connection exceptions,
+// serialization failures, deadlocks and server shutdown or overload.
+func pgRetryableCode(code string) bool {
+	switch code {
+	case "40001", "40P01", "57P01", "57P02", "57P03", "53300":
+		return true
+	}
+	return strings.HasPrefix(code, "08")
+}
+
+// scrub removes a password (and its URL-escaped forms) from a message.
+func scrub(msg, password string) string {
+	if len(password) < 4 {
+		return msg
+	}
+	for _, p := range []string{password, url.QueryEscape(password), url.PathEscape(password)} {
+		msg = strings.ReplaceAll(msg, p, "********")
+	}
+	return msg
+}
+
+// passwordOf extracts the password a DSN sets, for scrubbing.
+func passwordOf(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			return pw
+		}
+	}
+	if i := kvPasswordRE.FindStringIndex(dsn); i != nil {
+		rest := strings.TrimLeft(dsn[i[1]:], " ")
+		if strings.HasPrefix(rest, "'") {
+			var b strings.Builder
+			for j := 1; j < len(rest); j++ {
+				switch rest[j] {
+				case '\\':
+					if j+1 < len(rest) {
+						j++
+						b.WriteByte(rest[j])
+					}
+				case '\'':
+					return b.String()
+				default:
+					b.WriteByte(rest[j])
+				}
+			}
+			return b.String()
+		}
+		if k := strings.IndexAny(rest, " \t\n"); k >= 0 {
+			return rest[:k]
+		}
+		return rest
+	}
+	return ""
+}
