@@ -1,5 +1,6 @@
 // Package gateway is the NoETL gateway service: the public gRPC API and its REST/JSON
-// mapping (grpc-gateway) with the OpenAPI document, forwarding to the internal services.
+// mapping (grpc-gateway) with the OpenAPI document, plus NoETL-compatible /api/ routes,
+// forwarding to the internal services.
 package gateway
 
 import (
@@ -8,9 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/noetl/noetl/gen"
@@ -22,6 +26,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/services/gateway/internal/api"
+	"github.com/noetl/noetl/services/gateway/internal/compat"
 )
 
 // Config is the gateway's configuration.
@@ -72,7 +77,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer func() { _ = rc.Close() }()
-	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc)}
+	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), Credentials: orchv1.NewCredentialServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc)}
 
 	grpcLis, err := app.Listen(cfg.GRPCListener, cfg.GRPCAddr)
 	if err != nil {
@@ -90,12 +95,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	apiv1.RegisterCatalogServiceServer(srv.GRPC, impl)
 	apiv1.RegisterExecutionServiceServer(srv.GRPC, impl)
 	apiv1.RegisterResultServiceServer(srv.GRPC, impl)
+	apiv1.RegisterCredentialServiceServer(srv.GRPC, impl)
 	srv.AddCheck("orchestrator", grpcx.HealthCheck(oc))
 	srv.AddCheck("statebuilder", grpcx.HealthCheck(sc))
 
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}), runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, credentialBodyError(r, err))
 	}))
 	for _, reg := range []func(context.Context, *runtime.ServeMux) error{
 		func(c context.Context, m *runtime.ServeMux) error {
@@ -106,6 +114,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		},
 		func(c context.Context, m *runtime.ServeMux) error {
 			return apiv1.RegisterResultServiceHandlerServer(c, m, impl)
+		},
+		func(c context.Context, m *runtime.ServeMux) error {
+			return apiv1.RegisterCredentialServiceHandlerServer(c, m, impl)
 		},
 	} {
 		if err := reg(ctx, mux); err != nil {
@@ -121,6 +132,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
+	top.Handle("/api/", compat.New(impl, log))
 	top.Handle("/", mux)
 	limit := int64(cfg.MaxBodyBytes)
 	httpSrv := &http.Server{
@@ -148,4 +160,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	log.Info("gateway serving", slog.String("grpc", srv.GRPCAddr()), slog.String("http", httpLis.Addr().String()), slog.String("admin", srv.AdminAddr()))
 	return srv.Run(ctx, 10*time.Second, serveHTTP)
+}
+
+// credentialBodyError keeps a malformed credential body out of the error message: the JSON
+// decoder quotes the offending token, which may be part of the secret. The API's own
+// validation errors (which name the field and never quote data) pass through.
+func credentialBodyError(r *http.Request, err error) error {
+	if !strings.HasPrefix(r.URL.Path, "/v1/credentials") {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		return err
+	}
+	for _, field := range []string{"name:", "type:", "data:", "page_size:"} {
+		if strings.HasPrefix(st.Message(), field) {
+			return err
+		}
+	}
+	return status.Error(codes.InvalidArgument, "body: not a valid credential JSON object")
 }

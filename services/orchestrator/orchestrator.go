@@ -32,6 +32,10 @@ type Config struct {
 	Partitions       int
 	Shards           int
 	StartTimeout     time.Duration
+	// EncryptionKey is the base64 of the 32-byte AES-256 key that seals credentials at
+	// rest. Without it the orchestrator runs, but storing and resolving credentials fail
+	// with FailedPrecondition.
+	EncryptionKey string
 
 	// GRPCListener and AdminListener, when set, are used instead of the addresses
 	// (in-process meshes).
@@ -51,6 +55,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
 	fs.Int(&c.Shards, "shards", "NOETL_ORCHESTRATOR_SHARDS", 16, "decision goroutines")
 	fs.Duration(&c.StartTimeout, "start-timeout", "NOETL_START_TIMEOUT", 15*time.Second, "how long a start waits for its commit")
+	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
 }
 
 // Run runs the orchestrator until ctx ends.
@@ -59,11 +64,32 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := config.Required(&cfg, "PostgresURL", "NATSURL", "StatebuilderAddr"); err != nil {
 		return err
 	}
+	var sealer *server.Sealer
+	if cfg.EncryptionKey != "" {
+		key, err := server.ParseKey(cfg.EncryptionKey)
+		if err != nil {
+			return err
+		}
+		if sealer, err = server.NewSealer(key); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("NOETL_ENCRYPTION_KEY is not set: storing and resolving credentials is disabled")
+	}
 	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16, true, log)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if sealer != nil {
+		n, err := (&server.Server{DB: db, Sealer: sealer}).SealPlaintextCredentials(ctx)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			log.Info("sealed plaintext credentials", slog.Int("count", n))
+		}
+	}
 	nc, js, err := natsx.Connect(cfg.NATSURL, "orchestrator")
 	if err != nil {
 		return err
@@ -89,7 +115,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv := app.NewServer("orchestrator", log, grpcLis, adminLis)
 	cat := catalog.New(db, playbook.NewRenderer(), 1024)
-	api := &server.Server{Catalog: cat, DB: db, NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000)}
+	api := &server.Server{Catalog: cat, DB: db, NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000), Sealer: sealer}
 	orchv1.RegisterOrchestratorServiceServer(srv.GRPC, api)
 	orchv1.RegisterCredentialServiceServer(srv.GRPC, api)
 	srv.AddCheck("postgres", pgxext.Check(db))

@@ -5,12 +5,16 @@ package mesh
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,6 +46,9 @@ type Config struct {
 	Partitions int
 	// WorkerConcurrency is the number of commands the worker runs at once.
 	WorkerConcurrency int
+	// EncryptionKey is the base64 key that encrypts credentials at rest. Empty means the key
+	// in <StateDir>/encryption.key, generated there (mode 0600) on first start.
+	EncryptionKey string
 	// Log receives every service's logs.
 	Log *slog.Logger
 }
@@ -52,6 +59,9 @@ type Mesh struct {
 	HTTPAddr, GRPCAddr string
 	// NATSURL and PostgresURL are the substrate the services use.
 	NATSURL, PostgresURL string
+	// OrchestratorAddr is the orchestrator's internal gRPC address (tests resolve
+	// credentials there as a worker does).
+	OrchestratorAddr string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -77,6 +87,11 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	}
 	if cfg.StateDir == "" {
 		return nil, errors.New("mesh: StateDir is required")
+	}
+	if cfg.EncryptionKey == "" {
+		if cfg.EncryptionKey, err = stateKey(cfg.StateDir); err != nil {
+			return nil, err
+		}
 	}
 	m := &Mesh{done: make(chan struct{})}
 	defer func() {
@@ -136,6 +151,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		}()
 	}
 	sbAddr, orAddr, rsAddr := lis[0].Addr().String(), lis[1].Addr().String(), lis[2].Addr().String()
+	m.OrchestratorAddr = orAddr
 	run("statebuilder", func(ctx context.Context) error {
 		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: cfg.PostgresURL, GRPCListener: lis[0], AdminListener: lis[3]}, log)
 	})
@@ -146,7 +162,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return materializer.Run(ctx, materializer.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, Partitions: cfg.Partitions, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	run("worker", func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, AllowPrivateHTTP: true, AdminListener: lis[7]}, log)
@@ -168,6 +184,50 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		}
 	}
 	return m, nil
+}
+
+// stateKey returns the credential encryption key kept in dir/encryption.key, generating a
+// random one there on first use. Keeping it beside the data means credentials stored by one
+// `noetl dev` remain readable by the next.
+func stateKey(dir string) (string, error) {
+	path := filepath.Join(dir, "encryption.key")
+	if b, err := os.ReadFile(path); err == nil {
+		if k := strings.TrimSpace(string(b)); k != "" {
+			return k, nil
+		}
+		return "", fmt.Errorf("mesh: %s is empty; remove it to generate a new key (credentials sealed with the old key are lost)", path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("mesh: encryption key: %w", err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return "", fmt.Errorf("mesh: encryption key: %w", err)
+	}
+	enc := base64.StdEncoding.EncodeToString(key)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("mesh: encryption key: %w", err)
+	}
+	// Write a private temporary file, then link it into place: the link fails if a key
+	// appeared meanwhile (another mesh on the same dir), and no reader sees a partial file.
+	tmp, err := os.CreateTemp(dir, ".encryption.key-*")
+	if err != nil {
+		return "", fmt.Errorf("mesh: encryption key: %w", err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	_, err = tmp.WriteString(enc + "\n")
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), path)
+	}
+	if errors.Is(err, fs.ErrExist) {
+		return stateKey(dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("mesh: encryption key: %w", err)
+	}
+	return enc, nil
 }
 
 func waitServing(ctx context.Context, addr string, done <-chan struct{}, timeout time.Duration) error {

@@ -29,8 +29,10 @@ type Server struct {
 	apiv1.UnimplementedCatalogServiceServer
 	apiv1.UnimplementedExecutionServiceServer
 	apiv1.UnimplementedResultServiceServer
+	apiv1.UnimplementedCredentialServiceServer
 
 	Orchestrator orchv1.OrchestratorServiceClient
+	Credentials  orchv1.CredentialServiceClient
 	State        sbv1.StateServiceClient
 	Results      rsv1.ResultStoreServiceClient
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,6 +42,9 @@ type Server struct {
 	StartTimeout time.Duration
 	// Waiters bounds concurrent WaitExecution calls; nil means 10,000.
 	Waiters chan struct{}
+	// Sealer encrypts credential data at rest; nil (no NOETL_ENCRYPTION_KEY) makes storing
+	// and resolving credentials fail with FailedPrecondition.
+	Sealer *Sealer
 }
 
 var idempotencyNS = uuid.MustParse("6f1c3f36-58b4-4c1e-9a43-6e6f65746c21")
@@ -172,6 +174,10 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 		return nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// Make sure the server has the subscription before anything it must catch can happen.
+	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
+	}
 	if err := engine.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
 		if errors.Is(err, natsx.ErrMessageTooLarge) {
 			return nil, status.Errorf(codes.InvalidArgument, "workload: too large (%v); pass large inputs by reference", err)
@@ -266,6 +272,10 @@ func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionReq
 		return nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// Make sure the server has the subscription before anything it must catch can happen.
+	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
+	}
 	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenantOf(req.GetTenant())})
 	if err != nil {
 		return nil, err
@@ -285,36 +295,4 @@ func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionReq
 		}
 	}
 	return out, nil
-}
-
-// PutCredential stores a credential.
-func (s *Server) PutCredential(ctx context.Context, req *orchv1.PutCredentialRequest) (*orchv1.PutCredentialResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name: required")
-	}
-	var data map[string]any
-	if err := json.Unmarshal(req.GetDataJson(), &data); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "data: not a JSON object: %v", err)
-	}
-	_, err := s.DB.Exec(ctx, `INSERT INTO noetl.credential (tenant, name, type, data) VALUES ($1,$2,$3,$4)
-		ON CONFLICT (tenant, name) DO UPDATE SET type = EXCLUDED.type, data = EXCLUDED.data, updated_at = now()`,
-		tenantOf(req.GetTenant()), req.GetName(), req.GetType(), data)
-	if err != nil {
-		return nil, err
-	}
-	return &orchv1.PutCredentialResponse{}, nil
-}
-
-// ResolveCredential returns a credential's data.
-func (s *Server) ResolveCredential(ctx context.Context, req *orchv1.ResolveCredentialRequest) (*orchv1.ResolveCredentialResponse, error) {
-	var typ string
-	var data []byte
-	err := s.DB.QueryRow(ctx, `SELECT type, data::text FROM noetl.credential WHERE tenant=$1 AND name=$2`, tenantOf(req.GetTenant()), req.GetName()).Scan(&typ, &data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, status.Errorf(codes.NotFound, "credential %q not found", req.GetName())
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &orchv1.ResolveCredentialResponse{Type: typ, DataJson: data}, nil
 }

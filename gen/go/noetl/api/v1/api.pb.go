@@ -1592,6 +1592,374 @@ func (x *GetResultResponse) GetValue() *structpb.Value {
 	return nil
 }
 
+// Credential describes a stored credential without its data.
+type Credential struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Credential name: 1 to 128 characters of A-Z, a-z, 0-9, '_', '.' and '-'.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Credential type, for example "postgres" or "http_bearer".
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// Time the credential was last stored.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Credential) Reset() {
+	*x = Credential{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Credential) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Credential) ProtoMessage() {}
+
+func (x *Credential) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Credential.ProtoReflect.Descriptor instead.
+func (*Credential) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Credential) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Credential) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Credential) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// PutCredentialRequest carries a credential to store.
+type PutCredentialRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Credential name: 1 to 128 characters of A-Z, a-z, 0-9, '_', '.' and '-'.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Credential type, for example "postgres" or "http_bearer" (at most 64 characters).
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// Secret data, for example {"user": ..., "password": ...} (at most 64 KiB as JSON). Stored
+	// encrypted; never returned.
+	Data          *structpb.Struct `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutCredentialRequest) Reset() {
+	*x = PutCredentialRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCredentialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCredentialRequest) ProtoMessage() {}
+
+func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCredentialRequest.ProtoReflect.Descriptor instead.
+func (*PutCredentialRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PutCredentialRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PutCredentialRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *PutCredentialRequest) GetData() *structpb.Struct {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// PutCredentialResponse describes the stored credential.
+type PutCredentialResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored credential, without its data.
+	Credential    *Credential `protobuf:"bytes,1,opt,name=credential,proto3" json:"credential,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutCredentialResponse) Reset() {
+	*x = PutCredentialResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCredentialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCredentialResponse) ProtoMessage() {}
+
+func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCredentialResponse.ProtoReflect.Descriptor instead.
+func (*PutCredentialResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PutCredentialResponse) GetCredential() *Credential {
+	if x != nil {
+		return x.Credential
+	}
+	return nil
+}
+
+// ListCredentialsRequest asks for a page of credentials.
+type ListCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Maximum number of credentials (default 50, max 500).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCredentialsRequest) Reset() {
+	*x = ListCredentialsRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCredentialsRequest) ProtoMessage() {}
+
+func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*ListCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListCredentialsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCredentialsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListCredentialsResponse carries a page of credentials.
+type ListCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Credentials ordered by name, without their data.
+	Credentials []*Credential `protobuf:"bytes,1,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	// Token for the next page; empty when there is none.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCredentialsResponse) Reset() {
+	*x = ListCredentialsResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCredentialsResponse) ProtoMessage() {}
+
+func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*ListCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListCredentialsResponse) GetCredentials() []*Credential {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *ListCredentialsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// DeleteCredentialRequest names a credential to delete.
+type DeleteCredentialRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Credential name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteCredentialRequest) Reset() {
+	*x = DeleteCredentialRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteCredentialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteCredentialRequest) ProtoMessage() {}
+
+func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteCredentialRequest.ProtoReflect.Descriptor instead.
+func (*DeleteCredentialRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DeleteCredentialRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteCredentialResponse acknowledges a deleted credential.
+type DeleteCredentialResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteCredentialResponse) Reset() {
+	*x = DeleteCredentialResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteCredentialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteCredentialResponse) ProtoMessage() {}
+
+func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteCredentialResponse.ProtoReflect.Descriptor instead.
+func (*DeleteCredentialResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{30}
+}
+
 var File_noetl_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_noetl_api_v1_api_proto_rawDesc = "" +
@@ -1712,7 +2080,31 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\"n\n" +
 	"\x11GetResultResponse\x12+\n" +
 	"\x03ref\x18\x01 \x01(\v2\x19.noetl.event.v1.ResultRefR\x03ref\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value2\xf3\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value\"q\n" +
+	"\n" +
+	"Credential\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12;\n" +
+	"\vupdate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"k\n" +
+	"\x14PutCredentialRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12+\n" +
+	"\x04data\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x04data\"Q\n" +
+	"\x15PutCredentialResponse\x128\n" +
+	"\n" +
+	"credential\x18\x01 \x01(\v2\x18.noetl.api.v1.CredentialR\n" +
+	"credential\"T\n" +
+	"\x16ListCredentialsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"}\n" +
+	"\x17ListCredentialsResponse\x12:\n" +
+	"\vcredentials\x18\x01 \x03(\v2\x18.noetl.api.v1.CredentialR\vcredentials\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"-\n" +
+	"\x17DeleteCredentialRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x1a\n" +
+	"\x18DeleteCredentialResponse2\xf3\x02\n" +
 	"\x0eCatalogService\x12{\n" +
 	"\x10RegisterPlaybook\x12%.noetl.api.v1.RegisterPlaybookRequest\x1a&.noetl.api.v1.RegisterPlaybookResponse\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/playbooks\x12s\n" +
 	"\vGetPlaybook\x12 .noetl.api.v1.GetPlaybookRequest\x1a!.noetl.api.v1.GetPlaybookResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/playbooks/{path=**}\x12o\n" +
@@ -1725,7 +2117,11 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x0fCancelExecution\x12$.noetl.api.v1.CancelExecutionRequest\x1a%.noetl.api.v1.CancelExecutionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/executions/{execution_id}:cancel\x12\x98\x01\n" +
 	"\x13ListExecutionEvents\x12(.noetl.api.v1.ListExecutionEventsRequest\x1a).noetl.api.v1.ListExecutionEventsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/executions/{execution_id}/events2~\n" +
 	"\rResultService\x12m\n" +
-	"\tGetResult\x12\x1e.noetl.api.v1.GetResultRequest\x1a\x1f.noetl.api.v1.GetResultResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/results/{result_id}B\xa0\x01\n" +
+	"\tGetResult\x12\x1e.noetl.api.v1.GetResultRequest\x1a\x1f.noetl.api.v1.GetResultResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/results/{result_id}2\x86\x03\n" +
+	"\x11CredentialService\x12t\n" +
+	"\rPutCredential\x12\".noetl.api.v1.PutCredentialRequest\x1a#.noetl.api.v1.PutCredentialResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/credentials\x12w\n" +
+	"\x0fListCredentials\x12$.noetl.api.v1.ListCredentialsRequest\x1a%.noetl.api.v1.ListCredentialsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x12\x81\x01\n" +
+	"\x10DeleteCredential\x12%.noetl.api.v1.DeleteCredentialRequest\x1a&.noetl.api.v1.DeleteCredentialResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/credentials/{name}B\xa0\x01\n" +
 	"\x10com.noetl.api.v1B\bApiProtoP\x01Z0github.com/noetl/noetl/gen/go/noetl/api/v1;apiv1\xa2\x02\x03NAX\xaa\x02\fNoetl.Api.V1\xca\x02\fNoetl\\Api\\V1\xe2\x02\x18Noetl\\Api\\V1\\GPBMetadata\xea\x02\x0eNoetl::Api::V1b\x06proto3"
 
 var (
@@ -1740,7 +2136,7 @@ func file_noetl_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_noetl_api_v1_api_proto_rawDescData
 }
 
-var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*Playbook)(nil),                    // 0: noetl.api.v1.Playbook
 	(*RegisterPlaybookRequest)(nil),     // 1: noetl.api.v1.RegisterPlaybookRequest
@@ -1766,74 +2162,91 @@ var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*ListExecutionEventsResponse)(nil), // 21: noetl.api.v1.ListExecutionEventsResponse
 	(*GetResultRequest)(nil),            // 22: noetl.api.v1.GetResultRequest
 	(*GetResultResponse)(nil),           // 23: noetl.api.v1.GetResultResponse
-	nil,                                 // 24: noetl.api.v1.Execution.StepsEntry
-	(*timestamppb.Timestamp)(nil),       // 25: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 26: google.protobuf.Struct
-	(v1.StepStatus)(0),                  // 27: noetl.event.v1.StepStatus
-	(*structpb.Value)(nil),              // 28: google.protobuf.Value
-	(*v1.ResultRef)(nil),                // 29: noetl.event.v1.ResultRef
-	(*v1.ErrorInfo)(nil),                // 30: noetl.event.v1.ErrorInfo
-	(v1.ExecutionStatus)(0),             // 31: noetl.event.v1.ExecutionStatus
-	(*durationpb.Duration)(nil),         // 32: google.protobuf.Duration
-	(*v1.Iteration)(nil),                // 33: noetl.event.v1.Iteration
+	(*Credential)(nil),                  // 24: noetl.api.v1.Credential
+	(*PutCredentialRequest)(nil),        // 25: noetl.api.v1.PutCredentialRequest
+	(*PutCredentialResponse)(nil),       // 26: noetl.api.v1.PutCredentialResponse
+	(*ListCredentialsRequest)(nil),      // 27: noetl.api.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),     // 28: noetl.api.v1.ListCredentialsResponse
+	(*DeleteCredentialRequest)(nil),     // 29: noetl.api.v1.DeleteCredentialRequest
+	(*DeleteCredentialResponse)(nil),    // 30: noetl.api.v1.DeleteCredentialResponse
+	nil,                                 // 31: noetl.api.v1.Execution.StepsEntry
+	(*timestamppb.Timestamp)(nil),       // 32: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 33: google.protobuf.Struct
+	(v1.StepStatus)(0),                  // 34: noetl.event.v1.StepStatus
+	(*structpb.Value)(nil),              // 35: google.protobuf.Value
+	(*v1.ResultRef)(nil),                // 36: noetl.event.v1.ResultRef
+	(*v1.ErrorInfo)(nil),                // 37: noetl.event.v1.ErrorInfo
+	(v1.ExecutionStatus)(0),             // 38: noetl.event.v1.ExecutionStatus
+	(*durationpb.Duration)(nil),         // 39: google.protobuf.Duration
+	(*v1.Iteration)(nil),                // 40: noetl.event.v1.Iteration
 }
 var file_noetl_api_v1_api_proto_depIdxs = []int32{
-	25, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
+	32, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.api.v1.RegisterPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 2: noetl.api.v1.GetPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
-	26, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
-	27, // 5: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	28, // 6: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	29, // 7: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	30, // 8: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	31, // 9: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	28, // 10: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	30, // 11: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	24, // 12: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	25, // 13: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	25, // 14: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	33, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
+	34, // 5: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	35, // 6: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	36, // 7: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	37, // 8: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	38, // 9: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	35, // 10: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	37, // 11: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	31, // 12: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	32, // 13: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	32, // 14: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
 	10, // 15: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	32, // 16: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	39, // 16: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
 	10, // 17: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	31, // 18: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	38, // 18: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
 	10, // 19: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	33, // 20: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	28, // 21: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	28, // 22: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	29, // 23: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	30, // 24: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	25, // 25: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	25, // 26: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	40, // 20: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	35, // 21: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	35, // 22: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	36, // 23: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	37, // 24: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	32, // 25: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	32, // 26: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
 	19, // 27: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
-	29, // 28: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	28, // 29: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	9,  // 30: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	1,  // 31: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 32: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 33: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 34: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 35: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 36: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 37: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 38: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 39: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 40: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	2,  // 41: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 42: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 43: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 44: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 45: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 46: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 47: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 48: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 49: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 50: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	41, // [41:51] is the sub-list for method output_type
-	31, // [31:41] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	36, // 28: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	35, // 29: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	32, // 30: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	33, // 31: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	24, // 32: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
+	24, // 33: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
+	9,  // 34: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	1,  // 35: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 36: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 37: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 38: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 39: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 40: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 41: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 42: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 43: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 44: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	25, // 45: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	27, // 46: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	29, // 47: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	2,  // 48: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 49: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 50: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 51: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 52: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 53: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 54: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 55: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 56: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 57: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	26, // 58: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	28, // 59: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	30, // 60: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	48, // [48:61] is the sub-list for method output_type
+	35, // [35:48] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }
@@ -1847,9 +2260,9 @@ func file_noetl_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_api_v1_api_proto_rawDesc), len(file_noetl_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   32,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_noetl_api_v1_api_proto_goTypes,
 		DependencyIndexes: file_noetl_api_v1_api_proto_depIdxs,

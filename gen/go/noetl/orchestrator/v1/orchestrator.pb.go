@@ -915,7 +915,9 @@ func (x *PutCredentialRequest) GetDataJson() []byte {
 
 // PutCredentialResponse acknowledges a stored credential.
 type PutCredentialResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Time the credential was stored.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -948,6 +950,13 @@ func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use PutCredentialResponse.ProtoReflect.Descriptor instead.
 func (*PutCredentialResponse) Descriptor() ([]byte, []int) {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PutCredentialResponse) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
 }
 
 // ResolveCredentialRequest names a credential.
@@ -1069,6 +1078,281 @@ func (x *ResolveCredentialResponse) GetDataJson() []byte {
 	return nil
 }
 
+// CredentialInfo describes a stored credential without its data.
+type CredentialInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Credential name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Credential type.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// Time the credential was last stored.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CredentialInfo) Reset() {
+	*x = CredentialInfo{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CredentialInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CredentialInfo) ProtoMessage() {}
+
+func (x *CredentialInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CredentialInfo.ProtoReflect.Descriptor instead.
+func (*CredentialInfo) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CredentialInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CredentialInfo) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *CredentialInfo) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// ListCredentialsRequest asks for a page of a tenant's credentials.
+type ListCredentialsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Maximum number of credentials (default 50, max 500).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque token from a previous response.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCredentialsRequest) Reset() {
+	*x = ListCredentialsRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCredentialsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCredentialsRequest) ProtoMessage() {}
+
+func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCredentialsRequest.ProtoReflect.Descriptor instead.
+func (*ListCredentialsRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListCredentialsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListCredentialsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCredentialsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListCredentialsResponse carries a page of credentials.
+type ListCredentialsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Credentials ordered by name, without their data.
+	Credentials []*CredentialInfo `protobuf:"bytes,1,rep,name=credentials,proto3" json:"credentials,omitempty"`
+	// Token for the next page; empty when there is none.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCredentialsResponse) Reset() {
+	*x = ListCredentialsResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCredentialsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCredentialsResponse) ProtoMessage() {}
+
+func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCredentialsResponse.ProtoReflect.Descriptor instead.
+func (*ListCredentialsResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListCredentialsResponse) GetCredentials() []*CredentialInfo {
+	if x != nil {
+		return x.Credentials
+	}
+	return nil
+}
+
+func (x *ListCredentialsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// DeleteCredentialRequest names a credential to delete.
+type DeleteCredentialRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Credential name.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteCredentialRequest) Reset() {
+	*x = DeleteCredentialRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteCredentialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteCredentialRequest) ProtoMessage() {}
+
+func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteCredentialRequest.ProtoReflect.Descriptor instead.
+func (*DeleteCredentialRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DeleteCredentialRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DeleteCredentialRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteCredentialResponse acknowledges a deleted credential.
+type DeleteCredentialResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteCredentialResponse) Reset() {
+	*x = DeleteCredentialResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteCredentialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteCredentialResponse) ProtoMessage() {}
+
+func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteCredentialResponse.ProtoReflect.Descriptor instead.
+func (*DeleteCredentialResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+}
+
 var File_noetl_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
@@ -1130,25 +1414,46 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1b\n" +
-	"\tdata_json\x18\x04 \x01(\fR\bdataJson\"\x17\n" +
-	"\x15PutCredentialResponse\"i\n" +
+	"\tdata_json\x18\x04 \x01(\fR\bdataJson\"T\n" +
+	"\x15PutCredentialResponse\x12;\n" +
+	"\vupdate_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"i\n" +
 	"\x18ResolveCredentialRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
 	"\fexecution_id\x18\x03 \x01(\tR\vexecutionId\"L\n" +
 	"\x19ResolveCredentialResponse\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1b\n" +
-	"\tdata_json\x18\x02 \x01(\fR\bdataJson2\xa9\x05\n" +
+	"\tdata_json\x18\x02 \x01(\fR\bdataJson\"u\n" +
+	"\x0eCredentialInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12;\n" +
+	"\vupdate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"l\n" +
+	"\x16ListCredentialsRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x8a\x01\n" +
+	"\x17ListCredentialsResponse\x12G\n" +
+	"\vcredentials\x18\x01 \x03(\v2%.noetl.orchestrator.v1.CredentialInfoR\vcredentials\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"E\n" +
+	"\x17DeleteCredentialRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x1a\n" +
+	"\x18DeleteCredentialResponse2\xa9\x05\n" +
 	"\x13OrchestratorService\x12s\n" +
 	"\x10RegisterPlaybook\x12..noetl.orchestrator.v1.RegisterPlaybookRequest\x1a/.noetl.orchestrator.v1.RegisterPlaybookResponse\x12d\n" +
 	"\vGetPlaybook\x12).noetl.orchestrator.v1.GetPlaybookRequest\x1a*.noetl.orchestrator.v1.GetPlaybookResponse\x12j\n" +
 	"\rListPlaybooks\x12+.noetl.orchestrator.v1.ListPlaybooksRequest\x1a,.noetl.orchestrator.v1.ListPlaybooksResponse\x12m\n" +
 	"\x0eStartExecution\x12,.noetl.orchestrator.v1.StartExecutionRequest\x1a-.noetl.orchestrator.v1.StartExecutionResponse\x12p\n" +
 	"\x0fCancelExecution\x12-.noetl.orchestrator.v1.CancelExecutionRequest\x1a..noetl.orchestrator.v1.CancelExecutionResponse\x12j\n" +
-	"\rWaitExecution\x12+.noetl.orchestrator.v1.WaitExecutionRequest\x1a,.noetl.orchestrator.v1.WaitExecutionResponse2\xf7\x01\n" +
+	"\rWaitExecution\x12+.noetl.orchestrator.v1.WaitExecutionRequest\x1a,.noetl.orchestrator.v1.WaitExecutionResponse2\xde\x03\n" +
 	"\x11CredentialService\x12j\n" +
 	"\rPutCredential\x12+.noetl.orchestrator.v1.PutCredentialRequest\x1a,.noetl.orchestrator.v1.PutCredentialResponse\x12v\n" +
-	"\x11ResolveCredential\x12/.noetl.orchestrator.v1.ResolveCredentialRequest\x1a0.noetl.orchestrator.v1.ResolveCredentialResponseB\xe8\x01\n" +
+	"\x11ResolveCredential\x12/.noetl.orchestrator.v1.ResolveCredentialRequest\x1a0.noetl.orchestrator.v1.ResolveCredentialResponse\x12p\n" +
+	"\x0fListCredentials\x12-.noetl.orchestrator.v1.ListCredentialsRequest\x1a..noetl.orchestrator.v1.ListCredentialsResponse\x12s\n" +
+	"\x10DeleteCredential\x12..noetl.orchestrator.v1.DeleteCredentialRequest\x1a/.noetl.orchestrator.v1.DeleteCredentialResponseB\xe8\x01\n" +
 	"\x19com.noetl.orchestrator.v1B\x11OrchestratorProtoP\x01ZBgithub.com/noetl/noetl/gen/go/noetl/orchestrator/v1;orchestratorv1\xa2\x02\x03NOX\xaa\x02\x15Noetl.Orchestrator.V1\xca\x02\x15Noetl\\Orchestrator\\V1\xe2\x02!Noetl\\Orchestrator\\V1\\GPBMetadata\xea\x02\x17Noetl::Orchestrator::V1b\x06proto3"
 
 var (
@@ -1163,7 +1468,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*CatalogEntry)(nil),              // 0: noetl.orchestrator.v1.CatalogEntry
 	(*RegisterPlaybookRequest)(nil),   // 1: noetl.orchestrator.v1.RegisterPlaybookRequest
@@ -1182,36 +1487,48 @@ var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*PutCredentialResponse)(nil),     // 14: noetl.orchestrator.v1.PutCredentialResponse
 	(*ResolveCredentialRequest)(nil),  // 15: noetl.orchestrator.v1.ResolveCredentialRequest
 	(*ResolveCredentialResponse)(nil), // 16: noetl.orchestrator.v1.ResolveCredentialResponse
-	(*timestamppb.Timestamp)(nil),     // 17: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 18: google.protobuf.Duration
+	(*CredentialInfo)(nil),            // 17: noetl.orchestrator.v1.CredentialInfo
+	(*ListCredentialsRequest)(nil),    // 18: noetl.orchestrator.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),   // 19: noetl.orchestrator.v1.ListCredentialsResponse
+	(*DeleteCredentialRequest)(nil),   // 20: noetl.orchestrator.v1.DeleteCredentialRequest
+	(*DeleteCredentialResponse)(nil),  // 21: noetl.orchestrator.v1.DeleteCredentialResponse
+	(*timestamppb.Timestamp)(nil),     // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 23: google.protobuf.Duration
 }
 var file_noetl_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	17, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
+	22, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.orchestrator.v1.RegisterPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 2: noetl.orchestrator.v1.GetPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 3: noetl.orchestrator.v1.ListPlaybooksResponse.entries:type_name -> noetl.orchestrator.v1.CatalogEntry
-	18, // 4: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	1,  // 5: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
-	3,  // 6: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
-	5,  // 7: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
-	7,  // 8: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
-	9,  // 9: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
-	11, // 10: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
-	13, // 11: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
-	15, // 12: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
-	2,  // 13: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
-	4,  // 14: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
-	6,  // 15: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
-	8,  // 16: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
-	10, // 17: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
-	12, // 18: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
-	14, // 19: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
-	16, // 20: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
-	13, // [13:21] is the sub-list for method output_type
-	5,  // [5:13] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	23, // 4: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	22, // 5: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
+	22, // 6: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
+	17, // 7: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
+	1,  // 8: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
+	3,  // 9: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
+	5,  // 10: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
+	7,  // 11: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
+	9,  // 12: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
+	11, // 13: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
+	13, // 14: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
+	15, // 15: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
+	18, // 16: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
+	20, // 17: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
+	2,  // 18: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
+	4,  // 19: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
+	6,  // 20: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
+	8,  // 21: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
+	10, // 22: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
+	12, // 23: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
+	14, // 24: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
+	16, // 25: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
+	19, // 26: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
+	21, // 27: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_noetl_orchestrator_v1_orchestrator_proto_init() }
@@ -1225,7 +1542,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc), len(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -334,18 +334,25 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 const (
 	CredentialService_PutCredential_FullMethodName     = "/noetl.orchestrator.v1.CredentialService/PutCredential"
 	CredentialService_ResolveCredential_FullMethodName = "/noetl.orchestrator.v1.CredentialService/ResolveCredential"
+	CredentialService_ListCredentials_FullMethodName   = "/noetl.orchestrator.v1.CredentialService/ListCredentials"
+	CredentialService_DeleteCredential_FullMethodName  = "/noetl.orchestrator.v1.CredentialService/DeleteCredential"
 )
 
 // CredentialServiceClient is the client API for CredentialService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// CredentialService resolves named credentials for workers at render time.
+// CredentialService stores named credentials encrypted at rest (AES-256-GCM under
+// NOETL_ENCRYPTION_KEY) and resolves them for workers at render time.
 type CredentialServiceClient interface {
 	// PutCredential stores or replaces a named credential.
 	PutCredential(ctx context.Context, in *PutCredentialRequest, opts ...grpc.CallOption) (*PutCredentialResponse, error)
 	// ResolveCredential returns a credential's secret data.
 	ResolveCredential(ctx context.Context, in *ResolveCredentialRequest, opts ...grpc.CallOption) (*ResolveCredentialResponse, error)
+	// ListCredentials returns a page of credential names and types, never their data.
+	ListCredentials(ctx context.Context, in *ListCredentialsRequest, opts ...grpc.CallOption) (*ListCredentialsResponse, error)
+	// DeleteCredential deletes a named credential.
+	DeleteCredential(ctx context.Context, in *DeleteCredentialRequest, opts ...grpc.CallOption) (*DeleteCredentialResponse, error)
 }
 
 type credentialServiceClient struct {
@@ -376,16 +383,41 @@ func (c *credentialServiceClient) ResolveCredential(ctx context.Context, in *Res
 	return out, nil
 }
 
+func (c *credentialServiceClient) ListCredentials(ctx context.Context, in *ListCredentialsRequest, opts ...grpc.CallOption) (*ListCredentialsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCredentialsResponse)
+	err := c.cc.Invoke(ctx, CredentialService_ListCredentials_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *credentialServiceClient) DeleteCredential(ctx context.Context, in *DeleteCredentialRequest, opts ...grpc.CallOption) (*DeleteCredentialResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteCredentialResponse)
+	err := c.cc.Invoke(ctx, CredentialService_DeleteCredential_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CredentialServiceServer is the server API for CredentialService service.
 // All implementations must embed UnimplementedCredentialServiceServer
 // for forward compatibility.
 //
-// CredentialService resolves named credentials for workers at render time.
+// CredentialService stores named credentials encrypted at rest (AES-256-GCM under
+// NOETL_ENCRYPTION_KEY) and resolves them for workers at render time.
 type CredentialServiceServer interface {
 	// PutCredential stores or replaces a named credential.
 	PutCredential(context.Context, *PutCredentialRequest) (*PutCredentialResponse, error)
 	// ResolveCredential returns a credential's secret data.
 	ResolveCredential(context.Context, *ResolveCredentialRequest) (*ResolveCredentialResponse, error)
+	// ListCredentials returns a page of credential names and types, never their data.
+	ListCredentials(context.Context, *ListCredentialsRequest) (*ListCredentialsResponse, error)
+	// DeleteCredential deletes a named credential.
+	DeleteCredential(context.Context, *DeleteCredentialRequest) (*DeleteCredentialResponse, error)
 	mustEmbedUnimplementedCredentialServiceServer()
 }
 
@@ -401,6 +433,12 @@ func (UnimplementedCredentialServiceServer) PutCredential(context.Context, *PutC
 }
 func (UnimplementedCredentialServiceServer) ResolveCredential(context.Context, *ResolveCredentialRequest) (*ResolveCredentialResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResolveCredential not implemented")
+}
+func (UnimplementedCredentialServiceServer) ListCredentials(context.Context, *ListCredentialsRequest) (*ListCredentialsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCredentials not implemented")
+}
+func (UnimplementedCredentialServiceServer) DeleteCredential(context.Context, *DeleteCredentialRequest) (*DeleteCredentialResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteCredential not implemented")
 }
 func (UnimplementedCredentialServiceServer) mustEmbedUnimplementedCredentialServiceServer() {}
 func (UnimplementedCredentialServiceServer) testEmbeddedByValue()                           {}
@@ -459,6 +497,42 @@ func _CredentialService_ResolveCredential_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CredentialService_ListCredentials_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCredentialsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CredentialServiceServer).ListCredentials(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CredentialService_ListCredentials_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CredentialServiceServer).ListCredentials(ctx, req.(*ListCredentialsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CredentialService_DeleteCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteCredentialRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CredentialServiceServer).DeleteCredential(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CredentialService_DeleteCredential_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CredentialServiceServer).DeleteCredential(ctx, req.(*DeleteCredentialRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CredentialService_ServiceDesc is the grpc.ServiceDesc for CredentialService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -473,6 +547,14 @@ var CredentialService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResolveCredential",
 			Handler:    _CredentialService_ResolveCredential_Handler,
+		},
+		{
+			MethodName: "ListCredentials",
+			Handler:    _CredentialService_ListCredentials_Handler,
+		},
+		{
+			MethodName: "DeleteCredential",
+			Handler:    _CredentialService_DeleteCredential_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

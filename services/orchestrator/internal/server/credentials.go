@@ -1,0 +1,222 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+)
+
+// Credential limits. Names are also path segments and template keys
+// (`{{ keychain.<name>.x }}`), hence the narrow alphabet.
+const (
+	MaxCredentialName  = 128
+	MaxCredentialType  = 64
+	MaxCredentialBytes = 64 << 10
+)
+
+// errNoKey is returned by the credential RPCs that need the encryption key when none is
+// configured.
+var errNoKey = status.Error(codes.FailedPrecondition, "NOETL_ENCRYPTION_KEY is not set")
+
+// ValidCredentialName returns an InvalidArgument error naming the field unless name is 1 to
+// MaxCredentialName characters of A-Z, a-z, 0-9, '_', '.' and '-'.
+func ValidCredentialName(name string) error {
+	if name == "" {
+		return status.Error(codes.InvalidArgument, "name: required")
+	}
+	if len(name) > MaxCredentialName {
+		return status.Errorf(codes.InvalidArgument, "name: %d characters exceeds the limit of %d", len(name), MaxCredentialName)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+			return status.Errorf(codes.InvalidArgument, "name: %q may hold only letters, digits, '_', '.' and '-'", name)
+		}
+	}
+	return nil
+}
+
+// PutCredential seals a credential's data and stores it, replacing any credential of the
+// same name.
+func (s *Server) PutCredential(ctx context.Context, req *orchv1.PutCredentialRequest) (*orchv1.PutCredentialResponse, error) {
+	if err := ValidCredentialName(req.GetName()); err != nil {
+		return nil, err
+	}
+	if len(req.GetType()) > MaxCredentialType {
+		return nil, status.Errorf(codes.InvalidArgument, "type: %d characters exceeds the limit of %d", len(req.GetType()), MaxCredentialType)
+	}
+	if len(req.GetDataJson()) > MaxCredentialBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "data: %d bytes exceeds the limit of %d", len(req.GetDataJson()), MaxCredentialBytes)
+	}
+	// Error texts never quote the data: it is secret.
+	data := bytes.TrimSpace(req.GetDataJson())
+	if len(data) == 0 || data[0] != '{' || !json.Valid(data) {
+		return nil, status.Error(codes.InvalidArgument, "data: must be a JSON object")
+	}
+	if s.Sealer == nil {
+		return nil, errNoKey
+	}
+	var plain bytes.Buffer
+	if err := json.Compact(&plain, data); err != nil {
+		return nil, status.Error(codes.InvalidArgument, "data: must be a JSON object")
+	}
+	tenant := tenantOf(req.GetTenant())
+	sealed, err := s.Sealer.Seal(tenant, req.GetName(), plain.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	resp := &orchv1.PutCredentialResponse{}
+	var updated time.Time
+	err = s.DB.QueryRow(ctx, `INSERT INTO noetl.credential (tenant, name, type, ciphertext, data) VALUES ($1, $2, $3, $4, NULL)
+		ON CONFLICT (tenant, name) DO UPDATE SET type = EXCLUDED.type, ciphertext = EXCLUDED.ciphertext, data = NULL, updated_at = now()
+		RETURNING updated_at`, tenant, req.GetName(), req.GetType(), sealed).Scan(&updated)
+	if err != nil {
+		return nil, fmt.Errorf("store credential: %w", err)
+	}
+	resp.UpdateTime = timestamppb.New(updated)
+	return resp, nil
+}
+
+// ResolveCredential opens a credential's data for a worker.
+func (s *Server) ResolveCredential(ctx context.Context, req *orchv1.ResolveCredentialRequest) (*orchv1.ResolveCredentialResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name: required")
+	}
+	if s.Sealer == nil {
+		return nil, errNoKey
+	}
+	tenant := tenantOf(req.GetTenant())
+	var typ string
+	var sealed []byte
+	err := s.DB.QueryRow(ctx, `SELECT type, ciphertext FROM noetl.credential WHERE tenant = $1 AND name = $2`, tenant, req.GetName()).Scan(&typ, &sealed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, status.Errorf(codes.NotFound, "credential %q not found", req.GetName())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read credential: %w", err)
+	}
+	if sealed == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "credential %q is stored unencrypted; restart the orchestrator with NOETL_ENCRYPTION_KEY to seal it", req.GetName())
+	}
+	data, err := s.Sealer.Open(tenant, req.GetName(), sealed)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "credential %q: %v", req.GetName(), err)
+	}
+	return &orchv1.ResolveCredentialResponse{Type: typ, DataJson: data}, nil
+}
+
+// ListCredentials returns a page of a tenant's credentials, ordered by name, without data.
+func (s *Server) ListCredentials(ctx context.Context, req *orchv1.ListCredentialsRequest) (*orchv1.ListCredentialsResponse, error) {
+	n := int(req.GetPageSize())
+	if n <= 0 {
+		n = 50
+	}
+	n = min(n, 500)
+	rows, err := s.DB.Query(ctx, `SELECT name, type, updated_at FROM noetl.credential
+		WHERE tenant = $1 AND name > $2 ORDER BY name LIMIT $3`, tenantOf(req.GetTenant()), req.GetPageToken(), n)
+	if err != nil {
+		return nil, fmt.Errorf("list credentials: %w", err)
+	}
+	defer rows.Close()
+	resp := &orchv1.ListCredentialsResponse{}
+	for rows.Next() {
+		var c orchv1.CredentialInfo
+		var updated time.Time
+		if err := rows.Scan(&c.Name, &c.Type, &updated); err != nil {
+			return nil, fmt.Errorf("list credentials: %w", err)
+		}
+		c.UpdateTime = timestamppb.New(updated)
+		resp.Credentials = append(resp.Credentials, &c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list credentials: %w", err)
+	}
+	if len(resp.Credentials) == n {
+		resp.NextPageToken = resp.Credentials[n-1].GetName()
+	}
+	return resp, nil
+}
+
+// DeleteCredential deletes a credential. It needs no encryption key.
+func (s *Server) DeleteCredential(ctx context.Context, req *orchv1.DeleteCredentialRequest) (*orchv1.DeleteCredentialResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name: required")
+	}
+	tag, err := s.DB.Exec(ctx, `DELETE FROM noetl.credential WHERE tenant = $1 AND name = $2`, tenantOf(req.GetTenant()), req.GetName())
+	if err != nil {
+		return nil, fmt.Errorf("delete credential: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, status.Errorf(codes.NotFound, "credential %q not found", req.GetName())
+	}
+	return &orchv1.DeleteCredentialResponse{}, nil
+}
+
+// SealPlaintextCredentials encrypts the credentials stored in plaintext before encryption
+// at rest existed and clears their plaintext, in batches. It returns how many it sealed.
+// Replicas starting together skip each other's locked rows.
+func (s *Server) SealPlaintextCredentials(ctx context.Context) (int, error) {
+	if s.Sealer == nil {
+		return 0, errors.New("seal credentials: no encryption key")
+	}
+	total := 0
+	for {
+		n, err := s.sealBatch(ctx, 100)
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+}
+
+func (s *Server) sealBatch(ctx context.Context, limit int) (int, error) {
+	tx, err := s.DB.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("seal credentials: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, `SELECT tenant, name, data::text FROM noetl.credential
+		WHERE ciphertext IS NULL ORDER BY tenant, name LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+	if err != nil {
+		return 0, fmt.Errorf("seal credentials: %w", err)
+	}
+	type row struct {
+		tenant, name string
+		data         []byte
+	}
+	var batch []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.tenant, &r.name, &r.data); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("seal credentials: %w", err)
+		}
+		batch = append(batch, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("seal credentials: %w", err)
+	}
+	for _, r := range batch {
+		sealed, err := s.Sealer.Seal(r.tenant, r.name, r.data)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE noetl.credential SET ciphertext = $3, data = NULL WHERE tenant = $1 AND name = $2`, r.tenant, r.name, sealed); err != nil {
+			return 0, fmt.Errorf("seal credentials: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("seal credentials: %w", err)
+	}
+	return len(batch), nil
+}
