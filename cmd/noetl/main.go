@@ -89,7 +89,7 @@ func devCmd() *cobra.Command {
 			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Log: log})
+			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), EncryptionKey: os.Getenv("NOETL_ENCRYPTION_KEY"), HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Log: log})
 			if err != nil {
 				return err
 			}

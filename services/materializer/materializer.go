@@ -12,6 +12,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
@@ -97,7 +98,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	srv := app.NewServer("materializer", log, nil, adminLis)
 	srv.AddCheck("postgres", pgxext.Check(db))
 	srv.AddCheck("nats", natsx.Check(nc))
-	m := &loop{cfg: cfg, log: log, js: js, w: &writer.Writer{DB: db}, m: newMetrics(srv.Registry)}
+	m := &loop{cfg: cfg, log: log, nc: nc, js: js, w: &writer.Writer{DB: db}, m: newMetrics(srv.Registry)}
 	log.Info("materializer consuming", slog.String("admin", srv.AdminAddr()))
 	return srv.Run(ctx, 10*time.Second, m.run)
 }
@@ -105,6 +106,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 type loop struct {
 	cfg Config
 	log *slog.Logger
+	nc  *nats.Conn
 	js  jetstream.JetStream
 	w   *writer.Writer
 	m   *metrics
@@ -210,6 +212,11 @@ func (l *loop) process(ctx context.Context, msgs []jetstream.Msg) {
 			_ = m.NakWithDelay(250 * time.Millisecond)
 		}
 		return
+	}
+	// Committed cancellations stop running commands (best effort: a worker that misses it
+	// finishes the command, and its events are dropped after the terminal event).
+	for _, id := range res.Cancelled {
+		_ = l.nc.Publish(natsx.CancelSubject(id), nil)
 	}
 	for _, m := range keep {
 		_ = m.Ack()

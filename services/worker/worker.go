@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -116,6 +117,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	w := &Worker{
 		cfg:      cfg,
 		log:      log,
+		nc:       nc,
 		js:       js,
 		renderer: playbook.NewRenderer(),
 		tools:    tools.Registry{"noop": tools.Noop{}, "python": &tools.Python{Interpreter: cfg.Python}, "postgres": pg, "http": httpTool},
@@ -132,6 +134,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 type Worker struct {
 	cfg      Config
 	log      *slog.Logger
+	nc       *nats.Conn
 	js       jetstream.JetStream
 	renderer *playbook.Renderer
 	tools    tools.Registry
@@ -207,7 +210,13 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 			}
 		}
 	}()
-	events := w.Execute(ctx, cmd)
+	// A committed cancellation of the execution stops the tool.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if sub, err := w.nc.Subscribe(natsx.CancelSubject(cmd.GetExecutionId()), func(*nats.Msg) { cancel() }); err == nil {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
+	events := w.Execute(runCtx, cmd)
 	if err := w.publish(ctx, events); err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("publish outcome failed; command will be redelivered", slog.String("execution_id", cmd.GetExecutionId()), slog.String("error", err.Error()))

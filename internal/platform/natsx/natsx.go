@@ -62,6 +62,10 @@ func CommittedWildcard(executionID string) string {
 	return "noetl.committed.*." + executionID
 }
 
+// CancelSubject is the core NATS subject on which the materializer announces that an
+// execution's cancellation is committed, so workers stop its running commands.
+func CancelSubject(executionID string) string { return "noetl.cancel." + executionID }
+
 // PoolSubjects is the filter subject of a pool's command consumer.
 func PoolSubjects(pool string) string { return "noetl.commands." + pool + ".>" }
 

@@ -41,6 +41,9 @@ type Result struct {
 	Commands []*eventv1.Command
 	// Committed counts events inserted.
 	Committed int
+	// Cancelled lists executions whose playbook.cancelled was committed (or redelivered)
+	// in this batch.
+	Cancelled []string
 }
 
 // Writer commits event batches.
@@ -115,6 +118,9 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, err
 		i := order[idx-1]
 		ev := evs[i]
 		res.Outcomes[i] = Outcome(outcome)
+		if outcome != int16(Rejected) && ev.GetType() == domain.EventPlaybookCancelled {
+			res.Cancelled = append(res.Cancelled, ev.GetExecutionId())
+		}
 		if outcome == int16(Committed) {
 			ev.Seq = seq
 			ev.CommitTime = timestamppb.New(commitTime)

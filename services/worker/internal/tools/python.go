@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -93,10 +94,17 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 	stderr := &tailBuffer{max: max}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
+	// The interpreter runs in its own process group; cancellation and timeouts kill the
+	// whole group, so children the code started go too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
 	if err := cmd.Run(); err != nil {
-		if ctx.Err() == context.DeadlineExceeded {
+		switch ctx.Err() {
+		case context.DeadlineExceeded:
 			return nil, &Error{Msg: fmt.Sprintf("python: timed out after %s", timeout), Retryable: true}
+		case context.Canceled:
+			return nil, &Error{Msg: "python: cancelled"}
 		}
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
