@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -181,11 +182,21 @@ func cases() []expectation {
 		{file: "test_end_with_action.yaml", status: completed},
 		{file: "test_large_result_extraction.yaml", status: completed, unsupported: "results by reference (resultstore offload)"},
 		{file: "test_output_select.yaml", status: completed, unsupported: "results by reference and the artifact tool"},
-		{file: "http_test.yaml", status: completed, unsupported: "http tool"},
+		{file: "http_test.yaml", workload: map[string]any{"api_url": "GATEWAY"}, status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, true, r.stepResult("verify")["verified"], "verify result: %v", r.stepResult("verify"))
+		}},
 		{file: "playbook_composition.user_profile_scorer.yaml", status: completed},
-		{file: "playbook_composition.playbook_composition.yaml", status: completed, unsupported: "playbook tool, postgres tool, loops"},
-		{file: "postgres_test.yaml", status: completed, unsupported: "postgres tool and credentials"},
-		{file: "broken_sql.yaml", status: "EXECUTION_STATUS_FAILED", unsupported: "postgres tool and credentials"},
+		{file: "playbook_composition.playbook_composition.yaml", status: completed, unsupported: "playbook tool (sub-playbooks)"},
+		{file: "postgres_test.yaml", status: completed},
+		{file: "broken_sql.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
+			failed, _ := r.exec["failedSteps"].([]any)
+			require.Equal(t, []any{"verify_pg_data"}, failed)
+			e, _ := r.exec["error"].(map[string]any)
+			msg, _ := e["message"].(string)
+			require.Contains(t, msg, "verify_pg_data")
+			require.Contains(t, msg, "syntax error")
+			require.Contains(t, msg, "42601")
+		}},
 		{file: "v10_canonical_example.yaml", registerOnly: true},
 	}
 }
@@ -200,6 +211,15 @@ func TestConformance(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(m.Stop)
 	c := rest{t: t, base: "http://" + m.HTTPAddr}
+	// Every credential the playbooks name points at the test Postgres.
+	u, err := url.Parse(pg)
+	require.NoError(t, err)
+	for _, name := range []string{"pg_local", "pg_k8s", "pg_noetl_k8s", "pg_test"} {
+		code, resp := c.do("POST", "/v1/credentials", map[string]any{"name": name, "type": "postgres", "data": map[string]any{
+			"host": u.Hostname(), "port": u.Port(), "user": u.User.Username(), "database": strings.TrimPrefix(u.Path, "/"), "sslmode": "disable",
+		}})
+		require.Equal(t, http.StatusOK, code, "credential %s: %v", name, resp)
+	}
 
 	all := cases()
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -235,7 +255,11 @@ func TestConformance(t *testing.T) {
 			if e.registerOnly {
 				return
 			}
-			r := cc.execute(path, e.workload)
+			workload := e.workload
+			if workload["api_url"] == "GATEWAY" {
+				workload = map[string]any{"api_url": c.base}
+			}
+			r := cc.execute(path, workload)
 			require.Equal(t, e.status, r.status, "execution %s: %v", r.id, r.exec["error"])
 			if e.check != nil {
 				e.check(t, r)

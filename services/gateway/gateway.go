@@ -128,10 +128,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(gen.OpenAPI)
 	})
-	top.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	health := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
-	})
+	}
+	// /health is NoETL's path, /healthz the Kubernetes habit; both only say the gateway
+	// answers (readiness with dependencies is /readyz on the admin port).
+	top.HandleFunc("/healthz", health)
+	top.HandleFunc("/health", health)
 	top.Handle("/api/", compat.New(impl, log))
 	top.Handle("/", mux)
 	limit := int64(cfg.MaxBodyBytes)
