@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
@@ -154,6 +155,20 @@ type expectation struct {
 	check        func(t *testing.T, r run)
 }
 
+// pgURL is the test Postgres every credential points at; checks read it.
+var pgURL string
+
+// count runs a counting query against the test Postgres.
+func count(t *testing.T, q string, args ...any) int {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), pgURL)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	var n int
+	require.NoError(t, conn.QueryRow(context.Background(), q, args...).Scan(&n))
+	return n
+}
+
 func cases() []expectation {
 	completed := "EXECUTION_STATUS_COMPLETED"
 	return []expectation{
@@ -186,7 +201,10 @@ func cases() []expectation {
 			require.Equal(t, true, r.stepResult("verify")["verified"], "verify result: %v", r.stepResult("verify"))
 		}},
 		{file: "playbook_composition.user_profile_scorer.yaml", status: completed},
-		{file: "playbook_composition.playbook_composition.yaml", status: completed, unsupported: "playbook tool (sub-playbooks)"},
+		{file: "playbook_composition.playbook_composition.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, 4, count(t, `SELECT count(*) FROM noetl.execution WHERE parent_execution_id = $1 AND status = 2`, r.id), "one completed child per user")
+			require.Equal(t, 4, count(t, `SELECT count(*) FROM public.user_profile_results WHERE execution_id = $1 AND profile_score > 0`, r.id), "scores upserted")
+		}},
 		{file: "postgres_test.yaml", status: completed},
 		{file: "broken_sql.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
 			failed, _ := r.exec["failedSteps"].([]any)
@@ -204,6 +222,7 @@ func cases() []expectation {
 func TestConformance(t *testing.T) {
 	dir := playbookDir(t)
 	pg := testkit.StartPostgres(t)
+	pgURL = pg
 	natsURL := testkit.StartNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -120,7 +120,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		nc:       nc,
 		js:       js,
 		renderer: playbook.NewRenderer(),
-		tools:    tools.Registry{"noop": tools.Noop{}, "python": &tools.Python{Interpreter: cfg.Python}, "postgres": pg, "http": httpTool},
+		tools: tools.Registry{
+			"noop":     tools.Noop{},
+			"python":   &tools.Python{Interpreter: cfg.Python},
+			"postgres": pg,
+			"http":     httpTool,
+			"playbook": &tools.Playbook{Orchestrator: orchv1.NewOrchestratorServiceClient(conn)},
+		},
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_worker_commands_total", Help: "Commands run, by pool, tool and outcome."},
 			[]string{"pool", "tool", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "noetl_worker_tool_seconds", Help: "Tool run time.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}, []string{"tool"}),
@@ -499,6 +505,7 @@ func (w *Worker) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.
 	}
 	// Tools resolve credentials for the command's tenant only.
 	ctx = context.WithValue(ctx, tenantKey{}, cmd.GetTenant())
+	ctx = tools.WithChild(ctx, tools.ChildRef{Tenant: cmd.GetTenant(), ExecutionID: cmd.GetExecutionId(), Label: tc.GetLabel()})
 	return w.tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep()})
 }
 

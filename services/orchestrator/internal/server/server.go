@@ -283,6 +283,10 @@ func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionReq
 	out := &orchv1.WaitExecutionResponse{Seq: resp.GetState().GetSeq(), Terminal: domain.IsTerminalStatus(resp.GetState().GetStatus())}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if out.Terminal {
+		out.State = resp.GetState()
+		return out, nil
+	}
 	for !out.Terminal {
 		m, err := sub.NextMsgWithContext(wctx)
 		if err != nil {
@@ -294,5 +298,10 @@ func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionReq
 			out.Terminal = n.GetTerminal()
 		}
 	}
+	final, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenantOf(req.GetTenant()), MinSeq: out.Seq})
+	if err != nil {
+		return nil, err
+	}
+	out.State = final.GetState()
 	return out, nil
 }
