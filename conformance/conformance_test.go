@@ -195,8 +195,27 @@ func cases() []expectation {
 		{file: "control_flow_workbook.control_flow_workbook.yaml", status: completed},
 		{file: "test_start_with_action.yaml", status: completed},
 		{file: "test_end_with_action.yaml", status: completed},
-		{file: "test_large_result_extraction.yaml", status: completed, unsupported: "results by reference (resultstore offload)"},
-		{file: "test_output_select.yaml", status: completed, unsupported: "results by reference and the artifact tool"},
+		{file: "test_large_result_extraction.yaml", status: completed, check: func(t *testing.T, r run) {
+			start := r.step("start")
+			require.NotNil(t, start["resultRef"], "the large result travels by reference")
+			require.Nil(t, start["result"], "no inline copy of the large result")
+			require.Equal(t, true, r.stepResult("check_extraction")["test_passed"], "%v", r.stepResult("check_extraction"))
+			for _, ev := range r.events {
+				if ev["type"] == "call.done" && ev["step"] == "start" {
+					require.NotNil(t, ev["resultRef"])
+					require.Nil(t, ev["result"])
+				}
+			}
+		}},
+		{file: "test_output_select.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.NotNil(t, r.step("start")["resultRef"], "the large result travels by reference")
+			v := r.stepResult("verify_extracted_fields")
+			require.Equal(t, true, v["was_externalized"], "{{ start._ref is defined }}: %v", v)
+			require.EqualValues(t, 1000, v["count_received"], "%v", v)
+			// The artifact step loaded the whole payload: every item was seen.
+			require.EqualValues(t, 1000, r.stepResult("process_full_data")["total_items"], "%v", r.stepResult("process_full_data"))
+			require.Equal(t, "PASSED", r.stepResult("summary")["test_result"])
+		}},
 		{file: "http_test.yaml", workload: map[string]any{"api_url": "GATEWAY"}, status: completed, check: func(t *testing.T, r run) {
 			require.Equal(t, true, r.stepResult("verify")["verified"], "verify result: %v", r.stepResult("verify"))
 		}},

@@ -109,6 +109,15 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 			i := ev.GetIteration().GetIndex()
 			if ev.GetIteration().GetEpoch() == s.Epoch && i >= 0 && int(i) < len(s.Loop.ResultsJson) {
 				s.Loop.ResultsJson[i] = ev.GetResultJson()
+				if r := ev.GetResultRef(); r != nil {
+					// A large iteration result stays by reference: the step's list holds the
+					// reference's view, never the payload.
+					b, err := json.Marshal(StepResult{Ref: RefViewOf(r)}.Value())
+					if err != nil {
+						return err
+					}
+					s.Loop.ResultsJson[i] = b
+				}
 				if len(ev.GetPayloadJson()) > 0 {
 					var p CallPayload
 					if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {

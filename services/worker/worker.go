@@ -24,6 +24,7 @@ import (
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/config"
@@ -46,6 +47,10 @@ type Config struct {
 	OrchestratorAddr string
 	// AllowPrivateHTTP lets the http tool reach loopback and private addresses (dev, tests).
 	AllowPrivateHTTP bool
+	// ResultstoreAddr is where results over the inline budget are stored.
+	ResultstoreAddr string
+	// InlineMaxBytes is the inline result budget; larger results travel by reference.
+	InlineMaxBytes int
 
 	// AdminListener, when set, is used instead of AdminAddr.
 	AdminListener net.Listener `json:"-"`
@@ -61,6 +66,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.Python, "python", "NOETL_PYTHON", "python3", "python interpreter for kind: python")
 	fs.String(&c.ID, "id", "NOETL_WORKER_ID", "", "worker id reported in events (default: host name)")
 	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address (credential resolution)")
+	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
+	fs.Int(&c.InlineMaxBytes, "inline-max", "NOETL_INLINE_RESULT_MAX_BYTES", 64<<10, "largest result carried inline in events; larger ones go to the resultstore")
 	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "let the http tool reach loopback and private addresses")
 }
 
@@ -110,6 +117,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		return resp.GetType(), data, nil
 	}
+	if cfg.InlineMaxBytes <= 0 {
+		cfg.InlineMaxBytes = 64 << 10
+	}
+	rconn, err := grpcx.Dial(cfg.ResultstoreAddr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rconn.Close() }()
 	pg := &tools.Postgres{Resolve: resolve}
 	defer pg.Close()
 	httpTool := &tools.HTTP{AllowPrivate: cfg.AllowPrivateHTTP, Resolve: resolve}
@@ -119,6 +134,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log:      log,
 		nc:       nc,
 		js:       js,
+		results:  rsv1.NewResultStoreServiceClient(rconn),
 		renderer: playbook.NewRenderer(),
 		tools: tools.Registry{
 			"noop":     tools.Noop{},
@@ -131,6 +147,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			[]string{"pool", "tool", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "noetl_worker_tool_seconds", Help: "Tool run time.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}, []string{"tool"}),
 	}
+	w.tools["artifact"] = artifactTool{w}
 	srv.Registry.MustRegister(w.runs, w.duration)
 	log.Info("worker consuming", slog.String("admin", srv.AdminAddr()))
 	return srv.Run(ctx, 30*time.Second, w.consume)
@@ -142,6 +159,7 @@ type Worker struct {
 	log      *slog.Logger
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	results  rsv1.ResultStoreServiceClient
 	renderer *playbook.Renderer
 	tools    tools.Registry
 	runs     *prometheus.CounterVec
@@ -306,16 +324,17 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		info := &eventv1.ErrorInfo{Code: "tool_error", Message: "result is not JSON-encodable: " + merr.Error()}
 		return fail(info)
 	}
-	if len(b) > inlineMax {
-		info := &eventv1.ErrorInfo{Code: "result_too_large", Message: fmt.Sprintf("step %s: result of %d bytes exceeds the inline budget of %d bytes", cmd.GetStep(), len(b), inlineMax)}
-		return fail(info)
+	if len(b) > w.cfg.InlineMaxBytes {
+		ref, err := w.offload(ctx, cmd, out.result, b)
+		if err != nil {
+			return fail(&eventv1.ErrorInfo{Code: "result_store_error", Message: fmt.Sprintf("step %s: store result of %d bytes: %v", cmd.GetStep(), len(b), err), Retryable: true})
+		}
+		done.ResultRef = ref
+		return []*eventv1.Event{started, done, mk(domain.EventCommandCompleted)}
 	}
 	done.ResultJson = b
 	return []*eventv1.Event{started, done, mk(domain.EventCommandCompleted)}
 }
-
-// inlineMax is the largest result carried inline in call.done.
-const inlineMax = 64 << 10
 
 type renderError struct{ err error }
 
@@ -343,6 +362,9 @@ func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error
 	}
 	if scope.Ctx == nil {
 		scope.Ctx = map[string]any{}
+	}
+	if err := w.resolveRefs(ctx, cmd, &scope); err != nil {
+		return nil, err
 	}
 	vars := scope.Vars()
 	vars["command_id"] = cmd.GetCommandId()
@@ -627,4 +649,37 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// artifactTool loads a stored result (kind artifact, action get) for a step that needs the
+// whole payload of an earlier step's result held by reference.
+type artifactTool struct{ w *Worker }
+
+// Run implements tools.Tool.
+func (a artifactTool) Run(ctx context.Context, c *tools.Call) (any, error) {
+	action, _ := c.Config["action"].(string)
+	if action != "" && action != "get" {
+		return nil, &tools.Error{Msg: fmt.Sprintf("artifact: action %q is not supported (get)", action)}
+	}
+	ref := ""
+	for _, src := range []map[string]any{c.Input, c.Config} {
+		for _, k := range []string{"result_ref", "ref", "uri"} {
+			if v, ok := src[k].(string); ok && v != "" && ref == "" {
+				ref = v
+			}
+		}
+	}
+	if ref == "" {
+		return nil, &tools.Error{Msg: "artifact: input.result_ref is required (for example {{ step._ref }})"}
+	}
+	tenant, _ := ctx.Value(tenantKey{}).(string)
+	body, err := a.w.fetch(ctx, tenant, ref)
+	if err != nil {
+		return nil, &tools.Error{Msg: fmt.Sprintf("artifact: load %s: %s", ref, status.Convert(err).Message()), Retryable: status.Code(err) == codes.Unavailable}
+	}
+	var v any
+	if err := domain.DecodeJSON(body, &v); err != nil {
+		return nil, &tools.Error{Msg: fmt.Sprintf("artifact: %s is not JSON: %v", ref, err)}
+	}
+	return v, nil
 }

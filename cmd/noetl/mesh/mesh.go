@@ -165,7 +165,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	run("worker", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, AllowPrivateHTTP: true, AdminListener: lis[7]}, log)
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, AdminListener: lis[7]}, log)
 	})
 	run("gateway", func(ctx context.Context) error {
 		return gateway.Run(ctx, gateway.Config{OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)

@@ -600,7 +600,18 @@ func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration,
 	if err != nil {
 		return nil, err
 	}
+	var selectFields []string
+	if out, ok := ps.Extra["output"].(map[string]any); ok {
+		if sel, ok := out["output_select"].([]any); ok {
+			for _, f := range sel {
+				if fs, ok := f.(string); ok {
+					selectFields = append(selectFields, fs)
+				}
+			}
+		}
+	}
 	return &eventv1.Command{
+		OutputSelect:      selectFields,
 		CommandId:         id,
 		ExecutionId:       d.st.GetExecutionId(),
 		Tenant:            d.st.GetTenant(),

@@ -674,8 +674,11 @@ type Command struct {
 	PlaybookPath string `protobuf:"bytes,13,opt,name=playbook_path,json=playbookPath,proto3" json:"playbook_path,omitempty"`
 	// Parent execution when this execution is a sub-playbook.
 	ParentExecutionId string `protobuf:"bytes,14,opt,name=parent_execution_id,json=parentExecutionId,proto3" json:"parent_execution_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Top-level result fields to keep in the extracted summary when the result is stored by
+	// reference (the step's output.output_select).
+	OutputSelect  []string `protobuf:"bytes,15,rep,name=output_select,json=outputSelect,proto3" json:"output_select,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Command) Reset() {
@@ -804,6 +807,13 @@ func (x *Command) GetParentExecutionId() string {
 		return x.ParentExecutionId
 	}
 	return ""
+}
+
+func (x *Command) GetOutputSelect() []string {
+	if x != nil {
+		return x.OutputSelect
+	}
+	return nil
 }
 
 // CommitNotice tells the orchestrator that an execution's log grew.
@@ -942,7 +952,7 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x1f\n" +
 	"\vconfig_json\x18\x03 \x01(\fR\n" +
-	"configJson\"\x85\x04\n" +
+	"configJson\"\xaa\x04\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12!\n" +
@@ -960,7 +970,8 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\bdeadline\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12&\n" +
 	"\x0fissued_event_id\x18\f \x01(\tR\rissuedEventId\x12#\n" +
 	"\rplaybook_path\x18\r \x01(\tR\fplaybookPath\x12.\n" +
-	"\x13parent_execution_id\x18\x0e \x01(\tR\x11parentExecutionId\"\x9e\x01\n" +
+	"\x13parent_execution_id\x18\x0e \x01(\tR\x11parentExecutionId\x12#\n" +
+	"\routput_select\x18\x0f \x03(\tR\foutputSelect\"\x9e\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
