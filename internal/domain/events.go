@@ -1,6 +1,9 @@
 package domain
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Event types. Dotted names, as in DESIGN.md §5a.
 const (
@@ -36,7 +39,7 @@ func IsTerminal(eventType string) bool {
 // its own output.
 func IsDecisionOutput(eventType string) bool {
 	switch eventType {
-	case EventStepEnter, EventCommandIssued, EventStepExit, EventStepSkipped, EventCtxUpdated:
+	case EventStepEnter, EventCommandIssued, EventStepExit, EventStepSkipped, EventCtxUpdated, EventTimerScheduled:
 		return true
 	}
 	return false
@@ -82,4 +85,25 @@ type TerminalPayload struct {
 // ("ctx", "iter").
 type CallPayload struct {
 	Set map[string]map[string]any `json:"set,omitempty"`
+}
+
+// FailedPayload is the payload of command.failed.
+type FailedPayload struct {
+	// Retry, when set, asks for the command to run again after a durable timer.
+	Retry *RetryRequest `json:"retry,omitempty"`
+}
+
+// RetryRequest is a policy's request to retry a command later.
+type RetryRequest struct {
+	// Attempts is the policy's maximum number of attempts.
+	Attempts int32 `json:"attempts"`
+	// DelaySeconds is the wait before the next attempt.
+	DelaySeconds float64 `json:"delay_seconds"`
+}
+
+// TimerPayload is the payload of timer.scheduled and timer.fired.
+type TimerPayload struct {
+	TimerID string    `json:"timer_id"`
+	DueAt   time.Time `json:"due_at"`
+	Attempt int32     `json:"attempt,omitempty"`
 }

@@ -71,6 +71,7 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.Routed = false
 		s.Error = nil
 		s.Loop = nil
+		s.Retry = nil
 		if p.Loop != nil {
 			s.Loop = &sbv1.LoopState{Iterator: p.Loop.Iterator, ItemsJson: make([][]byte, len(p.Loop.Items)), ResultsJson: make([][]byte, len(p.Loop.Items))}
 			for i, it := range p.Loop.Items {
@@ -93,8 +94,22 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.Status = eventv1.StepStatus_STEP_STATUS_SKIPPED
 		s.DoneEventId = ev.GetEventId()
 		s.Routed = true
+	case EventTimerScheduled, EventTimerFired:
+		s := step()
+		var p TimerPayload
+		if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+			return fmt.Errorf("%s payload: %w", ev.GetType(), err)
+		}
+		if s.Retry == nil {
+			return nil
+		}
+		s.Retry.TimerId = p.TimerID
+		if ev.GetType() == EventTimerFired {
+			s.Retry.Fired = true
+		}
 	case EventCommandIssued:
 		s := step()
+		s.Retry = nil
 		if s.Loop != nil {
 			if ev.GetIteration().GetEpoch() == s.Epoch {
 				s.Loop.Issued++
@@ -177,6 +192,17 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 			}
 		} else if ev.GetCommandId() != s.CommandId || s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
 			return nil
+		} else if ev.GetType() == EventCommandFailed && len(ev.GetPayloadJson()) > 0 {
+			var p FailedPayload
+			if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+				return fmt.Errorf("command.failed payload: %w", err)
+			}
+			if p.Retry != nil && ev.GetAttempt() < p.Retry.Attempts {
+				// The step stays running: a durable timer will run the next attempt.
+				s.Retry = &sbv1.RetryState{NextAttempt: ev.GetAttempt() + 1, DelaySeconds: p.Retry.DelaySeconds, FailedTime: ev.GetCommitTime(), FailedEventId: ev.GetEventId()}
+				s.Error = ev.GetError()
+				return nil
+			}
 		}
 		st.Running--
 		s.DoneEventId = ev.GetEventId()

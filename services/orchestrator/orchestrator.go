@@ -125,5 +125,5 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		cfg.Ready(srv.GRPCAddr())
 	}
 	log.Info("orchestrator serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 10*time.Second, eng.Run)
+	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers)
 }

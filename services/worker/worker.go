@@ -308,6 +308,17 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		if errors.As(err, &re) {
 			info.Code = "template_error"
 		}
+		var rr *retryRequest
+		if errors.As(err, &rr) {
+			info.Code = "retry"
+			info.Retryable = true
+			callErr := mk(domain.EventCallError)
+			callErr.Error = info
+			failed := mk(domain.EventCommandFailed)
+			failed.Error = info
+			failed.PayloadJson, _ = json.Marshal(domain.FailedPayload{Retry: &domain.RetryRequest{Attempts: rr.attempts, DelaySeconds: rr.delay.Seconds()}})
+			return []*eventv1.Event{started, callErr, failed}
+		}
 		return fail(info)
 	}
 	w.runs.WithLabelValues(w.cfg.Pool, kind, "ok").Inc()
@@ -334,6 +345,20 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 	}
 	done.ResultJson = b
 	return []*eventv1.Event{started, done, mk(domain.EventCommandCompleted)}
+}
+
+// retryRequest ends a command asking the orchestrator to run it again after delay.
+type retryRequest struct {
+	attempts int32
+	delay    time.Duration
+	cause    error
+}
+
+func (r *retryRequest) Error() string {
+	if r.cause != nil {
+		return fmt.Sprintf("retry in %s: %v", r.delay, r.cause)
+	}
+	return fmt.Sprintf("retry in %s", r.delay)
 }
 
 type renderError struct{ err error }
@@ -424,7 +449,14 @@ func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error
 			if max <= 0 {
 				max = 3
 			}
-			if attempts[i] < max {
+			// A delayed retry of a whole single-tool command waits on a durable timer in
+			// the orchestrator (it survives restarts and frees this slot); retries inside
+			// pipelines and loop iterations wait here.
+			if delay := backoff(action, int(cmd.GetAttempt())); delay > 0 && len(calls) == 1 && cmd.GetIteration().GetIndex() < 0 {
+				if int(cmd.GetAttempt()) < max {
+					return nil, &retryRequest{attempts: int32(max), delay: delay, cause: runErr}
+				}
+			} else if attempts[i] < max {
 				if err := sleepCtx(ctx, backoff(action, attempts[i])); err != nil {
 					return nil, err
 				}

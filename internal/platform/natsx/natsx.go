@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -121,11 +122,34 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		},
 	}
 	for _, sc := range streams {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := ensureStream(ctx, js, sc); err != nil {
 			return fmt.Errorf("declare stream %s: %w", sc.Name, err)
 		}
 	}
 	return nil
+}
+
+// ensureStream creates a stream, or updates it only when its configuration differs:
+// services start together, and needless updates racing consumer creation are avoided.
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	s, err := js.Stream(ctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, sc)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil // another service created it meanwhile
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	cur := s.CachedInfo().Config
+	if slices.Equal(cur.Subjects, sc.Subjects) && cur.Retention == sc.Retention && cur.MaxAge == sc.MaxAge &&
+		cur.Duplicates == sc.Duplicates && cur.Replicas == sc.Replicas && cur.MaxMsgSize == sc.MaxMsgSize {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, sc)
+	return err
 }
 
 // Connect dials NATS with reconnects enabled and returns the connection and a JetStream

@@ -73,16 +73,24 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, err
 	sort.SliceStable(order, func(a, b int) bool { return evs[order[a]].GetExecutionId() < evs[order[b]].GetExecutionId() })
 	n := len(evs)
 	execs, ids, tenants, types, steps, cmds := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	paths, parents := make([]string, n), make([]string, n)
+	paths, parents, timers := make([]string, n), make([]string, n), make([]string, n)
+	dues := make([]*time.Time, n)
 	versions := make([]int64, n)
 	bodies := make([][]byte, n)
 	for k, i := range order {
 		ev := evs[i]
 		execs[k], ids[k], tenants[k], types[k], steps[k], cmds[k] = ev.GetExecutionId(), ev.GetEventId(), ev.GetTenant(), ev.GetType(), ev.GetStep(), ev.GetCommandId()
 		parents[k] = ev.GetParentExecutionId()
-		if ev.GetType() == domain.EventPlaybookStarted {
+		switch ev.GetType() {
+		case domain.EventPlaybookStarted:
 			if p, err := startedOf(ev); err == nil {
 				paths[k], versions[k] = p.Path, p.Version
+			}
+		case domain.EventTimerScheduled, domain.EventTimerFired:
+			var p domain.TimerPayload
+			if err := json.Unmarshal(ev.GetPayloadJson(), &p); err == nil {
+				due := p.DueAt
+				timers[k], dues[k] = p.TimerID, &due
 			}
 		}
 		// seq and commit time live in columns; the stored body is the event as published.
@@ -93,8 +101,8 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, err
 		}
 		bodies[k] = b
 	}
-	rows, err := w.DB.Query(ctx, `SELECT o_idx, o_seq, o_outcome, o_exec_seq, o_exec_status FROM noetl.append_events($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)`,
-		execs, ids, tenants, types, steps, cmds, bodies, paths, versions, parents, commitTime)
+	rows, err := w.DB.Query(ctx, `SELECT o_idx, o_seq, o_outcome, o_exec_seq, o_exec_status FROM noetl.append_events($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`,
+		execs, ids, tenants, types, steps, cmds, bodies, paths, versions, parents, commitTime, timers, dues)
 	if err != nil {
 		return nil, fmt.Errorf("append events: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
@@ -167,7 +168,51 @@ func (d *decider) run() error {
 	if err := d.advanceLoops(); err != nil {
 		return err
 	}
+	if err := d.advanceRetries(); err != nil {
+		return err
+	}
 	return d.finish()
+}
+
+// advanceRetries schedules the durable timer of each pending retry and, once the timer
+// fired, issues the next attempt. The due time comes from the failure's commit time, not
+// from a clock.
+func (d *decider) advanceRetries() error {
+	var names []string
+	for name, s := range d.st.GetSteps() {
+		if s.GetRetry() != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_RUNNING {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		s := d.st.GetSteps()[name]
+		r := s.GetRetry()
+		ps := d.c.Playbook.Step(name)
+		if ps == nil {
+			continue
+		}
+		if r.GetTimerId() == "" {
+			due := r.GetFailedTime().AsTime().Add(time.Duration(r.GetDelaySeconds() * float64(time.Second)))
+			timerID := "t" + domain.EventID(r.GetFailedEventId(), "timer")[1:]
+			payload, _ := json.Marshal(domain.TimerPayload{TimerID: timerID, DueAt: due, Attempt: r.GetNextAttempt()})
+			d.emit(&eventv1.Event{EventId: domain.EventID(r.GetFailedEventId(), domain.EventTimerScheduled), Type: domain.EventTimerScheduled, Step: name, Attempt: r.GetNextAttempt(), CauseEventId: r.GetFailedEventId(), PayloadJson: payload})
+			continue
+		}
+		if !r.GetFired() {
+			continue
+		}
+		iter := &eventv1.Iteration{Epoch: s.GetEpoch(), Index: -1}
+		cmdID := domain.CommandID(d.st.GetExecutionId(), name, s.GetEpoch(), -1, r.GetNextAttempt())
+		cmd, err := d.command(ps, cmdID, iter, r.GetNextAttempt(), nil)
+		if err != nil {
+			return err
+		}
+		issuedID := domain.EventID(cmdID, domain.EventCommandIssued)
+		cmd.IssuedEventId = issuedID
+		d.emit(&eventv1.Event{EventId: issuedID, Type: domain.EventCommandIssued, Step: name, CommandId: cmdID, Attempt: r.GetNextAttempt(), CauseEventId: r.GetFailedEventId(), Iteration: iter, Command: cmd})
+	}
+	return nil
 }
 
 // advanceLoops issues the next iterations of running loop steps, keeping at most

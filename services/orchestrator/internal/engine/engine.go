@@ -6,6 +6,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"hash/fnv"
 	"log/slog"
@@ -46,6 +47,10 @@ type Engine struct {
 
 	decisions *prometheus.CounterVec
 	latency   prometheus.Histogram
+	fired     prometheus.Counter
+
+	// wake tells the timer loop the due time of a timer this replica scheduled.
+	wake chan time.Time
 }
 
 // New builds an engine.
@@ -60,7 +65,9 @@ func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateS
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_decisions_total", Help: "Decisions taken, by outcome."}, []string{"outcome"}),
 		latency:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "noetl_orchestrator_decision_seconds", Help: "Time from notice to published decision.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 	}
-	reg.MustRegister(e.decisions, e.latency)
+	e.fired = prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_orchestrator_timers_fired_total", Help: "Durable timers fired."})
+	e.wake = make(chan time.Time, 64)
+	reg.MustRegister(e.decisions, e.latency, e.fired)
 	return e
 }
 
@@ -199,6 +206,18 @@ func (e *Engine) Drive(ctx context.Context, executionID string, minSeq int64) (i
 	if err := Publish(ctx, e.js, e.cfg.Partitions, events); err != nil {
 		return 0, err
 	}
+	for _, ev := range events {
+		if ev.GetType() != domain.EventTimerScheduled {
+			continue
+		}
+		var p domain.TimerPayload
+		if json.Unmarshal(ev.GetPayloadJson(), &p) == nil {
+			select {
+			case e.wake <- p.DueAt:
+			default: // the loop re-checks within a second anyway
+			}
+		}
+	}
 	e.decisions.WithLabelValues("publish").Inc()
 	return st.GetSeq(), nil
 }
@@ -214,4 +233,60 @@ func Publish(ctx context.Context, js jetstream.JetStream, partitions int, events
 		msgs = append(msgs, natsx.Message{Subject: natsx.EventSubject(ev.GetExecutionId(), partitions), MsgID: ev.GetEventId(), Data: b})
 	}
 	return natsx.PublishAll(ctx, js, msgs)
+}
+
+// RunTimers fires durable timers: it asks the statebuilder for due timers, publishes a
+// timer.fired event for each (ids are deterministic, so replicas firing the same timer
+// produce one event), then sleeps until the next due time. It re-checks at least every
+// second, since timers may be scheduled by other replicas or before a restart.
+func (e *Engine) RunTimers(ctx context.Context) error {
+	const limit = 500
+	for {
+		wait := time.Second
+		resp, err := e.state.ListDueTimers(ctx, &sbv1.ListDueTimersRequest{Limit: limit})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			e.log.Warn("list due timers", slog.String("error", err.Error()))
+		} else {
+			for _, t := range resp.GetTimers() {
+				payload, _ := json.Marshal(domain.TimerPayload{TimerID: t.GetTimerId(), DueAt: t.GetDueTime().AsTime()})
+				ev := &eventv1.Event{
+					EventId: domain.EventID(t.GetTimerId(), domain.EventTimerFired), ExecutionId: t.GetExecutionId(), Tenant: t.GetTenant(),
+					Type: domain.EventTimerFired, Step: t.GetStep(), PayloadJson: payload, Producer: "orchestrator",
+				}
+				if err := Publish(ctx, e.js, e.cfg.Partitions, []*eventv1.Event{ev}); err != nil {
+					e.log.Warn("fire timer", slog.String("execution_id", t.GetExecutionId()), slog.String("error", err.Error()))
+					continue
+				}
+				e.fired.Inc()
+			}
+			if len(resp.GetTimers()) == limit {
+				wait = 0
+			} else if next := resp.GetNextDueTime(); next != nil {
+				wait = min(wait, max(time.Until(next.AsTime()), time.Millisecond))
+			}
+		}
+		if wait == 0 {
+			continue
+		}
+		deadline := time.Now().Add(wait)
+		t := time.NewTimer(wait)
+	sleep:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case due := <-e.wake:
+				if due.Before(deadline) {
+					deadline = due
+					t.Reset(max(time.Until(due), time.Millisecond))
+				}
+			case <-t.C:
+				break sleep
+			}
+		}
+	}
 }

@@ -222,9 +222,10 @@ func (s *Store) ListExecutions(ctx context.Context, req *sbv1.ListExecutionsRequ
 	rows, err := s.db.Query(ctx, `SELECT execution_id, tenant, playbook_path, playbook_version, status, last_seq, started_at, ended_at, parent_execution_id
 		FROM noetl.execution
 		WHERE ($1 = '' OR tenant = $1) AND ($2 = 0 OR status = $2) AND ($3 = '' OR playbook_path = $3)
+		  AND ($7 = '' OR parent_execution_id = $7)
 		  AND (started_at, execution_id) < ($4, $5)
 		ORDER BY started_at DESC, execution_id DESC LIMIT $6`,
-		req.GetTenant(), int16(req.GetStatus()), req.GetPlaybookPath(), afterTime, afterIDOrMax(afterID), n)
+		req.GetTenant(), int16(req.GetStatus()), req.GetPlaybookPath(), afterTime, afterIDOrMax(afterID), n, req.GetParentExecutionId())
 	if err != nil {
 		return nil, err
 	}
@@ -279,4 +280,40 @@ func scanEvent(rows pgx.Rows) (*eventv1.Event, error) {
 	ev.Seq = seq
 	ev.CommitTime = timestamppb.New(committed)
 	return ev, nil
+}
+
+// ListDueTimers returns unfired timers due now (by the database clock) and the due time of
+// the next one.
+func (s *Store) ListDueTimers(ctx context.Context, req *sbv1.ListDueTimersRequest) (*sbv1.ListDueTimersResponse, error) {
+	n := int(req.GetLimit())
+	if n <= 0 || n > 5000 {
+		n = 500
+	}
+	rows, err := s.db.Query(ctx, `SELECT execution_id, tenant, timer_id, step, due_at FROM noetl.timer
+		WHERE NOT fired AND due_at <= now() ORDER BY due_at LIMIT $1`, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	resp := &sbv1.ListDueTimersResponse{}
+	for rows.Next() {
+		var t sbv1.Timer
+		var due time.Time
+		if err := rows.Scan(&t.ExecutionId, &t.Tenant, &t.TimerId, &t.Step, &due); err != nil {
+			return nil, err
+		}
+		t.DueTime = timestamppb.New(due)
+		resp.Timers = append(resp.Timers, &t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var next *time.Time
+	if err := s.db.QueryRow(ctx, `SELECT min(due_at) FROM noetl.timer WHERE NOT fired AND due_at > now()`).Scan(&next); err != nil {
+		return nil, err
+	}
+	if next != nil {
+		resp.NextDueTime = timestamppb.New(*next)
+	}
+	return resp, nil
 }

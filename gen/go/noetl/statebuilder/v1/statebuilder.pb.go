@@ -253,7 +253,9 @@ type StepState struct {
 	// Targets of the arcs that fired when the step was last routed.
 	Fired []string `protobuf:"bytes,12,rep,name=fired,proto3" json:"fired,omitempty"`
 	// Loop state of the current epoch; unset for steps without a loop.
-	Loop          *LoopState `protobuf:"bytes,13,opt,name=loop,proto3" json:"loop,omitempty"`
+	Loop *LoopState `protobuf:"bytes,13,opt,name=loop,proto3" json:"loop,omitempty"`
+	// Pending durable retry of the step's command; unset when none.
+	Retry         *RetryState `protobuf:"bytes,14,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -379,6 +381,104 @@ func (x *StepState) GetLoop() *LoopState {
 	return nil
 }
 
+func (x *StepState) GetRetry() *RetryState {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// RetryState is a retry waiting on its durable timer.
+type RetryState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempt number the retry will run.
+	NextAttempt int32 `protobuf:"varint,1,opt,name=next_attempt,json=nextAttempt,proto3" json:"next_attempt,omitempty"`
+	// Delay after the failure before the retry, in seconds.
+	DelaySeconds float64 `protobuf:"fixed64,2,opt,name=delay_seconds,json=delaySeconds,proto3" json:"delay_seconds,omitempty"`
+	// Commit time of the failure that asked for the retry (the timer's origin).
+	FailedTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=failed_time,json=failedTime,proto3" json:"failed_time,omitempty"`
+	// Id of the failure event.
+	FailedEventId string `protobuf:"bytes,4,opt,name=failed_event_id,json=failedEventId,proto3" json:"failed_event_id,omitempty"`
+	// Timer id once timer.scheduled is committed; empty before.
+	TimerId string `protobuf:"bytes,5,opt,name=timer_id,json=timerId,proto3" json:"timer_id,omitempty"`
+	// Whether timer.fired is committed.
+	Fired         bool `protobuf:"varint,6,opt,name=fired,proto3" json:"fired,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryState) Reset() {
+	*x = RetryState{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryState) ProtoMessage() {}
+
+func (x *RetryState) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryState.ProtoReflect.Descriptor instead.
+func (*RetryState) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RetryState) GetNextAttempt() int32 {
+	if x != nil {
+		return x.NextAttempt
+	}
+	return 0
+}
+
+func (x *RetryState) GetDelaySeconds() float64 {
+	if x != nil {
+		return x.DelaySeconds
+	}
+	return 0
+}
+
+func (x *RetryState) GetFailedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FailedTime
+	}
+	return nil
+}
+
+func (x *RetryState) GetFailedEventId() string {
+	if x != nil {
+		return x.FailedEventId
+	}
+	return ""
+}
+
+func (x *RetryState) GetTimerId() string {
+	if x != nil {
+		return x.TimerId
+	}
+	return ""
+}
+
+func (x *RetryState) GetFired() bool {
+	if x != nil {
+		return x.Fired
+	}
+	return false
+}
+
 // LoopState tracks the iterations of a loop step in its current epoch.
 type LoopState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -398,7 +498,7 @@ type LoopState struct {
 
 func (x *LoopState) Reset() {
 	*x = LoopState{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +510,7 @@ func (x *LoopState) String() string {
 func (*LoopState) ProtoMessage() {}
 
 func (x *LoopState) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +523,7 @@ func (x *LoopState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoopState.ProtoReflect.Descriptor instead.
 func (*LoopState) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{2}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LoopState) GetItemsJson() [][]byte {
@@ -476,7 +576,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +588,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +601,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{3}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetStateRequest) GetExecutionId() string {
@@ -536,7 +636,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +648,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +661,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{4}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetStateResponse) GetState() *ExecutionState {
@@ -588,7 +688,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +700,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +713,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{5}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListEventsRequest) GetExecutionId() string {
@@ -657,7 +757,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +769,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +782,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{6}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListEventsResponse) GetEvents() []*v1.Event {
@@ -726,7 +826,7 @@ type ExecutionSummary struct {
 
 func (x *ExecutionSummary) Reset() {
 	*x = ExecutionSummary{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +838,7 @@ func (x *ExecutionSummary) String() string {
 func (*ExecutionSummary) ProtoMessage() {}
 
 func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +851,7 @@ func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionSummary.ProtoReflect.Descriptor instead.
 func (*ExecutionSummary) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{7}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExecutionSummary) GetExecutionId() string {
@@ -829,14 +929,16 @@ type ListExecutionsRequest struct {
 	// Only executions with this status, when set.
 	Status v1.ExecutionStatus `protobuf:"varint,4,opt,name=status,proto3,enum=noetl.event.v1.ExecutionStatus" json:"status,omitempty"`
 	// Only executions of this playbook path, when set.
-	PlaybookPath  string `protobuf:"bytes,5,opt,name=playbook_path,json=playbookPath,proto3" json:"playbook_path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PlaybookPath string `protobuf:"bytes,5,opt,name=playbook_path,json=playbookPath,proto3" json:"playbook_path,omitempty"`
+	// Only children of this execution, when set.
+	ParentExecutionId string `protobuf:"bytes,6,opt,name=parent_execution_id,json=parentExecutionId,proto3" json:"parent_execution_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ListExecutionsRequest) Reset() {
 	*x = ListExecutionsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +950,7 @@ func (x *ListExecutionsRequest) String() string {
 func (*ListExecutionsRequest) ProtoMessage() {}
 
 func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +963,7 @@ func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{8}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListExecutionsRequest) GetTenant() string {
@@ -899,6 +1001,13 @@ func (x *ListExecutionsRequest) GetPlaybookPath() string {
 	return ""
 }
 
+func (x *ListExecutionsRequest) GetParentExecutionId() string {
+	if x != nil {
+		return x.ParentExecutionId
+	}
+	return ""
+}
+
 // ListExecutionsResponse carries a page of executions.
 type ListExecutionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -912,7 +1021,7 @@ type ListExecutionsResponse struct {
 
 func (x *ListExecutionsResponse) Reset() {
 	*x = ListExecutionsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1033,7 @@ func (x *ListExecutionsResponse) String() string {
 func (*ListExecutionsResponse) ProtoMessage() {}
 
 func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1046,7 @@ func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{9}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListExecutionsResponse) GetExecutions() []*ExecutionSummary {
@@ -952,6 +1061,189 @@ func (x *ListExecutionsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+// Timer is a durable timer of an execution.
+type Timer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution the timer belongs to.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Tenant that owns the execution.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Timer id (deterministic, from its cause).
+	TimerId string `protobuf:"bytes,3,opt,name=timer_id,json=timerId,proto3" json:"timer_id,omitempty"`
+	// Step the timer concerns.
+	Step string `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
+	// When the timer is due.
+	DueTime       *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=due_time,json=dueTime,proto3" json:"due_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Timer) Reset() {
+	*x = Timer{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Timer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Timer) ProtoMessage() {}
+
+func (x *Timer) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Timer.ProtoReflect.Descriptor instead.
+func (*Timer) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Timer) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *Timer) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Timer) GetTimerId() string {
+	if x != nil {
+		return x.TimerId
+	}
+	return ""
+}
+
+func (x *Timer) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *Timer) GetDueTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DueTime
+	}
+	return nil
+}
+
+// ListDueTimersRequest asks for due timers.
+type ListDueTimersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Maximum number of timers (default 500).
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDueTimersRequest) Reset() {
+	*x = ListDueTimersRequest{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDueTimersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDueTimersRequest) ProtoMessage() {}
+
+func (x *ListDueTimersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDueTimersRequest.ProtoReflect.Descriptor instead.
+func (*ListDueTimersRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListDueTimersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListDueTimersResponse carries due timers.
+type ListDueTimersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Timers due now, oldest first.
+	Timers []*Timer `protobuf:"bytes,1,rep,name=timers,proto3" json:"timers,omitempty"`
+	// Due time of the earliest timer not yet due; unset when there is none.
+	NextDueTime   *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=next_due_time,json=nextDueTime,proto3" json:"next_due_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDueTimersResponse) Reset() {
+	*x = ListDueTimersResponse{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDueTimersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDueTimersResponse) ProtoMessage() {}
+
+func (x *ListDueTimersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDueTimersResponse.ProtoReflect.Descriptor instead.
+func (*ListDueTimersResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListDueTimersResponse) GetTimers() []*Timer {
+	if x != nil {
+		return x.Timers
+	}
+	return nil
+}
+
+func (x *ListDueTimersResponse) GetNextDueTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextDueTime
+	}
+	return nil
 }
 
 var File_noetl_statebuilder_v1_statebuilder_proto protoreflect.FileDescriptor
@@ -984,7 +1276,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
-	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\xdc\x03\n" +
+	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\x95\x04\n" +
 	"\tStepState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12\x14\n" +
@@ -1002,7 +1294,17 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	" \x01(\tR\vdoneEventId\x12$\n" +
 	"\x0eenter_event_id\x18\v \x01(\tR\fenterEventId\x12\x14\n" +
 	"\x05fired\x18\f \x03(\tR\x05fired\x124\n" +
-	"\x04loop\x18\r \x01(\v2 .noetl.statebuilder.v1.LoopStateR\x04loop\"\x95\x01\n" +
+	"\x04loop\x18\r \x01(\v2 .noetl.statebuilder.v1.LoopStateR\x04loop\x127\n" +
+	"\x05retry\x18\x0e \x01(\v2!.noetl.statebuilder.v1.RetryStateR\x05retry\"\xea\x01\n" +
+	"\n" +
+	"RetryState\x12!\n" +
+	"\fnext_attempt\x18\x01 \x01(\x05R\vnextAttempt\x12#\n" +
+	"\rdelay_seconds\x18\x02 \x01(\x01R\fdelaySeconds\x12;\n" +
+	"\vfailed_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"failedTime\x12&\n" +
+	"\x0ffailed_event_id\x18\x04 \x01(\tR\rfailedEventId\x12\x19\n" +
+	"\btimer_id\x18\x05 \x01(\tR\atimerId\x12\x14\n" +
+	"\x05fired\x18\x06 \x01(\bR\x05fired\"\x95\x01\n" +
 	"\tLoopState\x12\x1d\n" +
 	"\n" +
 	"items_json\x18\x01 \x03(\fR\titemsJson\x12\x1a\n" +
@@ -1034,24 +1336,37 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12.\n" +
-	"\x13parent_execution_id\x18\t \x01(\tR\x11parentExecutionId\"\xc9\x01\n" +
+	"\x13parent_execution_id\x18\t \x01(\tR\x11parentExecutionId\"\xf9\x01\n" +
 	"\x15ListExecutionsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x127\n" +
 	"\x06status\x18\x04 \x01(\x0e2\x1f.noetl.event.v1.ExecutionStatusR\x06status\x12#\n" +
-	"\rplaybook_path\x18\x05 \x01(\tR\fplaybookPath\"\x89\x01\n" +
+	"\rplaybook_path\x18\x05 \x01(\tR\fplaybookPath\x12.\n" +
+	"\x13parent_execution_id\x18\x06 \x01(\tR\x11parentExecutionId\"\x89\x01\n" +
 	"\x16ListExecutionsResponse\x12G\n" +
 	"\n" +
 	"executions\x18\x01 \x03(\v2'.noetl.statebuilder.v1.ExecutionSummaryR\n" +
 	"executions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xbd\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa8\x01\n" +
+	"\x05Timer\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x19\n" +
+	"\btimer_id\x18\x03 \x01(\tR\atimerId\x12\x12\n" +
+	"\x04step\x18\x04 \x01(\tR\x04step\x125\n" +
+	"\bdue_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\adueTime\",\n" +
+	"\x14ListDueTimersRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\x8d\x01\n" +
+	"\x15ListDueTimersResponse\x124\n" +
+	"\x06timers\x18\x01 \x03(\v2\x1c.noetl.statebuilder.v1.TimerR\x06timers\x12>\n" +
+	"\rnext_due_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vnextDueTime2\xa9\x03\n" +
 	"\fStateService\x12[\n" +
 	"\bGetState\x12&.noetl.statebuilder.v1.GetStateRequest\x1a'.noetl.statebuilder.v1.GetStateResponse\x12a\n" +
 	"\n" +
 	"ListEvents\x12(.noetl.statebuilder.v1.ListEventsRequest\x1a).noetl.statebuilder.v1.ListEventsResponse\x12m\n" +
-	"\x0eListExecutions\x12,.noetl.statebuilder.v1.ListExecutionsRequest\x1a-.noetl.statebuilder.v1.ListExecutionsResponseB\xe8\x01\n" +
+	"\x0eListExecutions\x12,.noetl.statebuilder.v1.ListExecutionsRequest\x1a-.noetl.statebuilder.v1.ListExecutionsResponse\x12j\n" +
+	"\rListDueTimers\x12+.noetl.statebuilder.v1.ListDueTimersRequest\x1a,.noetl.statebuilder.v1.ListDueTimersResponseB\xe8\x01\n" +
 	"\x19com.noetl.statebuilder.v1B\x11StatebuilderProtoP\x01ZBgithub.com/noetl/noetl/gen/go/noetl/statebuilder/v1;statebuilderv1\xa2\x02\x03NSX\xaa\x02\x15Noetl.Statebuilder.V1\xca\x02\x15Noetl\\Statebuilder\\V1\xe2\x02!Noetl\\Statebuilder\\V1\\GPBMetadata\xea\x02\x17Noetl::Statebuilder::V1b\x06proto3"
 
 var (
@@ -1066,55 +1381,66 @@ func file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP() []byte {
 	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescData
 }
 
-var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_noetl_statebuilder_v1_statebuilder_proto_goTypes = []any{
 	(*ExecutionState)(nil),         // 0: noetl.statebuilder.v1.ExecutionState
 	(*StepState)(nil),              // 1: noetl.statebuilder.v1.StepState
-	(*LoopState)(nil),              // 2: noetl.statebuilder.v1.LoopState
-	(*GetStateRequest)(nil),        // 3: noetl.statebuilder.v1.GetStateRequest
-	(*GetStateResponse)(nil),       // 4: noetl.statebuilder.v1.GetStateResponse
-	(*ListEventsRequest)(nil),      // 5: noetl.statebuilder.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 6: noetl.statebuilder.v1.ListEventsResponse
-	(*ExecutionSummary)(nil),       // 7: noetl.statebuilder.v1.ExecutionSummary
-	(*ListExecutionsRequest)(nil),  // 8: noetl.statebuilder.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil), // 9: noetl.statebuilder.v1.ListExecutionsResponse
-	nil,                            // 10: noetl.statebuilder.v1.ExecutionState.StepsEntry
-	(v1.ExecutionStatus)(0),        // 11: noetl.event.v1.ExecutionStatus
-	(*v1.ErrorInfo)(nil),           // 12: noetl.event.v1.ErrorInfo
-	(*timestamppb.Timestamp)(nil),  // 13: google.protobuf.Timestamp
-	(v1.StepStatus)(0),             // 14: noetl.event.v1.StepStatus
-	(*v1.ResultRef)(nil),           // 15: noetl.event.v1.ResultRef
-	(*v1.Event)(nil),               // 16: noetl.event.v1.Event
+	(*RetryState)(nil),             // 2: noetl.statebuilder.v1.RetryState
+	(*LoopState)(nil),              // 3: noetl.statebuilder.v1.LoopState
+	(*GetStateRequest)(nil),        // 4: noetl.statebuilder.v1.GetStateRequest
+	(*GetStateResponse)(nil),       // 5: noetl.statebuilder.v1.GetStateResponse
+	(*ListEventsRequest)(nil),      // 6: noetl.statebuilder.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),     // 7: noetl.statebuilder.v1.ListEventsResponse
+	(*ExecutionSummary)(nil),       // 8: noetl.statebuilder.v1.ExecutionSummary
+	(*ListExecutionsRequest)(nil),  // 9: noetl.statebuilder.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil), // 10: noetl.statebuilder.v1.ListExecutionsResponse
+	(*Timer)(nil),                  // 11: noetl.statebuilder.v1.Timer
+	(*ListDueTimersRequest)(nil),   // 12: noetl.statebuilder.v1.ListDueTimersRequest
+	(*ListDueTimersResponse)(nil),  // 13: noetl.statebuilder.v1.ListDueTimersResponse
+	nil,                            // 14: noetl.statebuilder.v1.ExecutionState.StepsEntry
+	(v1.ExecutionStatus)(0),        // 15: noetl.event.v1.ExecutionStatus
+	(*v1.ErrorInfo)(nil),           // 16: noetl.event.v1.ErrorInfo
+	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
+	(v1.StepStatus)(0),             // 18: noetl.event.v1.StepStatus
+	(*v1.ResultRef)(nil),           // 19: noetl.event.v1.ResultRef
+	(*v1.Event)(nil),               // 20: noetl.event.v1.Event
 }
 var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
-	11, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
-	10, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
-	12, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
-	13, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
-	13, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
-	14, // 5: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
-	15, // 6: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
-	12, // 7: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
-	2,  // 8: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
-	0,  // 9: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	16, // 10: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	11, // 11: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	13, // 12: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	13, // 13: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	11, // 14: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	7,  // 15: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	1,  // 16: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	3,  // 17: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	5,  // 18: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	8,  // 19: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	4,  // 20: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	6,  // 21: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	9,  // 22: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	20, // [20:23] is the sub-list for method output_type
-	17, // [17:20] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	15, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
+	14, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
+	16, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
+	17, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
+	17, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
+	18, // 5: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
+	19, // 6: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
+	16, // 7: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
+	3,  // 8: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
+	2,  // 9: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
+	17, // 10: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
+	0,  // 11: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	20, // 12: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	15, // 13: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	17, // 14: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	17, // 15: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	15, // 16: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	8,  // 17: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	17, // 18: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	11, // 19: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	17, // 20: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	1,  // 21: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	4,  // 22: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	6,  // 23: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	9,  // 24: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	12, // 25: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	5,  // 26: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	7,  // 27: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	10, // 28: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	13, // 29: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	26, // [26:30] is the sub-list for method output_type
+	22, // [22:26] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
@@ -1128,7 +1454,7 @@ func file_noetl_statebuilder_v1_statebuilder_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc), len(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	StateService_GetState_FullMethodName       = "/noetl.statebuilder.v1.StateService/GetState"
 	StateService_ListEvents_FullMethodName     = "/noetl.statebuilder.v1.StateService/ListEvents"
 	StateService_ListExecutions_FullMethodName = "/noetl.statebuilder.v1.StateService/ListExecutions"
+	StateService_ListDueTimers_FullMethodName  = "/noetl.statebuilder.v1.StateService/ListDueTimers"
 )
 
 // StateServiceClient is the client API for StateService service.
@@ -40,6 +41,8 @@ type StateServiceClient interface {
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
 	// ListExecutions returns a page of executions, newest first.
 	ListExecutions(ctx context.Context, in *ListExecutionsRequest, opts ...grpc.CallOption) (*ListExecutionsResponse, error)
+	// ListDueTimers returns timers that are due and not fired, and when the next one is due.
+	ListDueTimers(ctx context.Context, in *ListDueTimersRequest, opts ...grpc.CallOption) (*ListDueTimersResponse, error)
 }
 
 type stateServiceClient struct {
@@ -80,6 +83,16 @@ func (c *stateServiceClient) ListExecutions(ctx context.Context, in *ListExecuti
 	return out, nil
 }
 
+func (c *stateServiceClient) ListDueTimers(ctx context.Context, in *ListDueTimersRequest, opts ...grpc.CallOption) (*ListDueTimersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDueTimersResponse)
+	err := c.cc.Invoke(ctx, StateService_ListDueTimers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StateServiceServer is the server API for StateService service.
 // All implementations must embed UnimplementedStateServiceServer
 // for forward compatibility.
@@ -93,6 +106,8 @@ type StateServiceServer interface {
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
 	// ListExecutions returns a page of executions, newest first.
 	ListExecutions(context.Context, *ListExecutionsRequest) (*ListExecutionsResponse, error)
+	// ListDueTimers returns timers that are due and not fired, and when the next one is due.
+	ListDueTimers(context.Context, *ListDueTimersRequest) (*ListDueTimersResponse, error)
 	mustEmbedUnimplementedStateServiceServer()
 }
 
@@ -111,6 +126,9 @@ func (UnimplementedStateServiceServer) ListEvents(context.Context, *ListEventsRe
 }
 func (UnimplementedStateServiceServer) ListExecutions(context.Context, *ListExecutionsRequest) (*ListExecutionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListExecutions not implemented")
+}
+func (UnimplementedStateServiceServer) ListDueTimers(context.Context, *ListDueTimersRequest) (*ListDueTimersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDueTimers not implemented")
 }
 func (UnimplementedStateServiceServer) mustEmbedUnimplementedStateServiceServer() {}
 func (UnimplementedStateServiceServer) testEmbeddedByValue()                      {}
@@ -187,6 +205,24 @@ func _StateService_ListExecutions_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StateService_ListDueTimers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDueTimersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StateServiceServer).ListDueTimers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StateService_ListDueTimers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StateServiceServer).ListDueTimers(ctx, req.(*ListDueTimersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // StateService_ServiceDesc is the grpc.ServiceDesc for StateService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -205,6 +241,10 @@ var StateService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListExecutions",
 			Handler:    _StateService_ListExecutions_Handler,
+		},
+		{
+			MethodName: "ListDueTimers",
+			Handler:    _StateService_ListDueTimers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
