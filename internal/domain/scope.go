@@ -76,6 +76,7 @@ func (s *Scope) Vars() map[string]any {
 	vars["ctx"] = ctx
 	vars["steps"] = steps
 	vars["execution_id"] = s.ExecutionID
+	vars["iter"] = map[string]any{}
 	if s.Iter != nil {
 		vars["iter"] = s.Iter
 		if s.Iterator != "" {

@@ -70,3 +70,51 @@ workflow:
 	_, err = h.exe.CancelExecution(ctx, &apiv1.CancelExecutionRequest{ExecutionId: started.GetExecutionId()})
 	require.Error(t, err)
 }
+
+func TestCancelCascadesToChildExecutions(t *testing.T) {
+	h := start(t, false)
+	ctx := context.Background()
+	for _, doc := range []string{`
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: child, path: tests/child}
+workflow:
+  - step: start
+    tool: {kind: python, code: "import time\ntime.sleep(120)\nresult = 1"}
+`, `
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: parent, path: tests/parent}
+workflow:
+  - step: start
+    tool: {kind: playbook, path: tests/child}
+    next: [{step: wait}]
+  - step: wait
+    tool: {kind: python, code: "import time\ntime.sleep(120)\nresult = 1"}
+`} {
+		_, err := h.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: doc})
+		require.NoError(t, err)
+	}
+	started, err := h.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/parent"})
+	require.NoError(t, err)
+	var child string
+	testkit.WaitFor(t, 30*time.Second, func() error {
+		x, err := h.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: started.GetExecutionId()})
+		if err != nil {
+			return err
+		}
+		res := x.GetExecution().GetSteps()["start"].GetResult().GetStructValue().GetFields()
+		if res["execution_id"] == nil || x.GetExecution().GetSteps()["wait"] == nil {
+			return fmt.Errorf("child not started yet")
+		}
+		child = res["execution_id"].GetStringValue()
+		return nil
+	})
+	_, err = h.exe.CancelExecution(ctx, &apiv1.CancelExecutionRequest{ExecutionId: started.GetExecutionId()})
+	require.NoError(t, err)
+	done, err := h.exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: child, Timeout: durationpb.New(30 * time.Second)})
+	require.NoError(t, err)
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED, done.GetExecution().GetStatus())
+	require.Equal(t, started.GetExecutionId(), done.GetExecution().GetParentExecutionId())
+	require.Contains(t, done.GetExecution().GetError().GetMessage(), "parent")
+}

@@ -247,6 +247,7 @@ func (s *Server) CancelExecution(ctx context.Context, req *orchv1.CancelExecutio
 	if err := engine.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "publish cancel: %v", err)
 	}
+	s.cancelChildren(ctx, st.GetTenant(), st.GetExecutionId(), reason)
 	return &orchv1.CancelExecutionResponse{}, nil
 }
 
@@ -304,4 +305,23 @@ func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionReq
 	}
 	out.State = final.GetState()
 	return out, nil
+}
+
+// cancelChildren cancels the running child executions of a cancelled execution (their own
+// cancellation cascades further). Children that already ended are left alone; failures are
+// not fatal for the parent's cancellation.
+func (s *Server) cancelChildren(ctx context.Context, tenant, parent, reason string) {
+	token := ""
+	for {
+		resp, err := s.State.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Tenant: tenant, ParentExecutionId: parent, Status: eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, PageSize: 500, PageToken: token})
+		if err != nil {
+			return
+		}
+		for _, c := range resp.GetExecutions() {
+			_, _ = s.CancelExecution(ctx, &orchv1.CancelExecutionRequest{Tenant: tenant, ExecutionId: c.GetExecutionId(), Reason: "parent " + parent + " cancelled: " + reason})
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			return
+		}
+	}
 }
