@@ -39,6 +39,7 @@ build:
 bench: postgres
 	go run ./bench --workload chain --n 200
 	go run ./bench --workload concurrent --executions 50 --steps 10
+	go run ./bench --workload fanout --n 1000
 
 ## proto: regenerate gen/ from proto/
 proto: tools
