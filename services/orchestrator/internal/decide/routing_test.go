@@ -147,3 +147,15 @@ workflow:
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, s.st.GetStatus())
 	require.Contains(t, s.st.GetError().GetMessage(), "failed to evaluate")
 }
+
+func TestNothingIsDecidedAfterCancellation(t *testing.T) {
+	s := newSim(t, sprintf(diamond, "inclusive"), `{"a":true,"b":true}`)
+	cmds := s.decide()
+	require.Len(t, cmds, 1)
+	s.complete(cmds[0])
+	s.apply(&eventv1.Event{EventId: "cancel", ExecutionId: "x", Type: domain.EventPlaybookCancelled})
+	evs, err := Decide(s.c, s.st)
+	require.NoError(t, err)
+	require.Empty(t, evs, "a cancelled execution issues nothing, even with a step left to route")
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED, s.st.GetStatus())
+}
