@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/failpoint"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/natsx"
@@ -183,6 +184,10 @@ func (l *loop) process(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		return
 	}
+	if err := failpoint.Eval(failpoint.MaterializerAfterCommit); err != nil {
+		l.nakAll(keep, err)
+		return
+	}
 	l.m.commit.Observe(time.Since(start).Seconds())
 	l.m.batch.Observe(float64(len(evs)))
 	l.m.committed.Add(float64(res.Committed))
@@ -213,6 +218,10 @@ func (l *loop) process(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		return
 	}
+	if err := failpoint.Eval(failpoint.MaterializerAfterPublish); err != nil {
+		l.nakAll(keep, err)
+		return
+	}
 	// Committed cancellations stop running commands (best effort: a worker that misses it
 	// finishes the command, and its events are dropped after the terminal event).
 	for _, id := range res.Cancelled {
@@ -220,5 +229,13 @@ func (l *loop) process(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	for _, m := range keep {
 		_ = m.Ack()
+	}
+}
+
+// nakAll hands a batch back for redelivery (the crash-and-restart path).
+func (l *loop) nakAll(msgs []jetstream.Msg, err error) {
+	l.log.Warn("batch handed back for redelivery", slog.Int("events", len(msgs)), slog.String("error", err.Error()))
+	for _, m := range msgs {
+		_ = m.NakWithDelay(100 * time.Millisecond)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/failpoint"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/grpcx"
@@ -241,11 +242,19 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		defer func() { _ = sub.Unsubscribe() }()
 	}
 	events := w.Execute(runCtx, cmd)
+	if err := failpoint.Eval(failpoint.WorkerAfterTool); err != nil {
+		_ = m.NakWithDelay(100 * time.Millisecond)
+		return
+	}
 	if err := w.publish(ctx, events); err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("publish outcome failed; command will be redelivered", slog.String("execution_id", cmd.GetExecutionId()), slog.String("error", err.Error()))
 		}
 		_ = m.NakWithDelay(500 * time.Millisecond)
+		return
+	}
+	if err := failpoint.Eval(failpoint.WorkerAfterPublish); err != nil {
+		_ = m.NakWithDelay(100 * time.Millisecond)
 		return
 	}
 	_ = m.Ack()

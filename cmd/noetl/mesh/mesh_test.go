@@ -218,3 +218,16 @@ workflow:
 	require.Equal(t, []string{"explode"}, x.GetFailedSteps())
 	require.True(t, strings.Contains(x.GetError().GetMessage(), "explode") && strings.Contains(x.GetError().GetMessage(), "kaboom"), x.GetError().GetMessage())
 }
+
+// harnessRun is a finished execution with its whole log.
+type harnessRun struct {
+	exec   *apiv1.Execution
+	events []*apiv1.Event
+}
+
+// runFull runs the three-step playbook with an idempotency key and reads its log.
+func (h *harness) runFull(t *testing.T, key string) *harnessRun {
+	t.Helper()
+	x := h.run(t, threeSteps, nil, key)
+	return &harnessRun{exec: x, events: h.events(t, x.GetExecutionId())}
+}

@@ -10,12 +10,14 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/failpoint"
 )
 
 // Outcome is what happened to one input event.
@@ -44,6 +46,11 @@ type Result struct {
 	// Cancelled lists executions whose playbook.cancelled was committed (or redelivered)
 	// in this batch.
 	Cancelled []string
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
 // Writer commits event batches.
@@ -101,7 +108,20 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, err
 		}
 		bodies[k] = b
 	}
-	rows, err := w.DB.Query(ctx, `SELECT o_idx, o_seq, o_outcome, o_exec_seq, o_exec_status FROM noetl.append_events($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`,
+	// One statement in autocommit is one round trip. Under tests with failpoints the same
+	// statement runs in an explicit transaction so a crash between insert and commit can
+	// be simulated.
+	var q querier = w.DB
+	var tx pgx.Tx
+	if failpoint.Active() {
+		t, err := w.DB.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = t.Rollback(context.WithoutCancel(ctx)) }()
+		q, tx = t, t
+	}
+	rows, err := q.Query(ctx, `SELECT o_idx, o_seq, o_outcome, o_exec_seq, o_exec_status FROM noetl.append_events($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`,
 		execs, ids, tenants, types, steps, cmds, bodies, paths, versions, parents, commitTime, timers, dues)
 	if err != nil {
 		return nil, fmt.Errorf("append events: %w", err)
@@ -150,6 +170,14 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, err
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("append events: %w", err)
+	}
+	if tx != nil {
+		if err := failpoint.Eval(failpoint.MaterializerAfterInsert); err != nil {
+			return nil, err // the deferred rollback undoes the insert
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("commit: %w", err)
+		}
 	}
 	for _, id := range seen {
 		a := after[id]

@@ -22,6 +22,7 @@ import (
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/failpoint"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
 	"github.com/noetl/noetl/services/orchestrator/internal/decide"
@@ -164,6 +165,10 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
 		_ = m.NakWithDelay(200 * time.Millisecond)
 		return
 	}
+	if err := failpoint.Eval(failpoint.OrchestratorAfterPublish); err != nil {
+		_ = m.NakWithDelay(100 * time.Millisecond)
+		return
+	}
 	if seq < 0 {
 		delete(s.decided, id)
 	} else {
@@ -197,6 +202,9 @@ func (e *Engine) Drive(ctx context.Context, executionID string, minSeq int64) (i
 	}
 	events, err := decide.Decide(cp, st)
 	if err != nil {
+		return 0, err
+	}
+	if err := failpoint.Eval(failpoint.OrchestratorAfterDecide); err != nil {
 		return 0, err
 	}
 	if len(events) == 0 {
