@@ -21,6 +21,9 @@ type Config struct {
 	AdminAddr    string
 	PostgresURL  string
 	CacheEntries int
+	CacheBytes   int
+	// SnapshotEvery is the number of events between state snapshots.
+	SnapshotEvery int
 
 	// GRPCListener and AdminListener, when set, are used instead of the addresses.
 	GRPCListener  net.Listener `json:"-"`
@@ -33,6 +36,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.AdminAddr, "admin", "NOETL_STATEBUILDER_ADMIN", "127.0.0.1:9062", "admin HTTP listen address (/livez, /readyz, /metrics)")
 	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
 	fs.Int(&c.CacheEntries, "cache-entries", "NOETL_STATEBUILDER_CACHE", 10000, "execution states kept in memory")
+	fs.Int(&c.CacheBytes, "cache-bytes", "NOETL_STATEBUILDER_CACHE_BYTES", 256<<20, "encoded bytes of execution states kept in memory")
+	fs.Int(&c.SnapshotEvery, "snapshot-every", "NOETL_STATEBUILDER_SNAPSHOT_EVERY", 1000, "events between state snapshots (bounds a cold rebuild)")
 }
 
 // Run runs the statebuilder until ctx ends.
@@ -55,7 +60,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	srv := app.NewServer("statebuilder", log, grpcLis, adminLis)
-	sbv1.RegisterStateServiceServer(srv.GRPC, store.New(db, cfg.CacheEntries, srv.Registry))
+	sbv1.RegisterStateServiceServer(srv.GRPC, store.New(db, store.Options{MaxEntries: cfg.CacheEntries, MaxBytes: int64(cfg.CacheBytes), SnapshotEvery: int64(cfg.SnapshotEvery)}, srv.Registry))
 	srv.AddCheck("postgres", pgxext.Check(db))
 	log.Info("statebuilder serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
 	return srv.Run(ctx, 10*time.Second)

@@ -29,32 +29,63 @@ import (
 type Store struct {
 	sbv1.UnimplementedStateServiceServer
 
-	db  *pgxpool.Pool
-	max int
+	db       *pgxpool.Pool
+	max      int
+	maxBytes int64
+	// snapshotEvery is how many events may follow the last snapshot before a new one is
+	// written, so a cold rebuild reads at most that many events.
+	snapshotEvery int64
 
 	mu    sync.Mutex
 	lru   *list.List
 	items map[string]*list.Element
+	bytes int64
 
-	hits, misses prometheus.Counter
+	hits, misses, snapshotReads, snapshotWrites prometheus.Counter
+	cacheBytes                                  prometheus.Gauge
 }
 
 type entry struct {
 	id    string
 	mu    sync.Mutex
 	state *sbv1.ExecutionState
+	// size is the state's encoded size as last accounted in Store.bytes.
+	size int64
+	// snapSeq is the seq of the last snapshot persisted for this execution.
+	snapSeq int64
+	// loaded is set once the snapshot (if any) was read.
+	loaded bool
 }
 
-// New returns a store caching at most maxEntries states.
-func New(db *pgxpool.Pool, maxEntries int, reg prometheus.Registerer) *Store {
-	if maxEntries <= 0 {
-		maxEntries = 10000
+// Options tune a Store.
+type Options struct {
+	// MaxEntries bounds the number of cached states (default 10,000).
+	MaxEntries int
+	// MaxBytes bounds the encoded size of cached states (default 256 MiB).
+	MaxBytes int64
+	// SnapshotEvery is the number of events between snapshots (default 1,000).
+	SnapshotEvery int64
+}
+
+// New returns a store.
+func New(db *pgxpool.Pool, opt Options, reg prometheus.Registerer) *Store {
+	if opt.MaxEntries <= 0 {
+		opt.MaxEntries = 10000
 	}
-	s := &Store{db: db, max: maxEntries, lru: list.New(), items: map[string]*list.Element{},
-		hits:   prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_statebuilder_cache_hits_total", Help: "GetState served from a cached state."}),
-		misses: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_statebuilder_cache_misses_total", Help: "GetState that rebuilt a state from the log."}),
+	if opt.MaxBytes <= 0 {
+		opt.MaxBytes = 256 << 20
 	}
-	reg.MustRegister(s.hits, s.misses)
+	if opt.SnapshotEvery <= 0 {
+		opt.SnapshotEvery = 1000
+	}
+	s := &Store{db: db, max: opt.MaxEntries, maxBytes: opt.MaxBytes, snapshotEvery: opt.SnapshotEvery, lru: list.New(), items: map[string]*list.Element{},
+		hits:           prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_statebuilder_cache_hits_total", Help: "GetState served from a cached state."}),
+		misses:         prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_statebuilder_cache_misses_total", Help: "GetState that rebuilt a state from a snapshot and the log."}),
+		snapshotReads:  prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_statebuilder_snapshot_reads_total", Help: "Cold rebuilds that started from a snapshot."}),
+		snapshotWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_statebuilder_snapshot_writes_total", Help: "Snapshots persisted."}),
+		cacheBytes:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_statebuilder_cache_bytes", Help: "Encoded size of the cached states."}),
+	}
+	reg.MustRegister(s.hits, s.misses, s.snapshotReads, s.snapshotWrites, s.cacheBytes)
 	return s
 }
 
@@ -69,12 +100,32 @@ func (s *Store) entry(id string) *entry {
 	s.misses.Inc()
 	e := &entry{id: id, state: domain.NewState(id)}
 	s.items[id] = s.lru.PushFront(e)
-	for s.lru.Len() > s.max {
+	s.evictLocked()
+	return e
+}
+
+// account records the new encoded size of an entry and evicts least recently used
+// states while the cache is over its bounds.
+func (s *Store) account(e *entry, size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.items[e.id]; !ok {
+		return // evicted meanwhile
+	}
+	s.bytes += size - e.size
+	e.size = size
+	s.evictLocked()
+}
+
+func (s *Store) evictLocked() {
+	for s.lru.Len() > 1 && (s.lru.Len() > s.max || s.bytes > s.maxBytes) {
 		old := s.lru.Back()
 		s.lru.Remove(old)
-		delete(s.items, old.Value.(*entry).id)
+		oe := old.Value.(*entry)
+		delete(s.items, oe.id)
+		s.bytes -= oe.size
 	}
-	return e
+	s.cacheBytes.Set(float64(s.bytes))
 }
 
 func (s *Store) drop(id string) {
@@ -83,6 +134,7 @@ func (s *Store) drop(id string) {
 	if el, ok := s.items[id]; ok {
 		s.lru.Remove(el)
 		delete(s.items, id)
+		s.bytes -= el.Value.(*entry).size
 	}
 }
 
@@ -107,6 +159,13 @@ func (s *Store) GetState(ctx context.Context, req *sbv1.GetStateRequest) (*sbv1.
 		}
 	}
 	st := e.state
+	size := int64(proto.Size(st))
+	s.account(e, size)
+	if st.GetSeq()-e.snapSeq >= s.snapshotEvery {
+		if err := s.snapshot(ctx, e); err != nil {
+			return nil, err
+		}
+	}
 	if st.GetSeq() == 0 || (req.GetTenant() != "" && st.GetTenant() != req.GetTenant()) {
 		s.drop(id)
 		return nil, status.Errorf(codes.NotFound, "execution %s not found", id)
@@ -117,8 +176,46 @@ func (s *Store) GetState(ctx context.Context, req *sbv1.GetStateRequest) (*sbv1.
 	return &sbv1.GetStateResponse{State: proto.Clone(st).(*sbv1.ExecutionState)}, nil
 }
 
-// advance folds the events after the cached seq.
+// snapshot persists an entry's state so a cold rebuild reads at most snapshotEvery events.
+func (s *Store) snapshot(ctx context.Context, e *entry) error {
+	body, err := proto.Marshal(e.state)
+	if err != nil {
+		return err
+	}
+	if _, err := s.db.Exec(ctx, `INSERT INTO noetl.state_snapshot (execution_id, seq, body, updated_at) VALUES ($1, $2, $3, now())
+		ON CONFLICT (execution_id) DO UPDATE SET seq = EXCLUDED.seq, body = EXCLUDED.body, updated_at = now()
+		WHERE noetl.state_snapshot.seq < EXCLUDED.seq`, e.id, e.state.GetSeq(), body); err != nil {
+		return fmt.Errorf("write snapshot: %w", err)
+	}
+	e.snapSeq = e.state.GetSeq()
+	s.snapshotWrites.Inc()
+	return nil
+}
+
+// advance folds the events after the cached seq, starting a cold entry from its latest
+// snapshot.
 func (s *Store) advance(ctx context.Context, e *entry) error {
+	if !e.loaded {
+		var seq int64
+		var body []byte
+		err := s.db.QueryRow(ctx, `SELECT seq, body FROM noetl.state_snapshot WHERE execution_id = $1`, e.id).Scan(&seq, &body)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			st := &sbv1.ExecutionState{}
+			if err := proto.Unmarshal(body, st); err != nil {
+				return fmt.Errorf("snapshot of %s: %w", e.id, err)
+			}
+			if st.GetSeq() != seq {
+				return fmt.Errorf("snapshot of %s: body at seq %d, row at %d", e.id, st.GetSeq(), seq)
+			}
+			e.state, e.snapSeq = st, seq
+			s.snapshotReads.Inc()
+		}
+		e.loaded = true
+	}
 	for {
 		rows, err := s.db.Query(ctx, `SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, e.id, e.state.GetSeq(), readPage)
 		if err != nil {
@@ -133,7 +230,7 @@ func (s *Store) advance(ctx context.Context, e *entry) error {
 			}
 			if err := domain.Apply(e.state, ev); err != nil {
 				rows.Close()
-				e.state = domain.NewState(e.id)
+				e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
 				return err
 			}
 			n++

@@ -1,0 +1,106 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// insert writes events at the given seqs directly (as the materializer would).
+func insert(t *testing.T, s *Store, exec string, seqs ...int64) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := s.db.Exec(ctx, `INSERT INTO noetl.execution (execution_id, tenant) VALUES ($1, 't') ON CONFLICT DO NOTHING`, exec)
+	require.NoError(t, err)
+	for _, seq := range seqs {
+		ev := &eventv1.Event{EventId: fmt.Sprintf("e%d", seq), ExecutionId: exec, Tenant: "t", Type: domain.EventCtxUpdated, PayloadJson: []byte(fmt.Sprintf(`{"values":{"k%d":%d}}`, seq%7, seq))}
+		if seq == 1 {
+			ev.Type, ev.PayloadJson = domain.EventPlaybookStarted, []byte(`{"path":"p","version":1,"workload":{}}`)
+		}
+		body, err := proto.Marshal(ev)
+		require.NoError(t, err)
+		_, err = s.db.Exec(ctx, `INSERT INTO noetl.event (execution_id, seq, event_id, tenant, type, body) VALUES ($1,$2,$3,'t',$4,$5)`, exec, seq, ev.GetEventId(), ev.GetType(), body)
+		require.NoError(t, err)
+	}
+}
+
+func newStore(t *testing.T, url string, opt Options) *Store {
+	db, err := pgxext.Open(context.Background(), url, 4, true, nil)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	return New(db, opt, prometheus.NewRegistry())
+}
+
+func seqs(from, to int64) []int64 {
+	var out []int64
+	for i := from; i <= to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+func TestSnapshotsBoundColdRebuilds(t *testing.T) {
+	url := testkit.StartPostgres(t)
+	ctx := context.Background()
+	s := newStore(t, url, Options{SnapshotEvery: 10})
+	insert(t, s, "x", seqs(1, 25)...)
+	warm, err := s.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "x"})
+	require.NoError(t, err)
+	require.Equal(t, int64(25), warm.GetState().GetSeq())
+	require.Equal(t, 1.0, testutil.ToFloat64(s.snapshotWrites))
+
+	// A cold store starts from the snapshot and reads only what follows it.
+	insert(t, s, "x", seqs(26, 30)...)
+	cold := newStore(t, url, Options{SnapshotEvery: 10})
+	got, err := cold.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "x", MinSeq: 30})
+	require.NoError(t, err)
+	require.Equal(t, 1.0, testutil.ToFloat64(cold.snapshotReads))
+	full, err := s.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "x", MinSeq: 30})
+	require.NoError(t, err)
+	require.True(t, proto.Equal(full.GetState(), got.GetState()), "snapshot + tail equals the incremental state")
+}
+
+func TestGapsAndStaleReadsAreRefused(t *testing.T) {
+	url := testkit.StartPostgres(t)
+	ctx := context.Background()
+	s := newStore(t, url, Options{})
+	insert(t, s, "g", 1, 2, 4)
+	_, err := s.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "g"})
+	require.Equal(t, codes.Unavailable, status.Code(err), "a gap is an error, never a silent answer: %v", err)
+	insert(t, s, "ok", 1, 2, 3)
+	_, err = s.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "ok", MinSeq: 9})
+	require.Equal(t, codes.Unavailable, status.Code(err), "never older than min_seq")
+	_, err = s.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "nope"})
+	require.Equal(t, codes.NotFound, status.Code(err))
+	_, err = s.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "ok", Tenant: "other"})
+	require.Equal(t, codes.NotFound, status.Code(err), "another tenant's execution is not found")
+}
+
+func TestCacheStaysWithinItsByteBound(t *testing.T) {
+	url := testkit.StartPostgres(t)
+	ctx := context.Background()
+	s := newStore(t, url, Options{MaxBytes: 1000})
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("b%d", i)
+		insert(t, s, id, seqs(1, 20)...)
+		_, err := s.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id})
+		require.NoError(t, err)
+		require.LessOrEqual(t, testutil.ToFloat64(s.cacheBytes), 1000.0+float64(500), "bounded (one entry may exceed alone)")
+	}
+	require.Less(t, s.lru.Len(), 20, "older states were evicted (cache bytes %v)", testutil.ToFloat64(s.cacheBytes))
+}
