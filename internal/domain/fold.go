@@ -118,6 +118,12 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		}
 		s.CommandId = ev.GetCommandId()
 		s.Attempt = ev.GetAttempt()
+		s.Started = false
+	case EventCommandStarted:
+		s := step()
+		if s.Loop == nil && ev.GetCommandId() == s.CommandId {
+			s.Started = true
+		}
 	case EventCallDone:
 		s := step()
 		if s.Loop != nil {

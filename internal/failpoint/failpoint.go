@@ -20,6 +20,8 @@ const (
 	WorkerAfterTool          = "worker/after-tool"          // tool ran, nothing published
 	WorkerAfterPublish       = "worker/after-publish"       // outcome published, command not acked
 	OrchestratorAfterPublish = "orchestrator/after-publish" // decision published, notice not acked
+	MaterializerLoseNotice   = "materializer/lose-notice"   // a commit notice is never published
+	MaterializerLoseCommand  = "materializer/lose-command"  // a committed command is never published
 )
 
 // ErrInjected is the error an enabled point returns.

@@ -201,6 +201,9 @@ func (l *loop) process(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	out := make([]natsx.Message, 0, len(res.Commands)+len(res.Notices))
 	for _, c := range res.Commands {
+		if failpoint.Eval(failpoint.MaterializerLoseCommand) != nil {
+			continue
+		}
 		b, err := proto.Marshal(c)
 		if err != nil {
 			continue
@@ -208,6 +211,9 @@ func (l *loop) process(ctx context.Context, msgs []jetstream.Msg) {
 		out = append(out, natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), l.cfg.Partitions), MsgID: c.GetCommandId(), Data: b})
 	}
 	for _, n := range res.Notices {
+		if failpoint.Eval(failpoint.MaterializerLoseNotice) != nil {
+			continue
+		}
 		b, _ := proto.Marshal(n)
 		out = append(out, natsx.Message{Subject: natsx.CommittedSubject(n.GetExecutionId(), l.cfg.Partitions), MsgID: fmt.Sprintf("%s:%d", n.GetExecutionId(), n.GetSeq()), Data: b})
 	}

@@ -32,6 +32,9 @@ type Config struct {
 	Partitions       int
 	Shards           int
 	StartTimeout     time.Duration
+	// ReconcileEvery and StaleAfter tune the reconciler of stalled executions.
+	ReconcileEvery time.Duration
+	StaleAfter     time.Duration
 	// EncryptionKey is the base64 of the 32-byte AES-256 key that seals credentials at
 	// rest. Without it the orchestrator runs, but storing and resolving credentials fail
 	// with FailedPrecondition.
@@ -55,6 +58,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
 	fs.Int(&c.Shards, "shards", "NOETL_ORCHESTRATOR_SHARDS", 16, "decision goroutines")
 	fs.Duration(&c.StartTimeout, "start-timeout", "NOETL_START_TIMEOUT", 15*time.Second, "how long a start waits for its commit")
+	fs.Duration(&c.ReconcileEvery, "reconcile-every", "NOETL_RECONCILE_EVERY", 10*time.Second, "how often stalled executions are looked for")
+	fs.Duration(&c.StaleAfter, "stale-after", "NOETL_STALE_AFTER", 30*time.Second, "how long an execution's log may stay still before it is re-driven")
 	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
 }
 
@@ -120,10 +125,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	orchv1.RegisterCredentialServiceServer(srv.GRPC, api)
 	srv.AddCheck("postgres", pgxext.Check(db))
 	srv.AddCheck("nats", natsx.Check(nc))
-	eng := engine.New(engine.Config{Partitions: cfg.Partitions, Shards: cfg.Shards}, log, js, state, cat, srv.Registry)
+	eng := engine.New(engine.Config{Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter}, log, js, state, cat, srv.Registry)
 	if cfg.Ready != nil {
 		cfg.Ready(srv.GRPCAddr())
 	}
 	log.Info("orchestrator serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers)
+	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers, eng.Reconcile)
 }

@@ -46,6 +46,8 @@ type Config struct {
 	Partitions int
 	// WorkerConcurrency is the number of commands the worker runs at once.
 	WorkerConcurrency int
+	// ReconcileEvery and StaleAfter tune the orchestrator's reconciler (zero: defaults).
+	ReconcileEvery, StaleAfter time.Duration
 	// EncryptionKey is the base64 key that encrypts credentials at rest. Empty means the key
 	// in <StateDir>/encryption.key, generated there (mode 0600) on first start.
 	EncryptionKey string
@@ -162,7 +164,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return materializer.Run(ctx, materializer.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, Partitions: cfg.Partitions, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	run("worker", func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, AdminListener: lis[7]}, log)

@@ -851,3 +851,41 @@ func (d *decider) resolveWorkbook(ps *playbook.Step, t *playbook.Tool) (*playboo
 	}
 	return &playbook.Tool{Kind: task.Kind, Label: t.Label, Config: cfg, Policy: task.Policy}, nil
 }
+
+// StalledCommands rebuilds the commands of running steps (without a loop) whose command
+// has no command.started yet: a reconciler re-publishes them when they were lost. The
+// rebuilt command has the same id and attempt as the committed one.
+func StalledCommands(c *Compiled, st *sbv1.ExecutionState) ([]*eventv1.Command, error) {
+	if st.GetStatus() != eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING {
+		return nil, nil
+	}
+	d := &decider{c: c, st: st}
+	if err := domain.DecodeJSON(orEmpty(st.GetWorkloadJson()), &d.workload); err != nil {
+		return nil, err
+	}
+	if err := domain.DecodeJSON(orEmpty(st.GetCtxJson()), &d.ctx); err != nil {
+		return nil, err
+	}
+	var names []string
+	for name, s := range st.GetSteps() {
+		if s.GetStatus() == eventv1.StepStatus_STEP_STATUS_RUNNING && s.GetLoop() == nil && s.GetRetry() == nil && s.GetCommandId() != "" && !s.GetStarted() {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var out []*eventv1.Command
+	for _, name := range names {
+		s := st.GetSteps()[name]
+		ps := c.Playbook.Step(name)
+		if ps == nil {
+			continue
+		}
+		cmd, err := d.command(ps, s.GetCommandId(), &eventv1.Iteration{Epoch: s.GetEpoch(), Index: -1}, s.GetAttempt(), nil)
+		if err != nil {
+			return nil, err
+		}
+		cmd.IssuedEventId = domain.EventID(s.GetCommandId(), domain.EventCommandIssued)
+		out = append(out, cmd)
+	}
+	return out, nil
+}

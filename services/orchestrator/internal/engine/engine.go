@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
@@ -36,6 +37,10 @@ type Config struct {
 	Shards int
 	// Consumer is the durable name of the commit-notice consumer.
 	Consumer string
+	// ReconcileEvery is how often the reconciler looks for stalled executions.
+	ReconcileEvery time.Duration
+	// StaleAfter is how long an execution's log may stay still before it is re-driven.
+	StaleAfter time.Duration
 }
 
 // Engine runs decisions.
@@ -49,6 +54,7 @@ type Engine struct {
 	decisions *prometheus.CounterVec
 	latency   prometheus.Histogram
 	fired     prometheus.Counter
+	redrives  *prometheus.CounterVec
 
 	// wake tells the timer loop the due time of a timer this replica scheduled.
 	wake chan time.Time
@@ -62,13 +68,20 @@ func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateS
 	if cfg.Consumer == "" {
 		cfg.Consumer = "orchestrator"
 	}
+	if cfg.ReconcileEvery <= 0 {
+		cfg.ReconcileEvery = 10 * time.Second
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 30 * time.Second
+	}
 	e := &Engine{cfg: cfg, log: log, js: js, state: state, catalog: cat,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_decisions_total", Help: "Decisions taken, by outcome."}, []string{"outcome"}),
 		latency:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "noetl_orchestrator_decision_seconds", Help: "Time from notice to published decision.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 	}
 	e.fired = prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_orchestrator_timers_fired_total", Help: "Durable timers fired."})
 	e.wake = make(chan time.Time, 64)
-	reg.MustRegister(e.decisions, e.latency, e.fired)
+	e.redrives = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_reconcile_redrives_total", Help: "Stalled executions re-driven, by what was done."}, []string{"action"})
+	reg.MustRegister(e.decisions, e.latency, e.fired, e.redrives)
 	return e
 }
 
@@ -297,4 +310,75 @@ func (e *Engine) RunTimers(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// Reconcile re-drives executions whose log has not grown for StaleAfter: it decides again
+// (covering a lost commit notice) and re-publishes committed commands that no worker has
+// started (covering a lost command). Any number of replicas may run it: decisions are
+// deterministic and command publishes are deduplicated by id.
+func (e *Engine) Reconcile(ctx context.Context) error {
+	t := time.NewTicker(e.cfg.ReconcileEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := e.reconcileOnce(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("reconcile", slog.String("error", err.Error()))
+		}
+	}
+}
+
+func (e *Engine) reconcileOnce(ctx context.Context) error {
+	before := timestamppb.New(time.Now().Add(-e.cfg.StaleAfter))
+	token := ""
+	for {
+		resp, err := e.state.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Status: eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, UpdatedBefore: before, PageSize: 500, PageToken: token})
+		if err != nil {
+			return err
+		}
+		for _, x := range resp.GetExecutions() {
+			if err := e.redrive(ctx, x.GetExecutionId()); err != nil {
+				e.log.Warn("re-drive failed", slog.String("execution_id", x.GetExecutionId()), slog.String("error", err.Error()))
+			}
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			return nil
+		}
+	}
+}
+
+func (e *Engine) redrive(ctx context.Context, id string) error {
+	if _, err := e.Drive(ctx, id, 0); err != nil {
+		return err
+	}
+	e.redrives.WithLabelValues("decide").Inc()
+	resp, err := e.state.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id})
+	if err != nil {
+		return err
+	}
+	st := resp.GetState()
+	cp, err := e.catalog.Compiled(ctx, st.GetTenant(), st.GetPlaybookPath(), st.GetPlaybookVersion())
+	if err != nil {
+		return err
+	}
+	cmds, err := decide.StalledCommands(cp, st)
+	if err != nil || len(cmds) == 0 {
+		return err
+	}
+	msgs := make([]natsx.Message, 0, len(cmds))
+	for _, c := range cmds {
+		b, err := proto.Marshal(c)
+		if err != nil {
+			return err
+		}
+		msgs = append(msgs, natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), e.cfg.Partitions), MsgID: c.GetCommandId(), Data: b})
+	}
+	if err := natsx.PublishAll(ctx, e.js, msgs); err != nil {
+		return err
+	}
+	e.redrives.WithLabelValues("republish").Add(float64(len(cmds)))
+	return nil
 }

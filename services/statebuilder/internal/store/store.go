@@ -320,9 +320,10 @@ func (s *Store) ListExecutions(ctx context.Context, req *sbv1.ListExecutionsRequ
 		FROM noetl.execution
 		WHERE ($1 = '' OR tenant = $1) AND ($2 = 0 OR status = $2) AND ($3 = '' OR playbook_path = $3)
 		  AND ($7 = '' OR parent_execution_id = $7)
+		  AND ($8::timestamptz IS NULL OR updated_at < $8)
 		  AND (started_at, execution_id) < ($4, $5)
 		ORDER BY started_at DESC, execution_id DESC LIMIT $6`,
-		req.GetTenant(), int16(req.GetStatus()), req.GetPlaybookPath(), afterTime, afterIDOrMax(afterID), n, req.GetParentExecutionId())
+		req.GetTenant(), int16(req.GetStatus()), req.GetPlaybookPath(), afterTime, afterIDOrMax(afterID), n, req.GetParentExecutionId(), updatedBefore(req))
 	if err != nil {
 		return nil, err
 	}
@@ -413,4 +414,12 @@ func (s *Store) ListDueTimers(ctx context.Context, req *sbv1.ListDueTimersReques
 		resp.NextDueTime = timestamppb.New(*next)
 	}
 	return resp, nil
+}
+
+func updatedBefore(req *sbv1.ListExecutionsRequest) *time.Time {
+	if req.GetUpdatedBefore() == nil {
+		return nil
+	}
+	t := req.GetUpdatedBefore().AsTime()
+	return &t
 }

@@ -250,6 +250,9 @@ type StepState struct {
 	DoneEventId string `protobuf:"bytes,10,opt,name=done_event_id,json=doneEventId,proto3" json:"done_event_id,omitempty"`
 	// Id of the step.enter event of the current epoch.
 	EnterEventId string `protobuf:"bytes,11,opt,name=enter_event_id,json=enterEventId,proto3" json:"enter_event_id,omitempty"`
+	// Whether a worker reported command.started for the current command (steps without a
+	// loop).
+	Started bool `protobuf:"varint,15,opt,name=started,proto3" json:"started,omitempty"`
 	// Targets of the arcs that fired when the step was last routed.
 	Fired []string `protobuf:"bytes,12,rep,name=fired,proto3" json:"fired,omitempty"`
 	// Loop state of the current epoch; unset for steps without a loop.
@@ -365,6 +368,13 @@ func (x *StepState) GetEnterEventId() string {
 		return x.EnterEventId
 	}
 	return ""
+}
+
+func (x *StepState) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
 }
 
 func (x *StepState) GetFired() []string {
@@ -932,8 +942,10 @@ type ListExecutionsRequest struct {
 	PlaybookPath string `protobuf:"bytes,5,opt,name=playbook_path,json=playbookPath,proto3" json:"playbook_path,omitempty"`
 	// Only children of this execution, when set.
 	ParentExecutionId string `protobuf:"bytes,6,opt,name=parent_execution_id,json=parentExecutionId,proto3" json:"parent_execution_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Only executions whose log last grew before this time, when set.
+	UpdatedBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_before,json=updatedBefore,proto3" json:"updated_before,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListExecutionsRequest) Reset() {
@@ -1006,6 +1018,13 @@ func (x *ListExecutionsRequest) GetParentExecutionId() string {
 		return x.ParentExecutionId
 	}
 	return ""
+}
+
+func (x *ListExecutionsRequest) GetUpdatedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedBefore
+	}
+	return nil
 }
 
 // ListExecutionsResponse carries a page of executions.
@@ -1276,7 +1295,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
-	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\x95\x04\n" +
+	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\xaf\x04\n" +
 	"\tStepState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12\x14\n" +
@@ -1292,7 +1311,8 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x06routed\x18\t \x01(\bR\x06routed\x12\"\n" +
 	"\rdone_event_id\x18\n" +
 	" \x01(\tR\vdoneEventId\x12$\n" +
-	"\x0eenter_event_id\x18\v \x01(\tR\fenterEventId\x12\x14\n" +
+	"\x0eenter_event_id\x18\v \x01(\tR\fenterEventId\x12\x18\n" +
+	"\astarted\x18\x0f \x01(\bR\astarted\x12\x14\n" +
 	"\x05fired\x18\f \x03(\tR\x05fired\x124\n" +
 	"\x04loop\x18\r \x01(\v2 .noetl.statebuilder.v1.LoopStateR\x04loop\x127\n" +
 	"\x05retry\x18\x0e \x01(\v2!.noetl.statebuilder.v1.RetryStateR\x05retry\"\xea\x01\n" +
@@ -1336,7 +1356,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12.\n" +
-	"\x13parent_execution_id\x18\t \x01(\tR\x11parentExecutionId\"\xf9\x01\n" +
+	"\x13parent_execution_id\x18\t \x01(\tR\x11parentExecutionId\"\xbc\x02\n" +
 	"\x15ListExecutionsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1344,7 +1364,8 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x127\n" +
 	"\x06status\x18\x04 \x01(\x0e2\x1f.noetl.event.v1.ExecutionStatusR\x06status\x12#\n" +
 	"\rplaybook_path\x18\x05 \x01(\tR\fplaybookPath\x12.\n" +
-	"\x13parent_execution_id\x18\x06 \x01(\tR\x11parentExecutionId\"\x89\x01\n" +
+	"\x13parent_execution_id\x18\x06 \x01(\tR\x11parentExecutionId\x12A\n" +
+	"\x0eupdated_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rupdatedBefore\"\x89\x01\n" +
 	"\x16ListExecutionsResponse\x12G\n" +
 	"\n" +
 	"executions\x18\x01 \x03(\v2'.noetl.statebuilder.v1.ExecutionSummaryR\n" +
@@ -1423,24 +1444,25 @@ var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
 	17, // 14: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
 	17, // 15: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
 	15, // 16: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	8,  // 17: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	17, // 18: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	11, // 19: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	17, // 20: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	1,  // 21: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	4,  // 22: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	6,  // 23: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	9,  // 24: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	12, // 25: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	5,  // 26: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	7,  // 27: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	10, // 28: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	13, // 29: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	26, // [26:30] is the sub-list for method output_type
-	22, // [22:26] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	17, // 17: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	8,  // 18: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	17, // 19: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	11, // 20: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	17, // 21: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	1,  // 22: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	4,  // 23: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	6,  // 24: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	9,  // 25: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	12, // 26: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	5,  // 27: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	7,  // 28: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	10, // 29: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	13, // 30: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	27, // [27:31] is the sub-list for method output_type
+	23, // [23:27] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
