@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"sync"
@@ -88,7 +89,14 @@ func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateS
 type shard struct {
 	in      chan jetstream.Msg
 	decided map[string]int64
+	// states caches execution states owned by this shard's goroutine, advanced with the
+	// events after their seq instead of a full state read per decision. It is derived from
+	// the log (never authoritative) and bounded.
+	states map[string]*sbv1.ExecutionState
 }
+
+// maxCachedStates bounds each shard's state cache.
+const maxCachedStates = 2048
 
 // Run consumes commit notices until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
@@ -106,7 +114,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	shards := make([]*shard, e.cfg.Shards)
 	var wg sync.WaitGroup
 	for i := range shards {
-		shards[i] = &shard{in: make(chan jetstream.Msg, 256), decided: map[string]int64{}}
+		shards[i] = &shard{in: make(chan jetstream.Msg, 256), decided: map[string]int64{}, states: map[string]*sbv1.ExecutionState{}}
 		wg.Add(1)
 		go func(s *shard) {
 			defer wg.Done()
@@ -156,6 +164,7 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
 	id := n.GetExecutionId()
 	if n.GetTerminal() {
 		delete(s.decided, id)
+		delete(s.states, id)
 		_ = m.Ack()
 		return
 	}
@@ -168,7 +177,7 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
 		return
 	}
 	start := time.Now()
-	seq, err := e.Drive(ctx, id, n.GetSeq())
+	seq, err := e.drive(ctx, s, id, n.GetSeq())
 	if err != nil {
 		if ctx.Err() != nil {
 			return
@@ -184,6 +193,7 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
 	}
 	if seq < 0 {
 		delete(s.decided, id)
+		delete(s.states, id)
 	} else {
 		if len(s.decided) > 100_000 {
 			clear(s.decided)
@@ -197,11 +207,61 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
 // Drive reads the state of an execution at or after minSeq, decides, and publishes the
 // decision. It returns the seq decided on, or -1 for a terminal execution.
 func (e *Engine) Drive(ctx context.Context, executionID string, minSeq int64) (int64, error) {
-	resp, err := e.state.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: executionID, MinSeq: minSeq})
+	return e.drive(ctx, nil, executionID, minSeq)
+}
+
+// state returns the execution's state at or after minSeq: a shard's cached state advanced
+// by the events after it (one small read), or a full state read.
+func (e *Engine) stateOf(ctx context.Context, s *shard, id string, minSeq int64) (*sbv1.ExecutionState, error) {
+	if s != nil {
+		if st := s.states[id]; st != nil {
+			if err := e.advance(ctx, st, minSeq); err == nil {
+				return st, nil
+			}
+			delete(s.states, id) // a gap or an error: fall back to a full read
+		}
+	}
+	resp, err := e.state.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id, MinSeq: minSeq})
+	if err != nil {
+		return nil, err
+	}
+	st := resp.GetState()
+	if s != nil {
+		if len(s.states) >= maxCachedStates {
+			clear(s.states)
+		}
+		s.states[id] = st
+	}
+	return st, nil
+}
+
+// advance folds the committed events after st's seq into st, up to at least minSeq.
+func (e *Engine) advance(ctx context.Context, st *sbv1.ExecutionState, minSeq int64) error {
+	for {
+		resp, err := e.state.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: st.GetExecutionId(), AfterSeq: st.GetSeq(), PageSize: 1000})
+		if err != nil {
+			return err
+		}
+		for _, ev := range resp.GetEvents() {
+			if err := domain.Apply(st, ev); err != nil {
+				return err
+			}
+		}
+		if resp.GetNextAfterSeq() == 0 {
+			break
+		}
+	}
+	if st.GetSeq() < minSeq {
+		return fmt.Errorf("execution %s: events end at seq %d, before %d", st.GetExecutionId(), st.GetSeq(), minSeq)
+	}
+	return nil
+}
+
+func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq int64) (int64, error) {
+	st, err := e.stateOf(ctx, s, executionID, minSeq)
 	if err != nil {
 		return 0, err
 	}
-	st := resp.GetState()
 	if domain.IsTerminalStatus(st.GetStatus()) {
 		e.decisions.WithLabelValues("terminal").Inc()
 		return -1, nil

@@ -1,0 +1,94 @@
+package mesh_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/services/materializer"
+	"github.com/noetl/noetl/services/orchestrator"
+	"github.com/noetl/noetl/services/statebuilder"
+)
+
+// TestExtraReplicasKeepTheLogIdentical adds, beside the mesh, a second materializer with
+// its own durable consumer (so two writers commit every event: two replicas holding one
+// partition by mistake) and a second orchestrator sharing the decision consumer (so two
+// orchestrators decide concurrently on one execution's notices). Executions started
+// concurrently interleave across partitions. Each log must equal a clean run's: same
+// event ids in the same seq order.
+func TestExtraReplicasKeepTheLogIdentical(t *testing.T) {
+	clean := start(t, false)
+	want := clean.runFull(t, "replica-key")
+
+	h := start(t, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	log := slog.New(slog.DiscardHandler)
+	listen := func() net.Listener {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		return l
+	}
+	run := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && ctx.Err() == nil {
+				t.Errorf("extra replica stopped: %v", err)
+			}
+		}()
+	}
+	run(func() error {
+		return materializer.Run(ctx, materializer.Config{PostgresURL: h.m.PostgresURL, NATSURL: h.m.NATSURL, Consumer: "materializer-rogue", AdminListener: listen()}, log)
+	})
+	sbLis := listen()
+	run(func() error {
+		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: h.m.PostgresURL, GRPCListener: sbLis, AdminListener: listen()}, log)
+	})
+	run(func() error {
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: h.m.PostgresURL, NATSURL: h.m.NATSURL, StatebuilderAddr: sbLis.Addr().String(), GRPCListener: listen(), AdminListener: listen()}, log)
+	})
+
+	// Several executions at once, one of them with the clean run's key.
+	results := make(chan *harnessRun, 6)
+	for i := 0; i < 6; i++ {
+		key := fmt.Sprintf("other-%d", i)
+		if i == 0 {
+			key = "replica-key"
+		}
+		go func() { results <- h.runFull(t, key) }()
+	}
+	deadline := time.After(2 * time.Minute)
+	for i := 0; i < 6; i++ {
+		select {
+		case got := <-results:
+			require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, got.exec.GetStatus())
+			require.Equal(t, ids(want), ids(got), "log of %s", got.exec.GetExecutionId())
+			if got.exec.GetExecutionId() == want.exec.GetExecutionId() {
+				for i := range want.events {
+					require.Equal(t, want.events[i].GetEventId(), got.events[i].GetEventId(), "same execution, same event at seq %d", i+1)
+				}
+			}
+		case <-deadline:
+			t.Fatal("executions did not finish")
+		}
+	}
+}
+
+// ids lists "seq type" lines with event ids made relative to the execution, so logs of
+// different executions compare by shape and those of the same execution by identity.
+func ids(x *harnessRun) []string {
+	var out []string
+	for _, ev := range x.events {
+		out = append(out, fmt.Sprintf("%d %s %s %d", ev.GetSeq(), ev.GetType(), ev.GetStep(), ev.GetAttempt()))
+	}
+	return out
+}
