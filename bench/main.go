@@ -26,6 +26,7 @@ import (
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/grpcx"
 )
 
@@ -34,7 +35,7 @@ func main() {
 	n := flag.Int("n", 200, "steps of the chain workload, iterations of the fanout workload")
 	executions := flag.Int("executions", 50, "executions of the concurrent workload")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
-	gateway := flag.String("gateway", "", "use a running gateway (gRPC address) instead of an in-process mesh")
+	gateway := flag.String("gateway", "", "use a running gateway (gRPC address, API key in $NOETL_API_KEY) instead of an in-process mesh")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured phase (in-process mesh included) to this file")
 	flag.Parse()
 	profile = *cpuprofile
@@ -82,6 +83,7 @@ workflow:
 
 func run(workload string, n, executions, steps int, gateway string) error {
 	ctx := context.Background()
+	key := os.Getenv("NOETL_API_KEY") // for a running gateway
 	if gateway == "" {
 		dir, err := os.MkdirTemp("", "noetl-bench-")
 		if err != nil {
@@ -97,9 +99,9 @@ func run(workload string, n, executions, steps int, gateway string) error {
 			return err
 		}
 		defer m.Stop()
-		gateway = m.GRPCAddr
+		gateway, key = m.GRPCAddr, m.AdminKey
 	}
-	conn, err := grpcx.Dial(gateway)
+	conn, err := grpcx.DialSigned(gateway, auth.Bearer(key))
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,7 @@ func playbookDir(t *testing.T) string {
 type rest struct {
 	t    *testing.T
 	base string
+	key  string // API key sent as a bearer token
 }
 
 func (r rest) do(method, path string, body any) (int, map[string]any) {
@@ -56,6 +57,7 @@ func (r rest) do(method, path string, body any) (int, map[string]any) {
 	req, err := http.NewRequest(method, r.base+path, rd)
 	require.NoError(r.t, err)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+r.key)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(r.t, err)
 	defer func() { _ = resp.Body.Close() }()
@@ -248,7 +250,7 @@ func TestConformance(t *testing.T) {
 	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, WorkerConcurrency: 16})
 	require.NoError(t, err)
 	t.Cleanup(m.Stop)
-	c := rest{t: t, base: "http://" + m.HTTPAddr}
+	c := rest{t: t, base: "http://" + m.HTTPAddr, key: m.AdminKey}
 	// Every credential the playbooks name points at the test Postgres.
 	u, err := url.Parse(pg)
 	require.NoError(t, err)
@@ -285,7 +287,7 @@ func TestConformance(t *testing.T) {
 			}
 			src, err := os.ReadFile(filepath.Join(dir, e.file))
 			require.NoError(t, err)
-			cc := rest{t: t, base: c.base}
+			cc := rest{t: t, base: c.base, key: c.key}
 			code, reg := cc.do("POST", "/v1/playbooks", map[string]any{"content": string(src)})
 			require.Equal(t, http.StatusOK, code, "register: %v", reg)
 			pb, _ := reg["playbook"].(map[string]any)

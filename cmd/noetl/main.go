@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -20,10 +21,12 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/playbook"
 )
@@ -36,9 +39,10 @@ func main() {
 }
 
 type client struct {
-	conn *grpc.ClientConn
-	cat  apiv1.CatalogServiceClient
-	exe  apiv1.ExecutionServiceClient
+	conn  *grpc.ClientConn
+	cat   apiv1.CatalogServiceClient
+	exe   apiv1.ExecutionServiceClient
+	admin apiv1.AdminServiceClient
 }
 
 func newRoot() *cobra.Command {
@@ -46,17 +50,45 @@ func newRoot() *cobra.Command {
 	if gw == "" {
 		gw = "127.0.0.1:50051"
 	}
+	apiKey := os.Getenv("NOETL_API_KEY")
 	root := &cobra.Command{Use: "noetl", Short: "NoETL workflow engine client and development mesh", SilenceUsage: true}
 	root.PersistentFlags().StringVar(&gw, "gateway", gw, "gateway gRPC address ($NOETL_GATEWAY)")
+	root.PersistentFlags().StringVar(&apiKey, "api-key", apiKey, "API key or JWT sent to the gateway ($NOETL_API_KEY; default for a gateway on this machine: the dev mesh's admin.key)")
 	dial := func() (*client, error) {
-		conn, err := grpcx.Dial(gw)
-		if err != nil {
-			return nil, err
+		key := apiKey
+		if key == "" {
+			key = devAdminKey(gw)
 		}
-		return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn)}, nil
+		return dialAddr(gw, key)
 	}
-	root.AddCommand(devCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial))
+	root.AddCommand(devCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial), apikeyCmd(dial))
 	return root
+}
+
+// defaultStateDir is where `noetl dev` keeps its state unless told otherwise.
+func defaultStateDir() string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "noetl", "dev")
+}
+
+// devAdminKey returns the admin key that `noetl dev` wrote to the default state directory,
+// when the gateway is on this machine (a dev mesh) and the file exists; else "".
+func devAdminKey(gateway string) string {
+	host, _, err := net.SplitHostPort(gateway)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(defaultStateDir(), mesh.AdminKeyFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func emit(v any) {
@@ -67,17 +99,13 @@ func emit(v any) {
 
 func devCmd() *cobra.Command {
 	var httpAddr, grpcAddr, stateDir, run string
-	var verbose bool
+	var verbose, insecure bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole mesh in one process: embedded NATS JetStream, a private Postgres, and the six services",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if stateDir == "" {
-				base, err := os.UserCacheDir()
-				if err != nil {
-					base = os.TempDir()
-				}
-				stateDir = filepath.Join(base, "noetl", "dev")
+				stateDir = defaultStateDir()
 			}
 			if err := os.MkdirAll(stateDir, 0o755); err != nil {
 				return err
@@ -89,14 +117,27 @@ func devCmd() *cobra.Command {
 			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), EncryptionKey: os.Getenv("NOETL_ENCRYPTION_KEY"), HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Log: log})
+			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), EncryptionKey: os.Getenv("NOETL_ENCRYPTION_KEY"), Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Log: log})
 			if err != nil {
 				return err
 			}
 			defer m.Stop()
-			fmt.Printf("NoETL dev mesh ready\n  REST:  http://%s  (OpenAPI at /openapi.json)\n  gRPC:  %s\n  state: %s\nPress Ctrl-C to stop.\n", m.HTTPAddr, m.GRPCAddr, stateDir)
+			fmt.Printf("NoETL dev mesh ready\n  REST:  http://%s  (OpenAPI at /openapi.json)\n  gRPC:  %s\n  state: %s\n", m.HTTPAddr, m.GRPCAddr, stateDir)
+			keyFile := filepath.Join(stateDir, mesh.AdminKeyFile)
+			if insecure {
+				fmt.Printf("  auth:  OFF (--insecure): every caller is an admin of tenant default\n")
+			} else {
+				if m.AdminKeyCreated {
+					fmt.Printf("  auth:  created an admin API key of tenant default in %s (mode 0600)\n", keyFile)
+				} else {
+					fmt.Printf("  auth:  admin API key of tenant default in %s\n", keyFile)
+				}
+				fmt.Printf("         export NOETL_API_KEY=$(cat %s)\n         curl -H \"Authorization: Bearer $NOETL_API_KEY\" http://%s/v1/playbooks\n", keyFile, m.HTTPAddr)
+				fmt.Printf("         noetl apikey create --role operator   # more keys (the CLI reads this key itself when --state-dir is the default)\n")
+			}
+			fmt.Printf("Press Ctrl-C to stop.\n")
 			if run != "" {
-				c, err := dialAddr(m.GRPCAddr)
+				c, err := dialAddr(m.GRPCAddr, m.AdminKey)
 				if err != nil {
 					return err
 				}
@@ -120,15 +161,21 @@ func devCmd() *cobra.Command {
 	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default: the user cache dir /noetl/dev)")
 	cmd.Flags().StringVar(&run, "run", "", "run this playbook file once the mesh is up and print its result")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "log at info level")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "turn the gateway's authentication off (every caller is an admin of tenant default)")
 	return cmd
 }
 
-func dialAddr(addr string) (*client, error) {
-	conn, err := grpcx.Dial(addr)
+// dialAddr connects to the gateway at addr, sending key (an API key or a JWT) when set.
+func dialAddr(addr, key string) (*client, error) {
+	var opts []grpc.DialOption
+	if key != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.Bearer(key)))
+	}
+	conn, err := grpcx.Dial(addr, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn)}, nil
+	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), admin: apiv1.NewAdminServiceClient(conn)}, nil
 }
 
 func registerCmd(dial func() (*client, error)) *cobra.Command {
@@ -345,5 +392,98 @@ func cancelCmd(dial func() (*client, error)) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "reason recorded in the playbook.cancelled event")
+	return cmd
+}
+
+func apikeyCmd(dial func() (*client, error)) *cobra.Command {
+	cmd := &cobra.Command{Use: "apikey", Short: "Create, list and revoke API keys (needs the admin role)"}
+	var tenant, name string
+	var roles []string
+	var expires time.Duration
+	create := &cobra.Command{
+		Use:   "create --role ROLE [--role ROLE]... [--tenant T] [--name N] [--expires D]",
+		Short: "Create an API key; its secret is printed once, alone on stdout",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.conn.Close() }()
+			req := &apiv1.CreateApiKeyRequest{Tenant: tenant, Roles: roles, Name: name}
+			if expires > 0 {
+				req.ExpireTime = timestamppb.New(time.Now().Add(expires))
+			}
+			resp, err := c.admin.CreateApiKey(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			k := resp.GetApiKey()
+			fmt.Fprintf(cmd.ErrOrStderr(), "created API key %s of tenant %s with roles %s; its secret is shown only now:\n", k.GetId(), k.GetTenant(), strings.Join(k.GetRoles(), ", "))
+			fmt.Fprintln(cmd.OutOrStdout(), resp.GetSecret())
+			return nil
+		},
+	}
+	create.Flags().StringVar(&tenant, "tenant", "", "tenant the key acts for (default: yours; another needs the system role)")
+	create.Flags().StringArrayVar(&roles, "role", nil, "role the key grants: viewer, operator, admin or system; repeatable")
+	create.Flags().StringVar(&name, "name", "", "label, for example who or what uses the key")
+	create.Flags().DurationVar(&expires, "expires", 0, "make the key stop working after this long (default: never)")
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the API keys of your tenant, one JSON object per line (never their secrets)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.conn.Close() }()
+			token := ""
+			for {
+				resp, err := c.admin.ListApiKeys(cmd.Context(), &apiv1.ListApiKeysRequest{PageSize: 500, PageToken: token})
+				if err != nil {
+					return err
+				}
+				for _, k := range resp.GetApiKeys() {
+					b, _ := protojson.Marshal(k)
+					fmt.Fprintln(cmd.OutOrStdout(), string(b))
+				}
+				if token = resp.GetNextPageToken(); token == "" {
+					return nil
+				}
+			}
+		},
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke an API key (gateways stop accepting it within their key cache TTL, 30 s by default)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.conn.Close() }()
+			if _, err := c.admin.RevokeApiKey(cmd.Context(), &apiv1.RevokeApiKeyRequest{Id: args[0]}); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "revoked:", args[0])
+			return nil
+		},
+	}
+	fresh := &cobra.Command{
+		Use:   "new",
+		Short: "Print a new random API key without contacting the gateway (for NOETL_BOOTSTRAP_API_KEY)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			key, _, _, err := auth.NewAPIKey()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), key)
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, revoke, fresh)
 	return cmd
 }

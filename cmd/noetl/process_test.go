@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -38,7 +39,10 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 	natsURL := testkit.StartNATS(t)
 	port := func() string { return fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)) }
 	sb, rs, or, gwHTTP, gwGRPC := port(), port(), port(), port(), port()
+	adminKey, _, _, err := auth.NewAPIKey()
+	require.NoError(t, err)
 	env := []string{
+		"NOETL_INTERNAL_SECRET=process-test-internal-secret-0123456789", "NOETL_BOOTSTRAP_API_KEY=" + adminKey,
 		"NOETL_PG_URL=" + pg, "NOETL_NATS_URL=" + natsURL,
 		"NOETL_STATEBUILDER_GRPC=" + sb, "NOETL_STATEBUILDER_ADDR=" + sb,
 		"NOETL_RESULTSTORE_GRPC=" + rs, "NOETL_RESULTSTORE_ADDR=" + rs,
@@ -67,9 +71,18 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 		})
 	}
 	base := "http://" + gwHTTP
+	do := func(method, path string, body io.Reader) (*http.Response, error) {
+		req, err := http.NewRequest(method, base+path, body)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+adminKey)
+		return http.DefaultClient.Do(req)
+	}
 	testkit.WaitFor(t, 60*time.Second, func() error {
 		// Listing the catalog needs the gateway and the orchestrator (after its migrations).
-		resp, err := http.Get(base + "/v1/playbooks")
+		resp, err := do(http.MethodGet, "/v1/playbooks", nil)
 		if err != nil {
 			return err
 		}
@@ -83,7 +96,7 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 	require.NoError(t, err)
 	post := func(path string, body any) (int, map[string]any) {
 		b, _ := json.Marshal(body)
-		resp, err := http.Post(base+path, "application/json", bytes.NewReader(b))
+		resp, err := do(http.MethodPost, path, bytes.NewReader(b))
 		require.NoError(t, err)
 		defer func() { _ = resp.Body.Close() }()
 		raw, _ := io.ReadAll(resp.Body)
@@ -95,7 +108,7 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "%v", reg)
 	code, bad := post("/v1/playbooks", map[string]any{"content": "kind: [unclosed"})
 	require.Equal(t, http.StatusBadRequest, code, "%v", bad)
-	resp404, err := http.Get(base + "/v1/executions/01930000-0000-7000-8000-000000000000")
+	resp404, err := do(http.MethodGet, "/v1/executions/01930000-0000-7000-8000-000000000000", nil)
 	require.NoError(t, err)
 	_ = resp404.Body.Close()
 	require.Equal(t, http.StatusNotFound, resp404.StatusCode)
@@ -105,7 +118,7 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 	require.NotEmpty(t, id)
 	var final map[string]any
 	testkit.WaitFor(t, 60*time.Second, func() error {
-		resp, err := http.Get(base + "/v1/executions/" + id)
+		resp, err := do(http.MethodGet, "/v1/executions/"+id, nil)
 		if err != nil {
 			return err
 		}

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/noetl/noetl/gen"
@@ -23,9 +25,11 @@ import (
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/platform/app"
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/services/gateway/internal/api"
+	"github.com/noetl/noetl/services/gateway/internal/authn"
 	"github.com/noetl/noetl/services/gateway/internal/compat"
 )
 
@@ -38,6 +42,28 @@ type Config struct {
 	StatebuilderAddr string
 	ResultstoreAddr  string
 	MaxBodyBytes     int
+
+	// Insecure turns authentication off: every caller acts as an admin (and system) of
+	// tenant "default". Only for a laptop (`noetl dev --insecure`); never the default.
+	Insecure bool
+	// InternalSecret signs the principal forwarded to the internal services; required.
+	InternalSecret string
+	// KeyCacheTTL is how long a verified API key is remembered: a revoked key keeps working
+	// for at most this long. KeyCacheSize bounds the cached keys.
+	KeyCacheTTL  time.Duration
+	KeyCacheSize int
+	// JWT authentication, on when JWKSFile, JWKSURL or JWTHMACSecret is set (see
+	// internal/authn.JWTConfig for each field).
+	JWKSFile       string
+	JWKSURL        string
+	JWKSRefresh    time.Duration
+	JWTIssuer      string
+	JWTAudience    string
+	JWTAlgorithms  string
+	JWTHMACSecret  string
+	JWTTenantClaim string
+	JWTRolesClaim  string
+	JWTLeeway      time.Duration
 
 	// Listeners, when set, are used instead of the addresses.
 	GRPCListener  net.Listener `json:"-"`
@@ -54,6 +80,20 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.StatebuilderAddr, "statebuilder", "NOETL_STATEBUILDER_ADDR", "127.0.0.1:50062", "statebuilder gRPC address")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
 	fs.Int(&c.MaxBodyBytes, "max-body", "NOETL_GATEWAY_MAX_BODY", 2<<20, "largest REST request body in bytes")
+	fs.Bool(&c.Insecure, "insecure", "NOETL_GATEWAY_INSECURE", false, "turn authentication off: every caller is an admin of tenant default (development only)")
+	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
+	fs.Duration(&c.KeyCacheTTL, "key-cache-ttl", "NOETL_GATEWAY_KEY_CACHE_TTL", authn.DefaultKeyCacheTTL, "how long a verified API key is cached (a revoked key works at most this long)")
+	fs.Int(&c.KeyCacheSize, "key-cache-size", "NOETL_GATEWAY_KEY_CACHE_SIZE", authn.DefaultKeyCacheSize, "most API keys cached")
+	fs.String(&c.JWKSFile, "jwks-file", "NOETL_GATEWAY_JWKS_FILE", "", "JSON Web Key Set file of the JWT issuer's public keys")
+	fs.String(&c.JWKSURL, "jwks-url", "NOETL_GATEWAY_JWKS_URL", "", "JSON Web Key Set URL of the JWT issuer's public keys (cached)")
+	fs.Duration(&c.JWKSRefresh, "jwks-refresh", "NOETL_GATEWAY_JWKS_REFRESH", authn.DefaultJWKSRefresh, "how long a fetched JWKS is used")
+	fs.String(&c.JWTIssuer, "jwt-issuer", "NOETL_GATEWAY_JWT_ISSUER", "", "required iss of JWTs")
+	fs.String(&c.JWTAudience, "jwt-audience", "NOETL_GATEWAY_JWT_AUDIENCE", "", "required aud of JWTs")
+	fs.String(&c.JWTAlgorithms, "jwt-algorithms", "NOETL_GATEWAY_JWT_ALGORITHMS", authn.DefaultJWTAlgorithms, "allowed asymmetric JWT algorithms, comma-separated")
+	fs.Secret(&c.JWTHMACSecret, "jwt-hmac-secret", "NOETL_GATEWAY_JWT_HMAC_SECRET", "", "enables HS256 JWTs signed with this secret (at least 32 bytes)")
+	fs.String(&c.JWTTenantClaim, "jwt-tenant-claim", "NOETL_GATEWAY_JWT_TENANT_CLAIM", authn.DefaultTenantClaim, "JWT claim holding the tenant (dotted for nested claims)")
+	fs.String(&c.JWTRolesClaim, "jwt-roles-claim", "NOETL_GATEWAY_JWT_ROLES_CLAIM", authn.DefaultRolesClaim, "JWT claim holding the roles (dotted for nested claims)")
+	fs.Duration(&c.JWTLeeway, "jwt-leeway", "NOETL_GATEWAY_JWT_LEEWAY", authn.DefaultJWTLeeway, "clock skew tolerated on JWT exp, nbf and iat")
 }
 
 // Run runs the gateway until ctx ends.
@@ -62,22 +102,42 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 2 << 20
 	}
-	oc, err := grpcx.Dial(cfg.OrchestratorAddr)
+	trust, err := auth.NewTrust(cfg.InternalSecret)
+	if err != nil {
+		return err
+	}
+	// Calls to the internal services carry the caller's principal, signed.
+	forward := grpc.WithPerRPCCredentials(trust.Forward("gateway"))
+	oc, err := grpcx.Dial(cfg.OrchestratorAddr, forward)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = oc.Close() }()
-	sc, err := grpcx.Dial(cfg.StatebuilderAddr)
+	sc, err := grpcx.Dial(cfg.StatebuilderAddr, forward)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sc.Close() }()
-	rc, err := grpcx.Dial(cfg.ResultstoreAddr)
+	rc, err := grpcx.Dial(cfg.ResultstoreAddr, forward)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = rc.Close() }()
-	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), Credentials: orchv1.NewCredentialServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc)}
+	keys := orchv1.NewApiKeyServiceClient(oc)
+	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), Credentials: orchv1.NewCredentialServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc), Keys: keys}
+	authenticator, err := authn.New(authn.Config{
+		Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, KeyCacheSize: cfg.KeyCacheSize,
+		JWT: authn.JWTConfig{
+			JWKSFile: cfg.JWKSFile, JWKSURL: cfg.JWKSURL, JWKSRefresh: cfg.JWKSRefresh, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
+			Algorithms: cfg.JWTAlgorithms, HMACSecret: cfg.JWTHMACSecret, TenantClaim: cfg.JWTTenantClaim, RolesClaim: cfg.JWTRolesClaim, Leeway: cfg.JWTLeeway,
+		},
+	}, verifyKey(keys), nil)
+	if err != nil {
+		return err
+	}
+	if cfg.Insecure {
+		log.Warn("authentication is off (NOETL_GATEWAY_INSECURE): every caller acts as an admin of tenant default")
+	}
 
 	grpcLis, err := app.Listen(cfg.GRPCListener, cfg.GRPCAddr)
 	if err != nil {
@@ -91,35 +151,42 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := app.NewServer("gateway", log, grpcLis, adminLis)
+	g := &guard{authn: authenticator}
+	srv := app.NewServer("gateway", log, grpcLis, adminLis, grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream))
 	apiv1.RegisterCatalogServiceServer(srv.GRPC, impl)
 	apiv1.RegisterExecutionServiceServer(srv.GRPC, impl)
 	apiv1.RegisterResultServiceServer(srv.GRPC, impl)
 	apiv1.RegisterCredentialServiceServer(srv.GRPC, impl)
+	apiv1.RegisterAdminServiceServer(srv.GRPC, impl)
 	srv.AddCheck("orchestrator", grpcx.HealthCheck(oc))
 	srv.AddCheck("statebuilder", grpcx.HealthCheck(sc))
+
+	// REST and the /api/ routes call the gRPC API through an in-memory connection to this
+	// same server, so they pass the same authentication and authorization (guard) as gRPC
+	// callers: no route reaches the implementation around it.
+	loop := bufconn.Listen(1 << 20)
+	lc, err := grpcx.Dial("passthrough:///gateway-loopback",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return loop.DialContext(ctx) }),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(96<<20)))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lc.Close() }()
 
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}), runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, credentialBodyError(r, err))
+	}), runtime.WithIncomingHeaderMatcher(headerMatcher), runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, challenge{w}, r, credentialBodyError(r, err))
 	}))
-	for _, reg := range []func(context.Context, *runtime.ServeMux) error{
-		func(c context.Context, m *runtime.ServeMux) error {
-			return apiv1.RegisterCatalogServiceHandlerServer(c, m, impl)
-		},
-		func(c context.Context, m *runtime.ServeMux) error {
-			return apiv1.RegisterExecutionServiceHandlerServer(c, m, impl)
-		},
-		func(c context.Context, m *runtime.ServeMux) error {
-			return apiv1.RegisterResultServiceHandlerServer(c, m, impl)
-		},
-		func(c context.Context, m *runtime.ServeMux) error {
-			return apiv1.RegisterCredentialServiceHandlerServer(c, m, impl)
-		},
+	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
+		apiv1.RegisterCatalogServiceHandler,
+		apiv1.RegisterExecutionServiceHandler,
+		apiv1.RegisterResultServiceHandler,
+		apiv1.RegisterCredentialServiceHandler,
+		apiv1.RegisterAdminServiceHandler,
 	} {
-		if err := reg(ctx, mux); err != nil {
+		if err := reg(ctx, mux, lc); err != nil {
 			return err
 		}
 	}
@@ -136,7 +203,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// answers (readiness with dependencies is /readyz on the admin port).
 	top.HandleFunc("/healthz", health)
 	top.HandleFunc("/health", health)
-	top.Handle("/api/", compat.New(impl, log))
+	top.Handle("/api/", forwardCredentials(compat.New(newLoopbackBackend(lc), log)))
 	top.Handle("/", mux)
 	limit := int64(cfg.MaxBodyBytes)
 	httpSrv := &http.Server{
@@ -163,6 +230,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 	log.Info("gateway serving", slog.String("grpc", srv.GRPCAddr()), slog.String("http", httpLis.Addr().String()), slog.String("admin", srv.AdminAddr()))
+	// The loopback listener is served until srv.Run's GracefulStop closes it.
+	go func() { _ = srv.GRPC.Serve(loop) }()
 	return srv.Run(ctx, 10*time.Second, serveHTTP)
 }
 
@@ -183,4 +252,16 @@ func credentialBodyError(r *http.Request, err error) error {
 		}
 	}
 	return status.Error(codes.InvalidArgument, "body: not a valid credential JSON object")
+}
+
+// challenge answers 401 with a standard `WWW-Authenticate: Bearer` challenge (grpc-gateway
+// would put the error message there; the body carries it already).
+type challenge struct{ http.ResponseWriter }
+
+// WriteHeader implements http.ResponseWriter.
+func (c challenge) WriteHeader(code int) {
+	if code == http.StatusUnauthorized {
+		c.Header().Set("WWW-Authenticate", `Bearer realm="noetl"`)
+	}
+	c.ResponseWriter.WriteHeader(code)
 }

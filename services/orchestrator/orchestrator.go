@@ -12,6 +12,7 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/platform/app"
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsx"
@@ -39,6 +40,13 @@ type Config struct {
 	// rest. Without it the orchestrator runs, but storing and resolving credentials fail
 	// with FailedPrecondition.
 	EncryptionKey string
+	// InternalSecret is the secret shared by the services that signs principals in internal
+	// calls (package auth); required.
+	InternalSecret string
+	// BootstrapAPIKey, when set, is stored on start (unless its id already is) as an API key
+	// of tenant "default" with the admin and system roles: the first key of a deployment,
+	// from which the others are created. `noetl dev` passes its admin.key.
+	BootstrapAPIKey string
 
 	// GRPCListener and AdminListener, when set, are used instead of the addresses
 	// (in-process meshes).
@@ -61,12 +69,18 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Duration(&c.ReconcileEvery, "reconcile-every", "NOETL_RECONCILE_EVERY", 10*time.Second, "how often stalled executions are looked for")
 	fs.Duration(&c.StaleAfter, "stale-after", "NOETL_STALE_AFTER", 30*time.Second, "how long an execution's log may stay still before it is re-driven")
 	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
+	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
+	fs.Secret(&c.BootstrapAPIKey, "bootstrap-api-key", "NOETL_BOOTSTRAP_API_KEY", "", "API key (noetl_<id>_<secret>) stored on start as an admin and system key of tenant default")
 }
 
 // Run runs the orchestrator until ctx ends.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log = log.With(slog.String("service", "orchestrator"))
 	if err := config.Required(&cfg, "PostgresURL", "NATSURL", "StatebuilderAddr"); err != nil {
+		return err
+	}
+	trust, err := auth.NewTrust(cfg.InternalSecret)
+	if err != nil {
 		return err
 	}
 	var sealer *server.Sealer
@@ -103,7 +117,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}); err != nil {
 		return err
 	}
-	conn, err := grpcx.Dial(cfg.StatebuilderAddr)
+	conn, err := grpcx.DialSigned(cfg.StatebuilderAddr, trust.Service("orchestrator"))
 	if err != nil {
 		return err
 	}
@@ -118,11 +132,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := app.NewServer("orchestrator", log, grpcLis, adminLis)
+	srv := app.NewServer("orchestrator", log, grpcLis, adminLis, auth.ServerOptions(trust)...)
 	cat := catalog.New(db, playbook.NewRenderer(), 1024)
 	api := &server.Server{Catalog: cat, DB: db, NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000), Sealer: sealer}
 	orchv1.RegisterOrchestratorServiceServer(srv.GRPC, api)
 	orchv1.RegisterCredentialServiceServer(srv.GRPC, api)
+	orchv1.RegisterApiKeyServiceServer(srv.GRPC, api)
+	if cfg.BootstrapAPIKey != "" {
+		created, err := api.EnsureAPIKey(ctx, cfg.BootstrapAPIKey, "default", []string{auth.RoleAdmin, auth.RoleSystem}, "bootstrap")
+		if err != nil {
+			return err
+		}
+		if created {
+			log.Info("bootstrap API key stored")
+		}
+	}
 	srv.AddCheck("postgres", pgxext.Check(db))
 	srv.AddCheck("nats", natsx.Check(nc))
 	eng := engine.New(engine.Config{Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter}, log, js, state, cat, srv.Registry)

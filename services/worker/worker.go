@@ -28,6 +28,7 @@ import (
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/failpoint"
 	"github.com/noetl/noetl/internal/platform/app"
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsx"
@@ -52,6 +53,9 @@ type Config struct {
 	ResultstoreAddr string
 	// InlineMaxBytes is the inline result budget; larger results travel by reference.
 	InlineMaxBytes int
+	// InternalSecret signs the worker's calls to the orchestrator and the resultstore
+	// (package auth); required.
+	InternalSecret string
 
 	// AdminListener, when set, is used instead of AdminAddr.
 	AdminListener net.Listener `json:"-"`
@@ -70,6 +74,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
 	fs.Int(&c.InlineMaxBytes, "inline-max", "NOETL_INLINE_RESULT_MAX_BYTES", 64<<10, "largest result carried inline in events; larger ones go to the resultstore")
 	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "let the http tool reach loopback and private addresses")
+	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 }
 
 // Run runs the worker until ctx ends.
@@ -95,7 +100,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv := app.NewServer("worker", log, nil, adminLis)
 	srv.AddCheck("nats", natsx.Check(nc))
-	conn, err := grpcx.Dial(cfg.OrchestratorAddr)
+	trust, err := auth.NewTrust(cfg.InternalSecret)
+	if err != nil {
+		return err
+	}
+	conn, err := grpcx.DialSigned(cfg.OrchestratorAddr, trust.Service("worker"))
 	if err != nil {
 		return err
 	}
@@ -121,7 +130,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.InlineMaxBytes <= 0 {
 		cfg.InlineMaxBytes = 64 << 10
 	}
-	rconn, err := grpcx.Dial(cfg.ResultstoreAddr)
+	rconn, err := grpcx.DialSigned(cfg.ResultstoreAddr, trust.Service("worker"))
 	if err != nil {
 		return err
 	}

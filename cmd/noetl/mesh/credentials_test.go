@@ -19,7 +19,6 @@ import (
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
-	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -40,6 +39,7 @@ func (h *harness) call(t *testing.T, method, path string, body any) (int, []byte
 	req, err := http.NewRequest(method, "http://"+h.m.HTTPAddr+path, rd)
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+h.m.AdminKey)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer func() { _ = resp.Body.Close() }()
@@ -74,7 +74,7 @@ func TestCredentialsAreEncryptedAtRestAndNeverReturned(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, string(raw))
 	require.NotContains(t, string(raw), secret)
 	require.NotContains(t, string(raw), "noetl", "no data field leaks into the list")
-	conn, err := grpcx.Dial(h.m.GRPCAddr)
+	conn, err := h.m.Dial()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	creds := apiv1.NewCredentialServiceClient(conn)
@@ -101,7 +101,7 @@ func TestCredentialsAreEncryptedAtRestAndNeverReturned(t *testing.T) {
 	require.NotContains(t, row, fmt.Sprintf("%x", secret))
 
 	// A worker resolves it through the orchestrator's internal service.
-	oc, err := grpcx.Dial(h.m.OrchestratorAddr)
+	oc, err := h.m.DialInternal(h.m.OrchestratorAddr, "worker")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = oc.Close() })
 	internal := orchv1.NewCredentialServiceClient(oc)

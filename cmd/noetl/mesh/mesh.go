@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsembed"
 	"github.com/noetl/noetl/internal/platform/pgembed"
@@ -51,6 +52,18 @@ type Config struct {
 	// EncryptionKey is the base64 key that encrypts credentials at rest. Empty means the key
 	// in <StateDir>/encryption.key, generated there (mode 0600) on first start.
 	EncryptionKey string
+	// InternalSecret signs the principals the services pass each other. Empty means the
+	// secret in <StateDir>/internal.secret, generated there (mode 0600) on first start.
+	InternalSecret string
+	// AdminKey is an API key stored as an admin and system key of tenant "default" (the
+	// orchestrator's bootstrap key). Empty means the key in <StateDir>/admin.key, generated
+	// there (mode 0600) on first start.
+	AdminKey string
+	// Insecure turns the gateway's authentication off: every caller is an admin of tenant
+	// "default". Internal calls stay signed.
+	Insecure bool
+	// KeyCacheTTL is how long the gateway caches a verified API key (zero: its default).
+	KeyCacheTTL time.Duration
 	// Log receives every service's logs.
 	Log *slog.Logger
 }
@@ -64,7 +77,17 @@ type Mesh struct {
 	// OrchestratorAddr is the orchestrator's internal gRPC address (tests resolve
 	// credentials there as a worker does).
 	OrchestratorAddr string
+	// StatebuilderAddr and ResultstoreAddr are the other internal gRPC addresses.
+	StatebuilderAddr, ResultstoreAddr string
+	// AdminKey is the API key of an admin (and system) of tenant "default"; AdminKeyCreated
+	// tells whether this start generated it.
+	AdminKey        string
+	AdminKeyCreated bool
+	// InternalSecret is the secret the services sign principals with (for tests that start
+	// extra replicas beside the mesh).
+	InternalSecret string
 
+	trust  *auth.Trust
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	errMu  sync.Mutex
@@ -95,7 +118,21 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 			return nil, err
 		}
 	}
-	m := &Mesh{done: make(chan struct{})}
+	if cfg.InternalSecret == "" {
+		if cfg.InternalSecret, _, err = stateSecret(cfg.StateDir, InternalSecretFile, randomBase64); err != nil {
+			return nil, err
+		}
+	}
+	trust, err := auth.NewTrust(cfg.InternalSecret)
+	if err != nil {
+		return nil, err
+	}
+	m := &Mesh{done: make(chan struct{}), trust: trust, AdminKey: cfg.AdminKey, InternalSecret: cfg.InternalSecret}
+	if m.AdminKey == "" {
+		if m.AdminKey, m.AdminKeyCreated, err = stateSecret(cfg.StateDir, AdminKeyFile, newAPIKey); err != nil {
+			return nil, err
+		}
+	}
 	defer func() {
 		if err != nil {
 			m.Stop()
@@ -153,24 +190,24 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		}()
 	}
 	sbAddr, orAddr, rsAddr := lis[0].Addr().String(), lis[1].Addr().String(), lis[2].Addr().String()
-	m.OrchestratorAddr = orAddr
+	m.OrchestratorAddr, m.StatebuilderAddr, m.ResultstoreAddr = orAddr, sbAddr, rsAddr
 	run("statebuilder", func(ctx context.Context) error {
-		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: cfg.PostgresURL, GRPCListener: lis[0], AdminListener: lis[3]}, log)
+		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, GRPCListener: lis[0], AdminListener: lis[3]}, log)
 	})
 	run("resultstore", func(ctx context.Context) error {
-		return resultstore.Run(ctx, resultstore.Config{PostgresURL: cfg.PostgresURL, GRPCListener: lis[2], AdminListener: lis[4]}, log)
+		return resultstore.Run(ctx, resultstore.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, GRPCListener: lis[2], AdminListener: lis[4]}, log)
 	})
 	run("materializer", func(ctx context.Context) error {
 		return materializer.Run(ctx, materializer.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, Partitions: cfg.Partitions, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	run("worker", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, AdminListener: lis[7]}, log)
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, AdminListener: lis[7]}, log)
 	})
 	run("gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Config{OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)
+		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)
 	})
 	go func() {
 		m.wg.Wait()
@@ -188,32 +225,61 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	return m, nil
 }
 
+// Files of the state directory that hold generated secrets (mode 0600).
+const (
+	EncryptionKeyFile  = "encryption.key"
+	InternalSecretFile = "internal.secret"
+	AdminKeyFile       = "admin.key"
+)
+
 // stateKey returns the credential encryption key kept in dir/encryption.key, generating a
 // random one there on first use. Keeping it beside the data means credentials stored by one
 // `noetl dev` remain readable by the next.
 func stateKey(dir string) (string, error) {
-	path := filepath.Join(dir, "encryption.key")
-	if b, err := os.ReadFile(path); err == nil {
-		if k := strings.TrimSpace(string(b)); k != "" {
-			return k, nil
-		}
-		return "", fmt.Errorf("mesh: %s is empty; remove it to generate a new key (credentials sealed with the old key are lost)", path)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("mesh: encryption key: %w", err)
-	}
+	k, _, err := stateSecret(dir, EncryptionKeyFile, randomBase64)
+	return k, err
+}
+
+// randomBase64 returns base64 of 32 random bytes.
+func randomBase64() (string, error) {
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
-		return "", fmt.Errorf("mesh: encryption key: %w", err)
+		return "", err
 	}
-	enc := base64.StdEncoding.EncodeToString(key)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("mesh: encryption key: %w", err)
+	return base64.StdEncoding.EncodeToString(key), nil
+}
+
+// newAPIKey returns a new API key.
+func newAPIKey() (string, error) {
+	key, _, _, err := auth.NewAPIKey()
+	return key, err
+}
+
+// stateSecret returns the secret kept in dir/name, generating it with gen on first use
+// (created is then true). The file is private to the user (mode 0600).
+func stateSecret(dir, name string, gen func() (string, error)) (secret string, created bool, err error) {
+	path := filepath.Join(dir, name)
+	if b, err := os.ReadFile(path); err == nil {
+		if k := strings.TrimSpace(string(b)); k != "" {
+			return k, false, nil
+		}
+		return "", false, fmt.Errorf("mesh: %s is empty; remove it to generate a new one", path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", false, fmt.Errorf("mesh: %s: %w", name, err)
 	}
-	// Write a private temporary file, then link it into place: the link fails if a key
-	// appeared meanwhile (another mesh on the same dir), and no reader sees a partial file.
-	tmp, err := os.CreateTemp(dir, ".encryption.key-*")
+	enc, err := gen()
 	if err != nil {
-		return "", fmt.Errorf("mesh: encryption key: %w", err)
+		return "", false, fmt.Errorf("mesh: %s: %w", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", false, fmt.Errorf("mesh: %s: %w", name, err)
+	}
+	// Write a private temporary file (CreateTemp makes it 0600), then link it into place:
+	// the link fails if the file appeared meanwhile (another mesh on the same dir), and no
+	// reader sees a partial file.
+	tmp, err := os.CreateTemp(dir, "."+name+"-*")
+	if err != nil {
+		return "", false, fmt.Errorf("mesh: %s: %w", name, err)
 	}
 	defer func() { _ = os.Remove(tmp.Name()) }()
 	_, err = tmp.WriteString(enc + "\n")
@@ -224,12 +290,23 @@ func stateKey(dir string) (string, error) {
 		err = os.Link(tmp.Name(), path)
 	}
 	if errors.Is(err, fs.ErrExist) {
-		return stateKey(dir)
+		return stateSecret(dir, name, gen)
 	}
 	if err != nil {
-		return "", fmt.Errorf("mesh: encryption key: %w", err)
+		return "", false, fmt.Errorf("mesh: %s: %w", name, err)
 	}
-	return enc, nil
+	return enc, true, nil
+}
+
+// Dial connects to the gateway's gRPC API with the admin key.
+func (m *Mesh) Dial() (*grpc.ClientConn, error) {
+	return grpcx.DialSigned(m.GRPCAddr, auth.Bearer(m.AdminKey))
+}
+
+// DialInternal connects to an internal service at addr, signing every call as the
+// internal service name (as the services do among themselves).
+func (m *Mesh) DialInternal(addr, service string) (*grpc.ClientConn, error) {
+	return grpcx.DialSigned(addr, m.trust.Service(service))
 }
 
 func waitServing(ctx context.Context, addr string, done <-chan struct{}, timeout time.Duration) error {

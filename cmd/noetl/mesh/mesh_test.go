@@ -18,7 +18,6 @@ import (
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
-	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -68,7 +67,7 @@ func start(t *testing.T, dupEvents bool) *harness {
 	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL})
 	require.NoError(t, err)
 	t.Cleanup(m.Stop)
-	conn, err := grpcx.Dial(m.GRPCAddr)
+	conn, err := m.Dial()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return &harness{m: m, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn)}

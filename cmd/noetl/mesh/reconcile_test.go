@@ -12,7 +12,6 @@ import (
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/failpoint"
-	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -26,7 +25,7 @@ func TestReconcilerRecoversLostNoticesAndCommands(t *testing.T) {
 	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, ReconcileEvery: 200 * time.Millisecond, StaleAfter: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(m.Stop)
-	conn, err := grpcx.Dial(m.GRPCAddr)
+	conn, err := m.Dial()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	h := &harness{m: m, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn)}

@@ -51,10 +51,10 @@ func TestExtraReplicasKeepTheLogIdentical(t *testing.T) {
 	})
 	sbLis := listen()
 	run(func() error {
-		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: h.m.PostgresURL, GRPCListener: sbLis, AdminListener: listen()}, log)
+		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: h.m.PostgresURL, InternalSecret: h.m.InternalSecret, GRPCListener: sbLis, AdminListener: listen()}, log)
 	})
 	run(func() error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: h.m.PostgresURL, NATSURL: h.m.NATSURL, StatebuilderAddr: sbLis.Addr().String(), GRPCListener: listen(), AdminListener: listen()}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: h.m.PostgresURL, InternalSecret: h.m.InternalSecret, NATSURL: h.m.NATSURL, StatebuilderAddr: sbLis.Addr().String(), GRPCListener: listen(), AdminListener: listen()}, log)
 	})
 
 	// Several executions at once, one of them with the clean run's key.

@@ -14,7 +14,6 @@ import (
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
-	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -52,7 +51,7 @@ func TestDurableRetrySurvivesARestartOfEveryService(t *testing.T) {
 		defer cancel()
 		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: pg, NATSURL: natsURL})
 		require.NoError(t, err)
-		conn, err := grpcx.Dial(m.GRPCAddr)
+		conn, err := m.Dial()
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = conn.Close() })
 		return m, apiv1.NewExecutionServiceClient(conn), apiv1.NewCatalogServiceClient(conn)

@@ -61,7 +61,10 @@ func Listen(l net.Listener, addr string) (net.Listener, error) {
 }
 
 // NewServer builds a server. grpcLis may be nil for services without a gRPC API (the
-// gRPC server still exists for health when adminLis is given).
+// gRPC server still exists for health when adminLis is given). opts follow the defaults
+// (metrics, error mapping, message size); a service with a gRPC API passes its
+// authentication there: auth.ServerOptions(trust) for the internal services, which then
+// admit only calls signed with the internal secret (health and reflection stay open).
 func NewServer(name string, log *slog.Logger, grpcLis, adminLis net.Listener, opts ...grpc.ServerOption) *Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

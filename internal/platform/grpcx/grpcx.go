@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -86,11 +87,20 @@ func (m *ServerMetrics) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamS
 }
 
 // Dial opens a client connection to an internal service (plaintext on the cluster network).
-func Dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
+// opts are added to the defaults; internal callers pass the per-RPC credentials that sign
+// their principal, for example grpc.WithPerRPCCredentials(trust.Service("worker")) (see
+// package auth).
+func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
-	)
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
+	}, opts...)...)
+}
+
+// DialSigned is Dial with every call signed by creds (auth.Trust.Service or Forward, or
+// auth.Bearer for clients of the gateway).
+func DialSigned(addr string, creds credentials.PerRPCCredentials, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	return Dial(addr, append([]grpc.DialOption{grpc.WithPerRPCCredentials(creds)}, opts...)...)
 }
 
 // HealthCheck is a readiness check that calls the gRPC health service of a dependency.

@@ -19,6 +19,7 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
 )
 
 // MaxPlaybookBytes bounds a registered document.
@@ -30,16 +31,24 @@ type Server struct {
 	apiv1.UnimplementedExecutionServiceServer
 	apiv1.UnimplementedResultServiceServer
 	apiv1.UnimplementedCredentialServiceServer
+	apiv1.UnimplementedAdminServiceServer
 
 	Orchestrator orchv1.OrchestratorServiceClient
 	Credentials  orchv1.CredentialServiceClient
 	State        sbv1.StateServiceClient
 	Results      rsv1.ResultStoreServiceClient
+	Keys         orchv1.ApiKeyServiceClient
 }
 
-// tenant is the caller's tenant. Authentication lands with the gateway security work; until
-// then every caller acts for the default tenant.
-func tenant(context.Context) string { return "default" }
+// tenant is the tenant of the verified caller (invariant: reads and writes are scoped by
+// identity, never by a tenant a request names). Without a principal it is empty, and the
+// call fails: the forwarding credentials sign nothing for it.
+func tenant(ctx context.Context) string {
+	if p := auth.FromContext(ctx); p != nil {
+		return p.Tenant
+	}
+	return ""
+}
 
 func playbookOf(e *orchv1.CatalogEntry) *apiv1.Playbook {
 	return &apiv1.Playbook{Path: e.GetPath(), Version: e.GetVersion(), Name: e.GetName(), Description: e.GetDescription(), Content: e.GetContent(), Warnings: e.GetWarnings(), CreateTime: e.GetCreateTime()}

@@ -1,6 +1,8 @@
 // Package compat serves the REST routes NoETL clients call (`/api/catalog/register`,
 // `/api/execute`, `/api/executions/{id}`, ...) with NoETL's JSON shapes, on top of the public
-// API implementation, in process. Ids and versions are strings on the wire, as in NoETL.
+// API (the gateway passes a client of its own gRPC server, so these routes are authenticated
+// and authorized like every other call). Ids and versions are strings on the wire, as in
+// NoETL.
 package compat
 
 import (

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
 )
 
 // Credential limits. Names are also path segments and template keys
@@ -86,8 +87,12 @@ func (s *Server) PutCredential(ctx context.Context, req *orchv1.PutCredentialReq
 	return resp, nil
 }
 
-// ResolveCredential opens a credential's data for a worker.
+// ResolveCredential opens a credential's data for a worker. Only service principals may
+// call it: no user reads credential data, even through the gateway.
 func (s *Server) ResolveCredential(ctx context.Context, req *orchv1.ResolveCredentialRequest) (*orchv1.ResolveCredentialResponse, error) {
+	if err := auth.RequireService(ctx); err != nil {
+		return nil, err
+	}
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name: required")
 	}

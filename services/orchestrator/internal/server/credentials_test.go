@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/testkit"
 )
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 func TestCredentialsNeedTheKeyAndNeverEchoData(t *testing.T) {
 	t.Parallel()
 	s := &Server{} // no key, no database: every case below fails before either is used
-	ctx := context.Background()
+	ctx := auth.NewContext(context.Background(), auth.ServicePrincipal("worker"))
 
 	_, err := s.PutCredential(ctx, &orchv1.PutCredentialRequest{Name: "pg", DataJson: []byte(`{"password":"x"}`)})
 	require.Equal(t, codes.FailedPrecondition, status.Code(err))
@@ -44,7 +45,7 @@ func TestCredentialsNeedTheKeyAndNeverEchoData(t *testing.T) {
 }
 
 func TestPlaintextCredentialsAreSealedAndListsPage(t *testing.T) {
-	ctx := context.Background()
+	ctx := auth.NewContext(context.Background(), auth.ServicePrincipal("worker"))
 	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)

@@ -27,10 +27,11 @@ import (
 	"github.com/noetl/noetl/services/orchestrator/internal/engine"
 )
 
-// Server implements OrchestratorService and CredentialService.
+// Server implements OrchestratorService, CredentialService and ApiKeyService.
 type Server struct {
 	orchv1.UnimplementedOrchestratorServiceServer
 	orchv1.UnimplementedCredentialServiceServer
+	orchv1.UnimplementedApiKeyServiceServer
 
 	Catalog    *catalog.Catalog
 	DB         *pgxpool.Pool

@@ -1363,6 +1363,574 @@ func (*DeleteCredentialResponse) Descriptor() ([]byte, []int) {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
+// ApiKeyInfo describes an API key without its secret.
+type ApiKeyInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Key id, the public part of the key.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Tenant the key acts for.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Roles the key grants.
+	Roles []string `protobuf:"bytes,3,rep,name=roles,proto3" json:"roles,omitempty"`
+	// Free-form label.
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// Identity that created the key.
+	CreatedBy string `protobuf:"bytes,5,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	// Time of creation.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Time the key was last used (recorded at most once a minute).
+	LastUsedTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_used_time,json=lastUsedTime,proto3" json:"last_used_time,omitempty"`
+	// Time the key stops working, when it expires.
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Time the key was revoked, when it is.
+	RevokeTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApiKeyInfo) Reset() {
+	*x = ApiKeyInfo{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApiKeyInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApiKeyInfo) ProtoMessage() {}
+
+func (x *ApiKeyInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApiKeyInfo.ProtoReflect.Descriptor instead.
+func (*ApiKeyInfo) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ApiKeyInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ApiKeyInfo) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ApiKeyInfo) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *ApiKeyInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ApiKeyInfo) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *ApiKeyInfo) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ApiKeyInfo) GetLastUsedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsedTime
+	}
+	return nil
+}
+
+func (x *ApiKeyInfo) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *ApiKeyInfo) GetRevokeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokeTime
+	}
+	return nil
+}
+
+// CreateApiKeyRequest describes a key to create.
+type CreateApiKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Tenant the key acts for; empty means the caller's tenant. Another tenant needs the
+	// system role.
+	KeyTenant string `protobuf:"bytes,2,opt,name=key_tenant,json=keyTenant,proto3" json:"key_tenant,omitempty"`
+	// Roles the key grants; the caller must hold each (admin implies operator and viewer).
+	Roles []string `protobuf:"bytes,3,rep,name=roles,proto3" json:"roles,omitempty"`
+	// Free-form label (at most 128 characters).
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// Time the key stops working; unset means never.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateApiKeyRequest) Reset() {
+	*x = CreateApiKeyRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateApiKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateApiKeyRequest) ProtoMessage() {}
+
+func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
+func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CreateApiKeyRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CreateApiKeyRequest) GetKeyTenant() string {
+	if x != nil {
+		return x.KeyTenant
+	}
+	return ""
+}
+
+func (x *CreateApiKeyRequest) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *CreateApiKeyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateApiKeyRequest) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+// CreateApiKeyResponse carries the new key and its secret.
+type CreateApiKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new key.
+	Key *ApiKeyInfo `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The secret, returned only here.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateApiKeyResponse) Reset() {
+	*x = CreateApiKeyResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateApiKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateApiKeyResponse) ProtoMessage() {}
+
+func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
+func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CreateApiKeyResponse) GetKey() *ApiKeyInfo {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *CreateApiKeyResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+// ListApiKeysRequest asks for a page of a tenant's keys.
+type ListApiKeysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Maximum number of keys (default 50, max 500).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Opaque token from a previous response.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApiKeysRequest) Reset() {
+	*x = ListApiKeysRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApiKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApiKeysRequest) ProtoMessage() {}
+
+func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListApiKeysRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListApiKeysRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListApiKeysRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListApiKeysResponse carries a page of keys.
+type ListApiKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keys ordered by id, without secrets.
+	Keys []*ApiKeyInfo `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Token for the next page; empty when there is none.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApiKeysResponse) Reset() {
+	*x = ListApiKeysResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApiKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApiKeysResponse) ProtoMessage() {}
+
+func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListApiKeysResponse) GetKeys() []*ApiKeyInfo {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ListApiKeysResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// RevokeApiKeyRequest names a key to revoke.
+type RevokeApiKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller; a key of another tenant is NotFound.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Key id.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeApiKeyRequest) Reset() {
+	*x = RevokeApiKeyRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeApiKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeApiKeyRequest) ProtoMessage() {}
+
+func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
+func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RevokeApiKeyRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RevokeApiKeyRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// RevokeApiKeyResponse carries the revoked key.
+type RevokeApiKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key, with its revocation time.
+	Key           *ApiKeyInfo `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeApiKeyResponse) Reset() {
+	*x = RevokeApiKeyResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeApiKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeApiKeyResponse) ProtoMessage() {}
+
+func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
+func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RevokeApiKeyResponse) GetKey() *ApiKeyInfo {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+// VerifyApiKeyRequest carries a key presented to the gateway.
+type VerifyApiKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The whole key as presented (noetl_<id>_<secret>).
+	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyApiKeyRequest) Reset() {
+	*x = VerifyApiKeyRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyApiKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyApiKeyRequest) ProtoMessage() {}
+
+func (x *VerifyApiKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyApiKeyRequest.ProtoReflect.Descriptor instead.
+func (*VerifyApiKeyRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *VerifyApiKeyRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// VerifyApiKeyResponse tells what a valid key grants.
+type VerifyApiKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key.
+	Key           *ApiKeyInfo `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyApiKeyResponse) Reset() {
+	*x = VerifyApiKeyResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyApiKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyApiKeyResponse) ProtoMessage() {}
+
+func (x *VerifyApiKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyApiKeyResponse.ProtoReflect.Descriptor instead.
+func (*VerifyApiKeyResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *VerifyApiKeyResponse) GetKey() *ApiKeyInfo {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
 var File_noetl_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
@@ -1452,7 +2020,50 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x17DeleteCredentialRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x1a\n" +
-	"\x18DeleteCredentialResponse2\xa9\x05\n" +
+	"\x18DeleteCredentialResponse\"\xf6\x02\n" +
+	"\n" +
+	"ApiKeyInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05roles\x18\x03 \x03(\tR\x05roles\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x05 \x01(\tR\tcreatedBy\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12@\n" +
+	"\x0elast_used_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\x12;\n" +
+	"\vexpire_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12;\n" +
+	"\vrevoke_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"revokeTime\"\xb3\x01\n" +
+	"\x13CreateApiKeyRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"key_tenant\x18\x02 \x01(\tR\tkeyTenant\x12\x14\n" +
+	"\x05roles\x18\x03 \x03(\tR\x05roles\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12;\n" +
+	"\vexpire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"c\n" +
+	"\x14CreateApiKeyResponse\x123\n" +
+	"\x03key\x18\x01 \x01(\v2!.noetl.orchestrator.v1.ApiKeyInfoR\x03key\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"h\n" +
+	"\x12ListApiKeysRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"t\n" +
+	"\x13ListApiKeysResponse\x125\n" +
+	"\x04keys\x18\x01 \x03(\v2!.noetl.orchestrator.v1.ApiKeyInfoR\x04keys\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"=\n" +
+	"\x13RevokeApiKeyRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"K\n" +
+	"\x14RevokeApiKeyResponse\x123\n" +
+	"\x03key\x18\x01 \x01(\v2!.noetl.orchestrator.v1.ApiKeyInfoR\x03key\"'\n" +
+	"\x13VerifyApiKeyRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"K\n" +
+	"\x14VerifyApiKeyResponse\x123\n" +
+	"\x03key\x18\x01 \x01(\v2!.noetl.orchestrator.v1.ApiKeyInfoR\x03key2\xa9\x05\n" +
 	"\x13OrchestratorService\x12s\n" +
 	"\x10RegisterPlaybook\x12..noetl.orchestrator.v1.RegisterPlaybookRequest\x1a/.noetl.orchestrator.v1.RegisterPlaybookResponse\x12d\n" +
 	"\vGetPlaybook\x12).noetl.orchestrator.v1.GetPlaybookRequest\x1a*.noetl.orchestrator.v1.GetPlaybookResponse\x12j\n" +
@@ -1464,7 +2075,12 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\rPutCredential\x12+.noetl.orchestrator.v1.PutCredentialRequest\x1a,.noetl.orchestrator.v1.PutCredentialResponse\x12v\n" +
 	"\x11ResolveCredential\x12/.noetl.orchestrator.v1.ResolveCredentialRequest\x1a0.noetl.orchestrator.v1.ResolveCredentialResponse\x12p\n" +
 	"\x0fListCredentials\x12-.noetl.orchestrator.v1.ListCredentialsRequest\x1a..noetl.orchestrator.v1.ListCredentialsResponse\x12s\n" +
-	"\x10DeleteCredential\x12..noetl.orchestrator.v1.DeleteCredentialRequest\x1a/.noetl.orchestrator.v1.DeleteCredentialResponseB\xe8\x01\n" +
+	"\x10DeleteCredential\x12..noetl.orchestrator.v1.DeleteCredentialRequest\x1a/.noetl.orchestrator.v1.DeleteCredentialResponse2\xb0\x03\n" +
+	"\rApiKeyService\x12g\n" +
+	"\fCreateApiKey\x12*.noetl.orchestrator.v1.CreateApiKeyRequest\x1a+.noetl.orchestrator.v1.CreateApiKeyResponse\x12d\n" +
+	"\vListApiKeys\x12).noetl.orchestrator.v1.ListApiKeysRequest\x1a*.noetl.orchestrator.v1.ListApiKeysResponse\x12g\n" +
+	"\fRevokeApiKey\x12*.noetl.orchestrator.v1.RevokeApiKeyRequest\x1a+.noetl.orchestrator.v1.RevokeApiKeyResponse\x12g\n" +
+	"\fVerifyApiKey\x12*.noetl.orchestrator.v1.VerifyApiKeyRequest\x1a+.noetl.orchestrator.v1.VerifyApiKeyResponseB\xe8\x01\n" +
 	"\x19com.noetl.orchestrator.v1B\x11OrchestratorProtoP\x01ZBgithub.com/noetl/noetl/gen/go/noetl/orchestrator/v1;orchestratorv1\xa2\x02\x03NOX\xaa\x02\x15Noetl.Orchestrator.V1\xca\x02\x15Noetl\\Orchestrator\\V1\xe2\x02!Noetl\\Orchestrator\\V1\\GPBMetadata\xea\x02\x17Noetl::Orchestrator::V1b\x06proto3"
 
 var (
@@ -1479,7 +2095,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*CatalogEntry)(nil),              // 0: noetl.orchestrator.v1.CatalogEntry
 	(*RegisterPlaybookRequest)(nil),   // 1: noetl.orchestrator.v1.RegisterPlaybookRequest
@@ -1503,45 +2119,71 @@ var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*ListCredentialsResponse)(nil),   // 19: noetl.orchestrator.v1.ListCredentialsResponse
 	(*DeleteCredentialRequest)(nil),   // 20: noetl.orchestrator.v1.DeleteCredentialRequest
 	(*DeleteCredentialResponse)(nil),  // 21: noetl.orchestrator.v1.DeleteCredentialResponse
-	(*timestamppb.Timestamp)(nil),     // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 23: google.protobuf.Duration
-	(*v1.ExecutionState)(nil),         // 24: noetl.statebuilder.v1.ExecutionState
+	(*ApiKeyInfo)(nil),                // 22: noetl.orchestrator.v1.ApiKeyInfo
+	(*CreateApiKeyRequest)(nil),       // 23: noetl.orchestrator.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),      // 24: noetl.orchestrator.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),        // 25: noetl.orchestrator.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),       // 26: noetl.orchestrator.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),       // 27: noetl.orchestrator.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),      // 28: noetl.orchestrator.v1.RevokeApiKeyResponse
+	(*VerifyApiKeyRequest)(nil),       // 29: noetl.orchestrator.v1.VerifyApiKeyRequest
+	(*VerifyApiKeyResponse)(nil),      // 30: noetl.orchestrator.v1.VerifyApiKeyResponse
+	(*timestamppb.Timestamp)(nil),     // 31: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 32: google.protobuf.Duration
+	(*v1.ExecutionState)(nil),         // 33: noetl.statebuilder.v1.ExecutionState
 }
 var file_noetl_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	22, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
+	31, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.orchestrator.v1.RegisterPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 2: noetl.orchestrator.v1.GetPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 3: noetl.orchestrator.v1.ListPlaybooksResponse.entries:type_name -> noetl.orchestrator.v1.CatalogEntry
-	23, // 4: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	24, // 5: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	22, // 6: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
-	22, // 7: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
+	32, // 4: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	33, // 5: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	31, // 6: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
+	31, // 7: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
 	17, // 8: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
-	1,  // 9: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
-	3,  // 10: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
-	5,  // 11: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
-	7,  // 12: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
-	9,  // 13: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
-	11, // 14: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
-	13, // 15: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
-	15, // 16: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
-	18, // 17: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
-	20, // 18: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
-	2,  // 19: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
-	4,  // 20: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
-	6,  // 21: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
-	8,  // 22: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
-	10, // 23: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
-	12, // 24: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
-	14, // 25: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
-	16, // 26: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
-	19, // 27: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
-	21, // 28: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
-	19, // [19:29] is the sub-list for method output_type
-	9,  // [9:19] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	31, // 9: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
+	31, // 10: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
+	31, // 11: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
+	31, // 12: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
+	31, // 13: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	22, // 14: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	22, // 15: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	22, // 16: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	22, // 17: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	1,  // 18: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
+	3,  // 19: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
+	5,  // 20: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
+	7,  // 21: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
+	9,  // 22: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
+	11, // 23: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
+	13, // 24: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
+	15, // 25: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
+	18, // 26: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
+	20, // 27: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
+	23, // 28: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
+	25, // 29: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
+	27, // 30: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
+	29, // 31: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
+	2,  // 32: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
+	4,  // 33: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
+	6,  // 34: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
+	8,  // 35: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
+	10, // 36: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
+	12, // 37: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
+	14, // 38: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
+	16, // 39: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
+	19, // 40: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
+	21, // 41: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
+	24, // 42: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
+	26, // 43: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
+	28, // 44: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
+	30, // 45: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
+	32, // [32:46] is the sub-list for method output_type
+	18, // [18:32] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_noetl_orchestrator_v1_orchestrator_proto_init() }
@@ -1555,9 +2197,9 @@ func file_noetl_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc), len(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   31,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_noetl_orchestrator_v1_orchestrator_proto_goTypes,
 		DependencyIndexes: file_noetl_orchestrator_v1_orchestrator_proto_depIdxs,

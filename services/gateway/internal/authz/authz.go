@@ -1,0 +1,85 @@
+// Package authz is the gateway's one authorization decision: every public RPC (gRPC, and
+// REST and the NoETL-compatible routes, which the gateway serves through its own gRPC
+// server) maps to the permission it needs, and anything not in the map is denied.
+package authz
+
+import (
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
+)
+
+// permissions maps every public RPC by full method name to the permission it needs. A test
+// fails when an RPC of the public API is missing here.
+var permissions = map[string]auth.Permission{
+	apiv1.CatalogService_RegisterPlaybook_FullMethodName: auth.PermAdmin,
+	apiv1.CatalogService_GetPlaybook_FullMethodName:      auth.PermRead,
+	apiv1.CatalogService_ListPlaybooks_FullMethodName:    auth.PermRead,
+
+	apiv1.ExecutionService_StartExecution_FullMethodName:      auth.PermExecute,
+	apiv1.ExecutionService_GetExecution_FullMethodName:        auth.PermRead,
+	apiv1.ExecutionService_WaitExecution_FullMethodName:       auth.PermRead,
+	apiv1.ExecutionService_ListExecutions_FullMethodName:      auth.PermRead,
+	apiv1.ExecutionService_CancelExecution_FullMethodName:     auth.PermExecute,
+	apiv1.ExecutionService_ListExecutionEvents_FullMethodName: auth.PermRead,
+
+	apiv1.ResultService_GetResult_FullMethodName: auth.PermRead,
+
+	apiv1.CredentialService_PutCredential_FullMethodName:    auth.PermAdmin,
+	apiv1.CredentialService_ListCredentials_FullMethodName:  auth.PermAdmin,
+	apiv1.CredentialService_DeleteCredential_FullMethodName: auth.PermAdmin,
+
+	apiv1.AdminService_CreateApiKey_FullMethodName: auth.PermAdmin,
+	apiv1.AdminService_ListApiKeys_FullMethodName:  auth.PermAdmin,
+	apiv1.AdminService_RevokeApiKey_FullMethodName: auth.PermAdmin,
+}
+
+// Required returns the permission method needs; false when method is not mapped (and so
+// never allowed).
+func Required(method string) (auth.Permission, bool) {
+	p, ok := permissions[method]
+	return p, ok
+}
+
+// Authorize decides whether p may call method (a full gRPC method name): Unauthenticated
+// without a principal, PermissionDenied for a method that is not mapped or a permission p
+// lacks, nil otherwise. It is the only authorization decision of the public API.
+func Authorize(p *auth.Principal, method string) error {
+	if p == nil {
+		return status.Error(codes.Unauthenticated, "credentials: required")
+	}
+	perm, ok := permissions[method]
+	if !ok {
+		return status.Errorf(codes.PermissionDenied, "%s: not permitted", method)
+	}
+	if !p.Can(perm) {
+		return status.Errorf(codes.PermissionDenied, "%s needs the %s permission, granted by the roles %s; the caller holds %s",
+			method, perm, strings.Join(grantedBy(perm), ", "), holds(p))
+	}
+	return nil
+}
+
+// grantedBy lists the roles that grant perm.
+func grantedBy(perm auth.Permission) []string {
+	var out []string
+	for _, r := range auth.Roles {
+		if (&auth.Principal{Tenant: "-", Subject: "-", Roles: []string{r}}).Can(perm) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func holds(p *auth.Principal) string {
+	if len(p.Roles) == 0 {
+		return "no role"
+	}
+	r := slices.Clone(p.Roles)
+	slices.Sort(r)
+	return strings.Join(r, ", ")
+}
