@@ -26,6 +26,7 @@ dev: postgres
 ## test: the whole test suite (unit, integration, conformance) with the race detector
 test: postgres
 	CI=$${CI:-} go test -race -count=1 -timeout 25m $(filter-out ./conformance/...,$(PKGS))
+	cd deploy && GOWORK=off go test -count=1 -timeout 10m ./...
 	CI=$${CI:-} go test -race -count=1 -timeout 15m -v -run TestConformance ./conformance/ 2>&1 | grep -vE '^\s*$$|"level"'; exit $${PIPESTATUS[0]}
 
 ## build: build every binary into bin/

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
+	"strconv"
 	"slices"
 	"time"
 
@@ -84,6 +86,11 @@ type StreamConfig struct {
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
+		// A clustered JetStream replicates the streams: NOETL_STREAM_REPLICAS (e.g. 3)
+		// applies to every service that declares them.
+		if n, err := strconv.Atoi(os.Getenv("NOETL_STREAM_REPLICAS")); err == nil && n > 0 {
+			cfg.Replicas = n
+		}
 	}
 	if cfg.EventsMaxAge <= 0 {
 		cfg.EventsMaxAge = 24 * time.Hour
