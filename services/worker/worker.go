@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -85,6 +87,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 64
 	}
+	if cfg.ID == "" {
+		cfg.ID, _ = os.Hostname()
+	}
 	log = log.With(slog.String("service", "worker"), slog.String("pool", cfg.Pool))
 	nc, js, err := natsx.Connect(cfg.NATSURL, "worker-"+cfg.Pool)
 	if err != nil {
@@ -158,6 +163,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "noetl_worker_tool_seconds", Help: "Tool run time.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}, []string{"tool"}),
 	}
 	w.tools["artifact"] = artifactTool{w}
+	if cfg.Pool == "system" {
+		w.tools["system_info"] = systemInfo{w}
+	}
 	srv.Registry.MustRegister(w.runs, w.duration)
 	log.Info("worker consuming", slog.String("admin", srv.AdminAddr()))
 	return srv.Run(ctx, 30*time.Second, w.consume)
@@ -301,6 +309,14 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		}
 	}
 	started := mk(domain.EventCommandStarted)
+	if err := w.admit(cmd); err != nil {
+		info := &eventv1.ErrorInfo{Code: "refused", Message: err.Error()}
+		callErr := mk(domain.EventCallError)
+		callErr.Error = info
+		failed := mk(domain.EventCommandFailed)
+		failed.Error = info
+		return []*eventv1.Event{started, callErr, failed}
+	}
 	fail := func(info *eventv1.ErrorInfo) []*eventv1.Event {
 		callErr := mk(domain.EventCallError)
 		callErr.Error = info
@@ -732,4 +748,37 @@ func (a artifactTool) Run(ctx context.Context, c *tools.Call) (any, error) {
 		return nil, &tools.Error{Msg: fmt.Sprintf("artifact: %s is not JSON: %v", ref, err)}
 	}
 	return v, nil
+}
+
+// admit re-checks a command's origin against this worker's pool: a system worker runs
+// only commands of system/ playbooks, and only system workers run system_* tools, so a
+// command pinned to the wrong pool is refused rather than run with the wrong privileges.
+func (w *Worker) admit(cmd *eventv1.Command) error {
+	system := strings.HasPrefix(cmd.GetPlaybookPath(), "system/")
+	if w.cfg.Pool == "system" && !system {
+		return fmt.Errorf("step %s: the system pool refuses a command of %q, which is not a system/ playbook", cmd.GetStep(), cmd.GetPlaybookPath())
+	}
+	if w.cfg.Pool != "system" && system {
+		return fmt.Errorf("step %s: system/ playbook commands run only on the system pool, not %q", cmd.GetStep(), w.cfg.Pool)
+	}
+	for _, t := range cmd.GetTools() {
+		if strings.HasPrefix(t.GetKind(), "system_") && w.cfg.Pool != "system" {
+			return fmt.Errorf("step %s: tool kind %s runs only on the system pool", cmd.GetStep(), t.GetKind())
+		}
+	}
+	return nil
+}
+
+// systemInfo (kind system_info) reports the worker that ran it: a privileged tool of the
+// system pool.
+type systemInfo struct{ w *Worker }
+
+// Run implements tools.Tool.
+func (s systemInfo) Run(context.Context, *tools.Call) (any, error) {
+	kinds := make([]string, 0, len(s.w.tools))
+	for k := range s.w.tools {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return map[string]any{"pool": s.w.cfg.Pool, "worker": s.w.cfg.ID, "tools": kinds}, nil
 }

@@ -206,6 +206,9 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	run("worker", func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, AdminListener: lis[7]}, log)
 	})
+	run("worker-system", func(ctx context.Context) error {
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, AdminAddr: "127.0.0.1:0"}, log)
+	})
 	run("gateway", func(ctx context.Context) error {
 		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)
 	})

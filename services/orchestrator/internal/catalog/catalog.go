@@ -61,8 +61,9 @@ func PathOf(pb *playbook.Playbook) string {
 }
 
 // Register parses and validates content and stores it as the next version of its path.
-// Registering content identical to the latest version returns that version.
-func (c *Catalog) Register(ctx context.Context, tenant, content string) (*Entry, error) {
+// Registering content identical to the latest version returns that version. guard, when
+// set, may refuse the parsed playbook before anything is stored.
+func (c *Catalog) Register(ctx context.Context, tenant, content string, guard func(pb *playbook.Playbook, path string) error) (*Entry, error) {
 	pb, err := playbook.Parse([]byte(content))
 	if err != nil {
 		return nil, err
@@ -70,6 +71,11 @@ func (c *Catalog) Register(ctx context.Context, tenant, content string) (*Entry,
 	path := PathOf(pb)
 	if path == "" {
 		return nil, &playbook.Error{Field: "metadata.path", Msg: "metadata.path or metadata.name is required"}
+	}
+	if guard != nil {
+		if err := guard(pb, path); err != nil {
+			return nil, err
+		}
 	}
 	sum := sha256.Sum256([]byte(content))
 	digest := hex.EncodeToString(sum[:])

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,6 +22,7 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
@@ -62,7 +64,9 @@ func (s *Server) RegisterPlaybook(ctx context.Context, req *orchv1.RegisterPlayb
 	if len(req.GetContent()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "content: playbook YAML is required")
 	}
-	e, err := s.Catalog.Register(ctx, tenantOf(req.GetTenant()), req.GetContent())
+	e, err := s.Catalog.Register(ctx, tenantOf(req.GetTenant()), req.GetContent(), func(pb *playbook.Playbook, path string) error {
+		return systemGuard(ctx, pb, path)
+	})
 	if err != nil {
 		var pe *playbook.Error
 		if errors.As(err, &pe) {
@@ -124,6 +128,9 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 	tenant := tenantOf(req.GetTenant())
 	if req.GetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "path: required")
+	}
+	if domain.PoolFor(req.GetPath()) == "system" && !auth.FromContext(ctx).Can(auth.PermSystem) {
+		return nil, status.Errorf(codes.PermissionDenied, "path: starting system/ playbooks requires the system role")
 	}
 	cp, err := s.Catalog.Compiled(ctx, tenant, req.GetPath(), req.GetVersion())
 	if errors.Is(err, catalog.ErrNotFound) {
@@ -325,4 +332,29 @@ func (s *Server) cancelChildren(ctx context.Context, tenant, parent, reason stri
 			return
 		}
 	}
+}
+
+// systemGuard enforces the system pool's rules at registration: only the system role
+// registers playbooks under system/, and only those may use system_* tool kinds.
+func systemGuard(ctx context.Context, pb *playbook.Playbook, path string) error {
+	system := domain.PoolFor(path) == "system"
+	if system && !auth.FromContext(ctx).Can(auth.PermSystem) {
+		return status.Errorf(codes.PermissionDenied, "metadata.path: registering system/ playbooks requires the system role")
+	}
+	if system {
+		return nil
+	}
+	for _, st := range pb.Steps {
+		for _, t := range st.Tool {
+			if strings.HasPrefix(t.Kind, "system_") {
+				return status.Errorf(codes.InvalidArgument, "line %d: step %q: tool kind %q is reserved for system/ playbooks", st.Line, st.Name, t.Kind)
+			}
+		}
+	}
+	for name, t := range pb.Workbook {
+		if strings.HasPrefix(t.Kind, "system_") {
+			return status.Errorf(codes.InvalidArgument, "workbook task %q: tool kind %q is reserved for system/ playbooks", name, t.Kind)
+		}
+	}
+	return nil
 }
