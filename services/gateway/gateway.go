@@ -6,6 +6,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -208,6 +209,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	limit := int64(cfg.MaxBodyBytes)
 	httpSrv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// A declared size over the limit is refused before anything is read; a chunked
+			// body is cut at the limit while it is read.
+			if r.ContentLength > limit {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusRequestEntityTooLarge)
+				_, _ = fmt.Fprintf(w, `{"code":8,"message":"request body of %d bytes exceeds the limit of %d bytes"}`, r.ContentLength, limit)
+				return
+			}
 			r.Body = http.MaxBytesReader(w, r.Body, limit)
 			top.ServeHTTP(w, r)
 		}),

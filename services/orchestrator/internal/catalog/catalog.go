@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +73,9 @@ func (c *Catalog) Register(ctx context.Context, tenant, content string, guard fu
 	path := PathOf(pb)
 	if path == "" {
 		return nil, &playbook.Error{Field: "metadata.path", Msg: "metadata.path or metadata.name is required"}
+	}
+	if err := ValidPath(path); err != nil {
+		return nil, err
 	}
 	if guard != nil {
 		if err := guard(pb, path); err != nil {
@@ -184,4 +189,21 @@ func (c *Catalog) put(k key, v *decide.Compiled) {
 		clear(c.cache)
 	}
 	c.cache[k] = v
+}
+
+var pathPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$`)
+
+// ValidPath checks a catalog path: slash-separated segments of letters, digits, '_', '.'
+// and '-', no empty, '.' or '..' segment, at most 256 characters.
+func ValidPath(path string) error {
+	bad := len(path) > 256 || !pathPattern.MatchString(path)
+	for _, seg := range strings.Split(path, "/") {
+		if seg == "." || seg == ".." {
+			bad = true
+		}
+	}
+	if bad {
+		return &playbook.Error{Field: "metadata.path", Msg: fmt.Sprintf("%q is not a valid catalog path (segments of letters, digits, '_', '.', '-', separated by '/', no '..')", path)}
+	}
+	return nil
 }
