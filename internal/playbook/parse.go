@@ -251,6 +251,10 @@ func (b *builder) workflow(root *yaml.Node, pb *Playbook) {
 		b.errorf(wf, "", "workflow", "workflow with at least one step is required")
 		return
 	}
+	if len(wf.Content) > MaxSteps {
+		b.errorf(wf, "", "workflow", "%d steps exceed the limit of %d", len(wf.Content), MaxSteps)
+		return
+	}
 	unnamed := false
 	for i, item := range wf.Content {
 		s := b.step(item, i)

@@ -2,6 +2,7 @@ package playbook
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -442,4 +443,19 @@ workflow:
 	require.Empty(t, pb.Step("end").Tool)
 	require.True(t, KnownToolKind("duckdb"))
 	require.False(t, KnownToolKind("system_"))
+}
+
+func TestTooManyStepsAreRefused(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: big}\nworkflow:\n")
+	for i := 0; i <= MaxSteps; i++ {
+		name := fmt.Sprintf("s%d", i)
+		if i == 0 {
+			name = "start"
+		}
+		fmt.Fprintf(&b, "  - {step: %s, tool: {kind: noop}}\n", name)
+	}
+	_, err := Parse([]byte(b.String()))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "exceed the limit")
 }

@@ -18,6 +18,8 @@ const (
 	MaxBytes = 1 << 20
 	// MaxDepth is the deepest YAML nesting Parse accepts.
 	MaxDepth = 64
+	// MaxSteps is the largest number of steps a playbook may have.
+	MaxSteps = 5000
 )
 
 var yamlLineRE = regexp.MustCompile(`line (\d+)`)
