@@ -261,15 +261,24 @@ func (d *decider) collection(ps *playbook.Step) ([]json.RawMessage, error) {
 		return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.in must render to a list, got %T", rv)}
 	}
 	items := make([]json.RawMessage, len(list))
+	size := 0
 	for i, it := range list {
 		b, err := json.Marshal(it)
 		if err != nil {
 			return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.in item %d: %v", i, err)}
 		}
 		items[i] = b
+		size += len(b) + 1
+		if size > MaxLoopCollectionBytes {
+			return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.in: the collection exceeds %d bytes (at item %d of %d); it travels in the step.enter event, so loop over ids or pages instead", MaxLoopCollectionBytes, i, len(list))}
+		}
 	}
 	return items, nil
 }
+
+// MaxLoopCollectionBytes bounds a loop's rendered collection, which travels in its
+// step.enter event (events stay far below the 256 KiB message limit).
+const MaxLoopCollectionBytes = 192 << 10
 
 // maxInFlight is how many iterations of a loop may run at once.
 func (d *decider) maxInFlight(ps *playbook.Step) (int, error) {

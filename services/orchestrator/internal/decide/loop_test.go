@@ -162,3 +162,12 @@ func TestLateEventsOfAnOldEpochAreIgnored(t *testing.T) {
 }
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+func TestOversizedLoopCollectionFailsInsteadOfStalling(t *testing.T) {
+	s := newSim(t, sprintf(loopBook, "parallel"), `{"items":`+jsonInts(make([]int, 120000))+`}`)
+	evs, err := Decide(s.c, s.st)
+	require.NoError(t, err)
+	last := evs[len(evs)-1]
+	require.Equal(t, domain.EventPlaybookFailed, last.GetType())
+	require.Contains(t, last.GetError().GetMessage(), "exceeds")
+}
