@@ -31,7 +31,7 @@ import (
 )
 
 func main() {
-	workload := flag.String("workload", "chain", "chain | concurrent | fanout")
+	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop")
 	n := flag.Int("n", 200, "steps of the chain workload, iterations of the fanout workload")
 	executions := flag.Int("executions", 50, "executions of the concurrent workload")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
@@ -63,6 +63,57 @@ func chain(name string, n int) string {
 	}
 	return b.String()
 }
+
+// longloop is one step looping over n items, 64 iterations in flight: about 4n events in
+// one execution.
+func longloop(name string, n int) string {
+	return fmt.Sprintf(`apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: %s, path: bench/%s}
+workload:
+  n: %d
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(workload.n) | list }}"
+      iterator: i
+      spec: {mode: parallel, max_in_flight: 64}
+    tool: {kind: noop}
+`, name, name, n)
+}
+
+// rssSamples records the resident set every second while a workload runs, to show whether
+// memory stays flat as an execution's log grows.
+type rssSamples struct {
+	mu  sync.Mutex
+	mbs []float64
+}
+
+func (r *rssSamples) run(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.mu.Lock()
+			r.mbs = append(r.mbs, currentRSSMB())
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *rssSamples) get() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]float64(nil), r.mbs...)
+}
+
+var samples = &rssSamples{}
+
+// currentRSSMB is this process's resident set (VmRSS).
+func currentRSSMB() float64 { return procStatusMB("VmRSS:") }
 
 // fanout is one step looping in parallel over n items with every iteration in flight.
 func fanout(name string, n int) string {
@@ -120,6 +171,8 @@ func run(workload string, n, executions, steps int, gateway string) error {
 		content = chain(name, steps)
 	case "fanout":
 		content = fanout(name, n)
+	case "longloop":
+		content = longloop(name, n)
 	default:
 		return fmt.Errorf("unknown workload %q (chain, concurrent, fanout)", workload)
 	}
@@ -142,6 +195,9 @@ func run(workload string, n, executions, steps int, gateway string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	sctx, stopSamples := context.WithCancel(ctx)
+	defer stopSamples()
+	go samples.run(sctx)
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, count)
@@ -161,6 +217,17 @@ func run(workload string, n, executions, steps int, gateway string) error {
 	}
 	wall := time.Since(start)
 	total := perExec * count
+	if workload == "longloop" {
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{
+			"workload":     workload,
+			"iterations":   n,
+			"events":       4*n + 4,
+			"wall_ms":      float64(wall.Microseconds()) / 1000,
+			"events_per_s": float64(4*n+4) / wall.Seconds(),
+			"peak_rss_mb":  peakRSSMB(),
+			"rss_mb_at":    samples.get(),
+		})
+	}
 	if workload == "fanout" {
 		return json.NewEncoder(os.Stdout).Encode(map[string]any{
 			"workload":    workload,
@@ -203,7 +270,10 @@ func once(ctx context.Context, exe apiv1.ExecutionServiceClient, path string) er
 
 // peakRSSMB is this process's peak resident set (VmHWM), which includes every in-process
 // service but not Postgres.
-func peakRSSMB() float64 {
+func peakRSSMB() float64 { return procStatusMB("VmHWM:") }
+
+// procStatusMB reads a kB field of /proc/self/status in MB.
+func procStatusMB(field string) float64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
@@ -211,7 +281,7 @@ func peakRSSMB() float64 {
 	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(s.Text(), field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
 			return kb / 1024
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -91,14 +92,16 @@ func devAdminKey(gateway string) string {
 	return strings.TrimSpace(string(b))
 }
 
-func emit(v any) {
-	enc := json.NewEncoder(os.Stdout)
+func emit(v any) { emitTo(os.Stdout, v) }
+
+func emitTo(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
 }
 
 func devCmd() *cobra.Command {
-	var httpAddr, grpcAddr, stateDir, run string
+	var httpAddr, grpcAddr, stateDir, run, trace string
 	var verbose, insecure bool
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -117,7 +120,7 @@ func devCmd() *cobra.Command {
 			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), EncryptionKey: os.Getenv("NOETL_ENCRYPTION_KEY"), Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Log: log})
+			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), EncryptionKey: os.Getenv("NOETL_ENCRYPTION_KEY"), Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), Log: log})
 			if err != nil {
 				return err
 			}
@@ -141,7 +144,7 @@ func devCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				res, err := runFile(ctx, c, run, nil, true)
+				res, err := runFile(ctx, c, run, nil, true, nil)
 				_ = c.conn.Close()
 				if err != nil {
 					return err
@@ -162,6 +165,7 @@ func devCmd() *cobra.Command {
 	cmd.Flags().StringVar(&run, "run", "", "run this playbook file once the mesh is up and print its result")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "log at info level")
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "turn the gateway's authentication off (every caller is an admin of tenant default)")
+	cmd.Flags().StringVar(&trace, "trace", "", "trace every service: \"stdout\", or an OTLP/gRPC collector (host:port, https://host:port); default off")
 	return cmd
 }
 
@@ -224,14 +228,18 @@ type Outcome struct {
 	FailedSteps []string        `json:"failed_steps,omitempty"`
 }
 
-func runFile(ctx context.Context, c *client, target string, sets []string, wait bool) (*Outcome, error) {
+// runFile registers target when it is a file (else it is a catalog path), starts it, and
+// when wait is set waits for the outcome. A non-nil watch is shown the execution's live
+// progress while it runs (and implies wait).
+func runFile(ctx context.Context, c *client, target string, sets []string, wait bool, watching *progress) (*Outcome, error) {
 	path := target
+	var content string
 	if _, err := os.Stat(target); err == nil {
 		pb, err := register(ctx, c, target)
 		if err != nil {
 			return nil, err
 		}
-		path = pb.GetPath()
+		path, content = pb.GetPath(), pb.GetContent()
 	}
 	workload := map[string]any{}
 	for _, kv := range sets {
@@ -254,6 +262,18 @@ func runFile(ctx context.Context, c *client, target string, sets []string, wait 
 		return nil, err
 	}
 	out := &Outcome{ExecutionID: resp.GetExecutionId(), Path: path, Status: "RUNNING"}
+	if watching != nil {
+		if content == "" {
+			if pb, err := c.cat.GetPlaybook(ctx, &apiv1.GetPlaybookRequest{Path: path, Version: resp.GetVersion()}); err == nil {
+				content = pb.GetPlaybook().GetContent()
+			}
+		}
+		watching.total = stepCount([]byte(content))
+		if err := watch(ctx, c, resp.GetExecutionId(), watching); err != nil {
+			return nil, err
+		}
+		wait = true
+	}
 	if !wait {
 		return out, nil
 	}
@@ -291,7 +311,7 @@ func waitTerminal(ctx context.Context, c *client, id string) (*apiv1.Execution, 
 
 func runCmd(dial func() (*client, error)) *cobra.Command {
 	var sets []string
-	var wait bool
+	var wait, watching bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "run FILE|PATH",
@@ -305,12 +325,16 @@ func runCmd(dial func() (*client, error)) *cobra.Command {
 			defer func() { _ = c.conn.Close() }()
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			out, err := runFile(ctx, c, args[0], sets, wait)
+			var p *progress
+			if watching {
+				p = newProgress(cmd.OutOrStdout(), isTerminal(cmd.OutOrStdout()), 0)
+			}
+			out, err := runFile(ctx, c, args[0], sets, wait, p)
 			if err != nil {
 				return err
 			}
-			emit(out)
-			if wait && out.Status != "COMPLETED" {
+			emitTo(cmd.OutOrStdout(), out)
+			if (wait || watching) && out.Status != "COMPLETED" {
 				return errors.New("execution " + out.ExecutionID + " " + strings.ToLower(out.Status))
 			}
 			return nil
@@ -318,6 +342,7 @@ func runCmd(dial func() (*client, error)) *cobra.Command {
 	}
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "workload value key=value (value parsed as JSON when possible); repeatable")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a terminal status and print the result")
+	cmd.Flags().BoolVar(&watching, "watch", false, "show live step progress (a progress bar on a terminal), then the result as --wait does")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "give up waiting after this long")
 	return cmd
 }

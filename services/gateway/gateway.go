@@ -29,9 +29,12 @@ import (
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/grpcx"
+	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/services/gateway/internal/api"
+	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/authn"
 	"github.com/noetl/noetl/services/gateway/internal/compat"
+	"github.com/noetl/noetl/services/gateway/internal/limit"
 )
 
 // Config is the gateway's configuration.
@@ -66,6 +69,17 @@ type Config struct {
 	JWTRolesClaim  string
 	JWTLeeway      time.Duration
 
+	// Per-tenant limits (package limit): a token bucket of TenantRPS calls per second with
+	// bursts of TenantBurst, and at most TenantInFlight calls (streams included) at once.
+	// Past them a call is refused with ResourceExhausted (HTTP 429 with Retry-After). Zero
+	// means the default.
+	TenantRPS      int
+	TenantBurst    int
+	TenantInFlight int
+
+	// Trace chooses where spans go.
+	Trace telemetry.Config
+
 	// Listeners, when set, are used instead of the addresses.
 	GRPCListener  net.Listener `json:"-"`
 	HTTPListener  net.Listener `json:"-"`
@@ -94,7 +108,11 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Secret(&c.JWTHMACSecret, "jwt-hmac-secret", "NOETL_GATEWAY_JWT_HMAC_SECRET", "", "enables HS256 JWTs signed with this secret (at least 32 bytes)")
 	fs.String(&c.JWTTenantClaim, "jwt-tenant-claim", "NOETL_GATEWAY_JWT_TENANT_CLAIM", authn.DefaultTenantClaim, "JWT claim holding the tenant (dotted for nested claims)")
 	fs.String(&c.JWTRolesClaim, "jwt-roles-claim", "NOETL_GATEWAY_JWT_ROLES_CLAIM", authn.DefaultRolesClaim, "JWT claim holding the roles (dotted for nested claims)")
+	fs.Int(&c.TenantRPS, "tenant-rps", "NOETL_GATEWAY_TENANT_RPS", limit.DefaultRPS, "calls per second each tenant may make (token bucket rate)")
+	fs.Int(&c.TenantBurst, "tenant-burst", "NOETL_GATEWAY_TENANT_BURST", limit.DefaultBurst, "calls a tenant may make at once above its rate (token bucket size)")
+	fs.Int(&c.TenantInFlight, "tenant-inflight", "NOETL_GATEWAY_TENANT_INFLIGHT", limit.DefaultInFlight, "calls (streams included) each tenant may have in flight")
 	fs.Duration(&c.JWTLeeway, "jwt-leeway", "NOETL_GATEWAY_JWT_LEEWAY", authn.DefaultJWTLeeway, "clock skew tolerated on JWT exp, nbf and iat")
+	c.Trace.Flags(fs)
 }
 
 // Run runs the gateway until ctx ends.
@@ -107,25 +125,31 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	// Calls to the internal services carry the caller's principal, signed.
+	tel, err := telemetry.Setup(ctx, "gateway", cfg.Trace)
+	if err != nil {
+		return err
+	}
+	defer tel.Close(log)
+	// Calls to the internal services carry the caller's principal, signed, and its trace.
 	forward := grpc.WithPerRPCCredentials(trust.Forward("gateway"))
-	oc, err := grpcx.Dial(cfg.OrchestratorAddr, forward)
+	oc, err := grpcx.Dial(cfg.OrchestratorAddr, forward, tel.DialOption())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = oc.Close() }()
-	sc, err := grpcx.Dial(cfg.StatebuilderAddr, forward)
+	sc, err := grpcx.Dial(cfg.StatebuilderAddr, forward, tel.DialOption())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sc.Close() }()
-	rc, err := grpcx.Dial(cfg.ResultstoreAddr, forward)
+	rc, err := grpcx.Dial(cfg.ResultstoreAddr, forward, tel.DialOption())
 	if err != nil {
 		return err
 	}
 	defer func() { _ = rc.Close() }()
 	keys := orchv1.NewApiKeyServiceClient(oc)
-	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), Credentials: orchv1.NewCredentialServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc), Keys: keys}
+	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), Credentials: orchv1.NewCredentialServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc), Keys: keys,
+		Watch: orchv1.NewWatchServiceClient(oc), Stopping: ctx.Done()}
 	authenticator, err := authn.New(authn.Config{
 		Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, KeyCacheSize: cfg.KeyCacheSize,
 		JWT: authn.JWTConfig{
@@ -152,8 +176,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	g := &guard{authn: authenticator}
-	srv := app.NewServer("gateway", log, grpcLis, adminLis, grpc.ChainUnaryInterceptor(g.unary), grpc.ChainStreamInterceptor(g.stream))
+	// The chain: errors shaped at the edge (outermost, so it sees every error), then
+	// authentication and authorization, then the limits of the caller's tenant.
+	e, g := &edge{log: log}, &guard{authn: authenticator}
+	lim := newLimits(limit.New(limit.Config{RPS: float64(cfg.TenantRPS), Burst: cfg.TenantBurst, InFlight: cfg.TenantInFlight}))
+	srv := app.NewServer("gateway", log, grpcLis, adminLis, tel.ServerOption(),
+		grpc.ChainUnaryInterceptor(e.unary, g.unary, lim.unary), grpc.ChainStreamInterceptor(e.stream, g.stream, lim.stream))
+	srv.Registry.MustRegister(lim.refused)
 	apiv1.RegisterCatalogServiceServer(srv.GRPC, impl)
 	apiv1.RegisterExecutionServiceServer(srv.GRPC, impl)
 	apiv1.RegisterResultServiceServer(srv.GRPC, impl)
@@ -174,12 +203,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer func() { _ = lc.Close() }()
 
-	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+	marshaler := &runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}), runtime.WithIncomingHeaderMatcher(headerMatcher), runtime.WithErrorHandler(func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-		runtime.DefaultHTTPErrorHandler(ctx, mux, m, challenge{w}, r, credentialBodyError(r, err))
-	}))
+	}
+	restErrors := restError(log)
+	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		runtime.WithIncomingHeaderMatcher(headerMatcher), runtime.WithErrorHandler(restErrors))
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		apiv1.RegisterCatalogServiceHandler,
 		apiv1.RegisterExecutionServiceHandler,
@@ -205,19 +235,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	top.HandleFunc("/healthz", health)
 	top.HandleFunc("/health", health)
 	top.Handle("/api/", forwardCredentials(compat.New(newLoopbackBackend(lc), log)))
+	// Server-Sent Events, not grpc-gateway's newline-delimited JSON, for the watch route.
+	top.Handle(watchRoute, forwardCredentials(&watchSSE{exe: apiv1.NewExecutionServiceClient(lc), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()}))
 	top.Handle("/", mux)
-	limit := int64(cfg.MaxBodyBytes)
+	maxBody := int64(cfg.MaxBodyBytes)
 	httpSrv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			// A declared size over the limit is refused before anything is read; a chunked
 			// body is cut at the limit while it is read.
-			if r.ContentLength > limit {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusRequestEntityTooLarge)
-				_, _ = fmt.Fprintf(w, `{"code":8,"message":"request body of %d bytes exceeds the limit of %d bytes"}`, r.ContentLength, limit)
+			if r.ContentLength > maxBody {
+				tooLarge(w, marshaler, r.ContentLength, maxBody)
 				return
 			}
-			r.Body = http.MaxBytesReader(w, r.Body, limit)
+			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 			top.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -242,6 +272,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// The loopback listener is served until srv.Run's GracefulStop closes it.
 	go func() { _ = srv.GRPC.Serve(loop) }()
 	return srv.Run(ctx, 10*time.Second, serveHTTP)
+}
+
+// tooLarge answers HTTP 413 for a body of n bytes over max, with the JSON error body of
+// every REST error (code RESOURCE_EXHAUSTED, an ErrorInfo of reason BODY_TOO_LARGE).
+func tooLarge(w http.ResponseWriter, m runtime.Marshaler, n, max int64) {
+	err := apierr.New(codes.ResourceExhausted, "BODY_TOO_LARGE", fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", n, max), map[string]string{"limit": fmt.Sprint(max)})
+	body, _ := m.Marshal(status.Convert(err).Proto())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	_, _ = w.Write(body)
 }
 
 // credentialBodyError keeps a malformed credential body out of the error message: the JSON

@@ -17,6 +17,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
 	"github.com/noetl/noetl/services/orchestrator/internal/engine"
@@ -47,6 +48,12 @@ type Config struct {
 	// of tenant "default" with the admin and system roles: the first key of a deployment,
 	// from which the others are created. `noetl dev` passes its admin.key.
 	BootstrapAPIKey string
+	// MaxWatches bounds concurrent WatchExecution streams; past it a watch is refused with
+	// ResourceExhausted. Zero means server.DefaultMaxWatches.
+	MaxWatches int
+
+	// Trace chooses where spans go.
+	Trace telemetry.Config
 
 	// GRPCListener and AdminListener, when set, are used instead of the addresses
 	// (in-process meshes).
@@ -70,6 +77,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Duration(&c.StaleAfter, "stale-after", "NOETL_STALE_AFTER", 30*time.Second, "how long an execution's log may stay still before it is re-driven")
 	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
+	fs.Int(&c.MaxWatches, "max-watches", "NOETL_ORCHESTRATOR_MAX_WATCHES", server.DefaultMaxWatches, "most concurrent WatchExecution streams")
+	c.Trace.Flags(fs)
 	fs.Secret(&c.BootstrapAPIKey, "bootstrap-api-key", "NOETL_BOOTSTRAP_API_KEY", "", "API key (noetl_<id>_<secret>) stored on start as an admin and system key of tenant default")
 }
 
@@ -83,6 +92,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tel, err := telemetry.Setup(ctx, "orchestrator", cfg.Trace)
+	if err != nil {
+		return err
+	}
+	defer tel.Close(log)
 	var sealer *server.Sealer
 	if cfg.EncryptionKey != "" {
 		key, err := server.ParseKey(cfg.EncryptionKey)
@@ -117,7 +131,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}); err != nil {
 		return err
 	}
-	conn, err := grpcx.DialSigned(cfg.StatebuilderAddr, trust.Service("orchestrator"))
+	conn, err := grpcx.DialSigned(cfg.StatebuilderAddr, trust.Service("orchestrator"), tel.DialOption())
 	if err != nil {
 		return err
 	}
@@ -132,12 +146,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := app.NewServer("orchestrator", log, grpcLis, adminLis, auth.ServerOptions(trust)...)
+	srv := app.NewServer("orchestrator", log, grpcLis, adminLis, append(auth.ServerOptions(trust), tel.ServerOption())...)
 	cat := catalog.New(db, playbook.NewRenderer(), 1024)
 	api := &server.Server{Catalog: cat, DB: db, NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000), Sealer: sealer}
 	orchv1.RegisterOrchestratorServiceServer(srv.GRPC, api)
 	orchv1.RegisterCredentialServiceServer(srv.GRPC, api)
 	orchv1.RegisterApiKeyServiceServer(srv.GRPC, api)
+	watch := server.NewWatcher(nc, state, cfg.MaxWatches)
+	orchv1.RegisterWatchServiceServer(srv.GRPC, watch)
 	if cfg.BootstrapAPIKey != "" {
 		created, err := api.EnsureAPIKey(ctx, cfg.BootstrapAPIKey, "default", []string{auth.RoleAdmin, auth.RoleSystem}, "bootstrap")
 		if err != nil {
@@ -149,10 +165,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv.AddCheck("postgres", pgxext.Check(db))
 	srv.AddCheck("nats", natsx.Check(nc))
-	eng := engine.New(engine.Config{Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter}, log, js, state, cat, srv.Registry)
+	eng := engine.New(engine.Config{Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Tracer: tel.Tracer()}, log, js, state, cat, srv.Registry)
 	if cfg.Ready != nil {
 		cfg.Ready(srv.GRPCAddr())
 	}
 	log.Info("orchestrator serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers, eng.Reconcile)
+	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers, eng.Reconcile, watch.Run)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/services/resultstore/internal/store"
 )
 
@@ -25,6 +26,8 @@ type Config struct {
 	// InternalSecret is the secret shared by the services that signs principals in internal
 	// calls (package auth); required: every RPC but health needs a signed principal.
 	InternalSecret string
+	// Trace chooses where spans go.
+	Trace telemetry.Config
 
 	// GRPCListener and AdminListener, when set, are used instead of the addresses.
 	GRPCListener  net.Listener `json:"-"`
@@ -37,6 +40,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.AdminAddr, "admin", "NOETL_RESULTSTORE_ADMIN", "127.0.0.1:9065", "admin HTTP listen address (/livez, /readyz, /metrics)")
 	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
+	c.Trace.Flags(fs)
 }
 
 // Run runs the resultstore until ctx ends.
@@ -49,6 +53,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tel, err := telemetry.Setup(ctx, "resultstore", cfg.Trace)
+	if err != nil {
+		return err
+	}
+	defer tel.Close(log)
 	db, err := pgxext.Open(ctx, cfg.PostgresURL, 8, true, log)
 	if err != nil {
 		return err
@@ -62,8 +71,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := app.NewServer("resultstore", log, grpcLis, adminLis, auth.ServerOptions(trust)...)
-	rsv1.RegisterResultStoreServiceServer(srv.GRPC, &store.Store{DB: db})
+	srv := app.NewServer("resultstore", log, grpcLis, adminLis, append(auth.ServerOptions(trust), tel.ServerOption())...)
+	rsv1.RegisterResultStoreServiceServer(srv.GRPC, &store.Store{DB: db, Metrics: store.NewMetrics(srv.Registry)})
 	srv.AddCheck("postgres", pgxext.Check(db))
 	log.Info("resultstore serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
 	return srv.Run(ctx, 10*time.Second)

@@ -8,11 +8,14 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/services/statebuilder/internal/store"
 )
 
@@ -29,6 +32,11 @@ type Config struct {
 	// InternalSecret is the secret shared by the services that signs principals in internal
 	// calls (package auth); required: every RPC but health needs a signed principal.
 	InternalSecret string
+	// Trace chooses where spans go.
+	Trace telemetry.Config
+	// CountEvery is how often the running executions are counted for
+	// noetl_executions_running (zero: every 30 s).
+	CountEvery time.Duration
 
 	// GRPCListener and AdminListener, when set, are used instead of the addresses.
 	GRPCListener  net.Listener `json:"-"`
@@ -44,6 +52,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.CacheEntries, "cache-entries", "NOETL_STATEBUILDER_CACHE", 10000, "execution states kept in memory")
 	fs.Int(&c.CacheBytes, "cache-bytes", "NOETL_STATEBUILDER_CACHE_BYTES", 256<<20, "encoded bytes of execution states kept in memory")
 	fs.Int(&c.SnapshotEvery, "snapshot-every", "NOETL_STATEBUILDER_SNAPSHOT_EVERY", 1000, "events between state snapshots (bounds a cold rebuild)")
+	fs.Duration(&c.CountEvery, "count-every", "NOETL_STATEBUILDER_COUNT_EVERY", 30*time.Second, "how often running executions are counted (noetl_executions_running)")
+	c.Trace.Flags(fs)
 }
 
 // Run runs the statebuilder until ctx ends.
@@ -56,6 +66,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tel, err := telemetry.Setup(ctx, "statebuilder", cfg.Trace)
+	if err != nil {
+		return err
+	}
+	defer tel.Close(log)
 	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16, true, log)
 	if err != nil {
 		return err
@@ -69,9 +84,40 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := app.NewServer("statebuilder", log, grpcLis, adminLis, auth.ServerOptions(trust)...)
-	sbv1.RegisterStateServiceServer(srv.GRPC, store.New(db, store.Options{MaxEntries: cfg.CacheEntries, MaxBytes: int64(cfg.CacheBytes), SnapshotEvery: int64(cfg.SnapshotEvery)}, srv.Registry))
+	srv := app.NewServer("statebuilder", log, grpcLis, adminLis, append(auth.ServerOptions(trust), tel.ServerOption())...)
+	st := store.New(db, store.Options{MaxEntries: cfg.CacheEntries, MaxBytes: int64(cfg.CacheBytes), SnapshotEvery: int64(cfg.SnapshotEvery)}, srv.Registry)
+	sbv1.RegisterStateServiceServer(srv.GRPC, st)
 	srv.AddCheck("postgres", pgxext.Check(db))
+	running := prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_executions_running", Help: "Executions not terminal yet (counted in noetl.execution every NOETL_STATEBUILDER_COUNT_EVERY)."})
+	srv.Registry.MustRegister(running)
 	log.Info("statebuilder serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 10*time.Second)
+	return srv.Run(ctx, 10*time.Second, countRunning(st, running, cfg.CountEvery, log))
+}
+
+// countRunning sets gauge to the number of running executions every every (30 s when zero).
+// The count reads the execution projection, which the statebuilder alone reads.
+func countRunning(st *store.Store, gauge prometheus.Gauge, every time.Duration, log *slog.Logger) func(context.Context) error {
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	return func(ctx context.Context) error {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n, err := st.RunningExecutions(cctx)
+			cancel()
+			switch {
+			case err == nil:
+				gauge.Set(float64(n))
+			case ctx.Err() == nil:
+				log.Warn("count running executions", slog.String("error", err.Error()))
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	}
 }

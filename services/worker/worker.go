@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -34,6 +35,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
@@ -58,9 +60,13 @@ type Config struct {
 	// InternalSecret signs the worker's calls to the orchestrator and the resultstore
 	// (package auth); required.
 	InternalSecret string
+	// Trace chooses where spans go.
+	Trace telemetry.Config
 
 	// AdminListener, when set, is used instead of AdminAddr.
 	AdminListener net.Listener `json:"-"`
+	// LagPoll is how often the pool consumer's lag is read (zero: natsx.DefaultLagPoll).
+	LagPoll time.Duration `json:"-"`
 }
 
 // Flags binds the configuration to flags and NOETL_* env vars.
@@ -77,6 +83,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.InlineMaxBytes, "inline-max", "NOETL_INLINE_RESULT_MAX_BYTES", 64<<10, "largest result carried inline in events; larger ones go to the resultstore")
 	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "let the http tool reach loopback and private addresses")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
+	c.Trace.Flags(fs)
 }
 
 // Run runs the worker until ctx ends.
@@ -91,6 +98,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		cfg.ID, _ = os.Hostname()
 	}
 	log = log.With(slog.String("service", "worker"), slog.String("pool", cfg.Pool))
+	tel, err := telemetry.Setup(ctx, "worker", cfg.Trace)
+	if err != nil {
+		return err
+	}
+	defer tel.Close(log)
 	nc, js, err := natsx.Connect(cfg.NATSURL, "worker-"+cfg.Pool)
 	if err != nil {
 		return err
@@ -103,13 +115,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := app.NewServer("worker", log, nil, adminLis)
+	srv := app.NewServer("worker", log, nil, adminLis, tel.ServerOption())
 	srv.AddCheck("nats", natsx.Check(nc))
 	trust, err := auth.NewTrust(cfg.InternalSecret)
 	if err != nil {
 		return err
 	}
-	conn, err := grpcx.DialSigned(cfg.OrchestratorAddr, trust.Service("worker"))
+	conn, err := grpcx.DialSigned(cfg.OrchestratorAddr, trust.Service("worker"), tel.DialOption())
 	if err != nil {
 		return err
 	}
@@ -135,7 +147,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.InlineMaxBytes <= 0 {
 		cfg.InlineMaxBytes = 64 << 10
 	}
-	rconn, err := grpcx.DialSigned(cfg.ResultstoreAddr, trust.Service("worker"))
+	rconn, err := grpcx.DialSigned(cfg.ResultstoreAddr, trust.Service("worker"), tel.DialOption())
 	if err != nil {
 		return err
 	}
@@ -161,14 +173,19 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_worker_commands_total", Help: "Commands run, by pool, tool and outcome."},
 			[]string{"pool", "tool", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "noetl_worker_tool_seconds", Help: "Tool run time.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}, []string{"tool"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_in_flight", Help: "Commands being run.", ConstLabels: prometheus.Labels{"pool": cfg.Pool}}),
+		tracer:   tel.Tracer(),
 	}
+	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_concurrency", Help: "Commands the worker runs at once at most (NOETL_WORKER_CONCURRENCY).", ConstLabels: prometheus.Labels{"pool": cfg.Pool}})
+	limit.Set(float64(cfg.Concurrency))
 	w.tools["artifact"] = artifactTool{w}
 	if cfg.Pool == "system" {
 		w.tools["system_info"] = systemInfo{w}
 	}
-	srv.Registry.MustRegister(w.runs, w.duration)
+	srv.Registry.MustRegister(w.runs, w.duration, w.inFlight, limit)
+	lag := natsx.NewLagMonitor(js, natsx.StreamCommands, consumerName(cfg.Pool), cfg.Pool, cfg.LagPoll, srv.Registry, log)
 	log.Info("worker consuming", slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 30*time.Second, w.consume)
+	return srv.Run(ctx, 30*time.Second, w.consume, lag.Run)
 }
 
 // Worker runs commands.
@@ -182,11 +199,16 @@ type Worker struct {
 	tools    tools.Registry
 	runs     *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	inFlight prometheus.Gauge
+	tracer   trace.Tracer
 }
+
+// consumerName is the durable consumer of a pool on NOETL_COMMANDS.
+func consumerName(pool string) string { return "worker-" + pool }
 
 func (w *Worker) consume(ctx context.Context) error {
 	cons, err := w.js.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{
-		Durable:       "worker-" + w.cfg.Pool,
+		Durable:       consumerName(w.cfg.Pool),
 		FilterSubject: natsx.PoolSubjects(w.cfg.Pool),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       60 * time.Second,
@@ -222,9 +244,11 @@ func (w *Worker) consume(ctx context.Context) error {
 			return nil
 		}
 		wg.Add(1)
+		w.inFlight.Inc()
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			defer w.inFlight.Dec()
 			w.handle(ctx, m)
 		}()
 	}
@@ -237,6 +261,15 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
+	// The run continues the trace of the commit that forwarded the command.
+	kind := "noop"
+	if len(cmd.GetTools()) > 0 {
+		kind = cmd.GetTools()[0].GetKind()
+	}
+	ctx, span := w.tracer.Start(natsx.Extract(ctx, m.Headers()), "step "+cmd.GetStep(), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(telemetry.Execution(cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetAttempt())...),
+		trace.WithAttributes(telemetry.AttrTool.String(kind), telemetry.AttrPool.String(w.cfg.Pool), telemetry.AttrCommandID.String(cmd.GetCommandId())))
+	defer span.End()
 	// Keep the claim alive while a long tool runs.
 	stop := make(chan struct{})
 	defer close(stop)
@@ -259,6 +292,9 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		defer func() { _ = sub.Unsubscribe() }()
 	}
 	events := w.Execute(runCtx, cmd)
+	if last := events[len(events)-1]; last.GetError() != nil {
+		telemetry.ErrorStatus(span, errors.New(last.GetError().GetMessage()))
+	}
 	if err := failpoint.Eval(failpoint.WorkerAfterTool); err != nil {
 		_ = m.NakWithDelay(100 * time.Millisecond)
 		return
@@ -591,10 +627,17 @@ func (w *Worker) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.
 			}
 		}
 	}
+	ctx, span := w.tracer.Start(ctx, "tool "+tc.GetKind(), trace.WithAttributes(telemetry.AttrTool.String(tc.GetKind()), telemetry.AttrStep.String(cmd.GetStep())))
+	defer span.End()
+	if tc.GetLabel() != "" {
+		span.SetAttributes(telemetry.AttrToolLabel.String(tc.GetLabel()))
+	}
 	// Tools resolve credentials for the command's tenant only.
 	ctx = context.WithValue(ctx, tenantKey{}, cmd.GetTenant())
 	ctx = tools.WithChild(ctx, tools.ChildRef{Tenant: cmd.GetTenant(), ExecutionID: cmd.GetExecutionId(), Label: tc.GetLabel()})
-	return w.tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep()})
+	res, err := w.tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep()})
+	telemetry.ErrorStatus(span, err)
+	return res, err
 }
 
 // tenantKey carries the tenant of the running command in a context.

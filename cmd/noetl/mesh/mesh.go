@@ -25,6 +25,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsembed"
 	"github.com/noetl/noetl/internal/platform/pgembed"
+	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/services/gateway"
 	"github.com/noetl/noetl/services/materializer"
 	"github.com/noetl/noetl/services/orchestrator"
@@ -64,6 +65,15 @@ type Config struct {
 	Insecure bool
 	// KeyCacheTTL is how long the gateway caches a verified API key (zero: its default).
 	KeyCacheTTL time.Duration
+	// Trace chooses where every service's spans go (zero: nowhere). Each service has its
+	// own tracer provider, so spans name the service that made them.
+	Trace telemetry.Config
+	// MaterializerMaxLag and MaterializerStallAfter tune when the materializer's /readyz
+	// reports it saturated (zero: its defaults).
+	MaterializerMaxLag     int
+	MaterializerStallAfter time.Duration
+	// LagPoll is how often the services read their consumers' lag (zero: the default).
+	LagPoll time.Duration
 	// Log receives every service's logs.
 	Log *slog.Logger
 }
@@ -79,6 +89,12 @@ type Mesh struct {
 	OrchestratorAddr string
 	// StatebuilderAddr and ResultstoreAddr are the other internal gRPC addresses.
 	StatebuilderAddr, ResultstoreAddr string
+	// MaterializerAdminAddr is the materializer's admin HTTP address (/livez, /readyz,
+	// /metrics).
+	MaterializerAdminAddr string
+	// AdminAddrs are the admin HTTP addresses by service: gateway, orchestrator,
+	// materializer, statebuilder, resultstore, worker (the shared pool's).
+	AdminAddrs map[string]string
 	// AdminKey is the API key of an admin (and system) of tenant "default"; AdminKeyCreated
 	// tells whether this start generated it.
 	AdminKey        string
@@ -88,6 +104,7 @@ type Mesh struct {
 	InternalSecret string
 
 	trust  *auth.Trust
+	gate   *gate
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	errMu  sync.Mutex
@@ -127,7 +144,10 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Mesh{done: make(chan struct{}), trust: trust, AdminKey: cfg.AdminKey, InternalSecret: cfg.InternalSecret}
+	if err := cfg.Trace.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Mesh{done: make(chan struct{}), trust: trust, gate: newGate(), AdminKey: cfg.AdminKey, InternalSecret: cfg.InternalSecret}
 	if m.AdminKey == "" {
 		if m.AdminKey, m.AdminKeyCreated, err = stateSecret(cfg.StateDir, AdminKeyFile, newAPIKey); err != nil {
 			return nil, err
@@ -191,26 +211,30 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	}
 	sbAddr, orAddr, rsAddr := lis[0].Addr().String(), lis[1].Addr().String(), lis[2].Addr().String()
 	m.OrchestratorAddr, m.StatebuilderAddr, m.ResultstoreAddr = orAddr, sbAddr, rsAddr
+	m.AdminAddrs = map[string]string{"statebuilder": lis[3].Addr().String(), "resultstore": lis[4].Addr().String(), "materializer": lis[5].Addr().String(),
+		"orchestrator": lis[6].Addr().String(), "worker": lis[7].Addr().String(), "gateway": lis[8].Addr().String()}
+	m.MaterializerAdminAddr = m.AdminAddrs["materializer"]
 	run("statebuilder", func(ctx context.Context) error {
-		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, GRPCListener: lis[0], AdminListener: lis[3]}, log)
+		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[0], AdminListener: lis[3]}, log)
 	})
 	run("resultstore", func(ctx context.Context) error {
-		return resultstore.Run(ctx, resultstore.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, GRPCListener: lis[2], AdminListener: lis[4]}, log)
+		return resultstore.Run(ctx, resultstore.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[2], AdminListener: lis[4]}, log)
 	})
 	run("materializer", func(ctx context.Context) error {
-		return materializer.Run(ctx, materializer.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, Partitions: cfg.Partitions, AdminListener: lis[5]}, log)
+		return materializer.Run(ctx, materializer.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, Partitions: cfg.Partitions, Trace: cfg.Trace,
+			MaxLag: cfg.MaterializerMaxLag, StallAfter: cfg.MaterializerStallAfter, LagPoll: cfg.LagPoll, Gate: m.gate.wait, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	run("worker", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, AdminListener: lis[7]}, log)
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[7]}, log)
 	})
 	run("worker-system", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, AdminAddr: "127.0.0.1:0"}, log)
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminAddr: "127.0.0.1:0"}, log)
 	})
 	run("gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)
+		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, Trace: cfg.Trace, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)
 	})
 	go func() {
 		m.wg.Wait()
@@ -226,6 +250,19 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		}
 	}
 	return m, nil
+}
+
+// TraceConfig reads the value of `noetl dev --trace`: empty is off, "stdout" writes spans
+// to standard output, anything else is the address of an OTLP/gRPC collector.
+func TraceConfig(v string) telemetry.Config {
+	switch v = strings.TrimSpace(v); {
+	case v == "" || strings.EqualFold(v, telemetry.ExporterNone):
+		return telemetry.Config{}
+	case strings.EqualFold(v, telemetry.ExporterStdout):
+		return telemetry.Config{Exporter: telemetry.ExporterStdout}
+	default:
+		return telemetry.Config{Exporter: telemetry.ExporterOTLP, Endpoint: v}
+	}
 }
 
 // Files of the state directory that hold generated secrets (mode 0600).
@@ -339,6 +376,59 @@ func waitServing(ctx context.Context, addr string, done <-chan struct{}, timeout
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+// PauseMaterializer holds the materializer's loop before its next commit, as a stuck
+// commit would, until resume is called: events pile up in its consumer while the rest of
+// the materializer (admin server, lag monitor) keeps running.
+func (m *Mesh) PauseMaterializer() (resume func()) {
+	m.gate.close()
+	return m.gate.open
+}
+
+// gate holds whoever waits on it while closed.
+type gate struct {
+	mu     sync.Mutex
+	opened chan struct{} // closed while the gate is open
+}
+
+func newGate() *gate {
+	g := &gate{opened: make(chan struct{})}
+	close(g.opened)
+	return g
+}
+
+// wait returns once the gate is open, or with ctx's error.
+func (g *gate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	opened := g.opened
+	g.mu.Unlock()
+	select {
+	case <-opened:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.opened:
+		g.opened = make(chan struct{})
+	default: // closed already
+	}
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.opened:
+	default:
+		close(g.opened)
 	}
 }
 

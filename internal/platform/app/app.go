@@ -65,6 +65,8 @@ func Listen(l net.Listener, addr string) (net.Listener, error) {
 // (metrics, error mapping, message size); a service with a gRPC API passes its
 // authentication there: auth.ServerOptions(trust) for the internal services, which then
 // admit only calls signed with the internal secret (health and reflection stay open).
+// Every service also passes its tracing, telemetry.Telemetry.ServerOption, which spans
+// each call and continues the caller's trace.
 func NewServer(name string, log *slog.Logger, grpcLis, adminLis net.Listener, opts ...grpc.ServerOption) *Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

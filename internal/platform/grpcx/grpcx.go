@@ -47,10 +47,13 @@ func ToStatus(log *slog.Logger, method string, err error) error {
 	return status.Error(codes.Internal, "internal error")
 }
 
-// ServerMetrics counts and times RPCs by method and code.
+// ServerMetrics counts and times RPCs by method and code, gauges the calls in flight and
+// counts the calls shed (refused with ResourceExhausted).
 type ServerMetrics struct {
-	handled *prometheus.CounterVec
-	latency *prometheus.HistogramVec
+	handled  *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	inFlight *prometheus.GaugeVec
+	shed     *prometheus.CounterVec
 }
 
 // NewServerMetrics registers the RPC metrics on reg.
@@ -60,36 +63,57 @@ func NewServerMetrics(reg prometheus.Registerer) *ServerMetrics {
 			Name: "grpc_server_handled_total", Help: "RPCs completed, by method and code.",
 		}, []string{"method", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "grpc_server_handling_seconds", Help: "RPC latency, by method.",
+			Name: "grpc_server_handling_seconds", Help: "RPC latency, by method and code.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"method", "code"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "grpc_server_in_flight", Help: "RPCs being handled (streams until they end), by method.",
+		}, []string{"method"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "grpc_server_shed_total", Help: "RPCs refused with ResourceExhausted (load shed), by method.",
 		}, []string{"method"}),
 	}
-	reg.MustRegister(m.handled, m.latency)
+	reg.MustRegister(m.handled, m.latency, m.inFlight, m.shed)
 	return m
 }
 
 // Unary is the unary interceptor recording metrics.
 func (m *ServerMetrics) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	start := time.Now()
+	done := m.begin(info.FullMethod)
 	resp, err := handler(ctx, req)
-	m.latency.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
-	m.handled.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	done(err)
 	return resp, err
 }
 
 // Stream is the stream interceptor recording metrics.
 func (m *ServerMetrics) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	start := time.Now()
+	done := m.begin(info.FullMethod)
 	err := handler(srv, ss)
-	m.latency.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
-	m.handled.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	done(err)
 	return err
+}
+
+// begin counts a call in flight; the returned function records its end.
+func (m *ServerMetrics) begin(method string) func(error) {
+	start := time.Now()
+	g := m.inFlight.WithLabelValues(method)
+	g.Inc()
+	return func(err error) {
+		g.Dec()
+		code := status.Code(err)
+		m.latency.WithLabelValues(method, code.String()).Observe(time.Since(start).Seconds())
+		m.handled.WithLabelValues(method, code.String()).Inc()
+		if code == codes.ResourceExhausted {
+			m.shed.WithLabelValues(method).Inc()
+		}
+	}
 }
 
 // Dial opens a client connection to an internal service (plaintext on the cluster network).
 // opts are added to the defaults; internal callers pass the per-RPC credentials that sign
 // their principal, for example grpc.WithPerRPCCredentials(trust.Service("worker")) (see
-// package auth).
+// package auth), and their tracing, telemetry.Telemetry.DialOption, which carries the
+// caller's trace to the callee.
 func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),

@@ -8,12 +8,17 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
-	"strconv"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/noetl/noetl/internal/platform/telemetry"
 )
 
 // Stream names.
@@ -183,11 +188,15 @@ type Message struct {
 	Subject string
 	MsgID   string
 	Data    []byte
-	Header  nats.Header
+	// Header is sent with the message. A message whose header carries no trace context
+	// gets PublishAll's (see Inject for a message caused by another span).
+	Header nats.Header
 }
 
 // PublishAll publishes msgs asynchronously in order and waits for every ack. It refuses a
-// message larger than MaxMessageBytes before publishing anything.
+// message larger than MaxMessageBytes before publishing anything. The trace context of
+// ctx travels in the header of every message that does not carry one already, so the
+// consumer's span continues the publisher's trace.
 func PublishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) error {
 	for _, m := range msgs {
 		if len(m.Data) > MaxMessageBytes {
@@ -195,8 +204,13 @@ func PublishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) err
 		}
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	traced := trace.SpanContextFromContext(ctx).IsValid()
 	for _, m := range msgs {
-		nm := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: m.Header}
+		h := m.Header
+		if traced && (h == nil || headerGet(h, "traceparent") == "") {
+			h = Inject(ctx, h)
+		}
+		nm := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: h}
 		f, err := js.PublishMsgAsync(nm, jetstream.WithMsgID(m.MsgID))
 		if err != nil {
 			return fmt.Errorf("publish %s: %w", m.Subject, err)
@@ -223,4 +237,56 @@ func Check(nc *nats.Conn) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// Inject returns h (a new header when nil) with the trace context of ctx added: how a
+// message caused by a span other than the publisher's carries its own trace.
+func Inject(ctx context.Context, h nats.Header) nats.Header {
+	if h == nil {
+		h = nats.Header{}
+	}
+	telemetry.Propagator.Inject(ctx, headerCarrier(h))
+	return h
+}
+
+// Extract returns ctx carrying the trace context of a received message's header, if any:
+// the parent of the consumer's span.
+func Extract(ctx context.Context, h nats.Header) context.Context {
+	if len(h) == 0 {
+		return ctx
+	}
+	return telemetry.Propagator.Extract(ctx, headerCarrier(h))
+}
+
+// headerCarrier adapts a NATS header (case-sensitive keys) to a propagation carrier:
+// it writes the lower-case W3C names and reads them in any case.
+type headerCarrier nats.Header
+
+var _ propagation.TextMapCarrier = headerCarrier(nil)
+
+// Get implements propagation.TextMapCarrier.
+func (c headerCarrier) Get(key string) string { return headerGet(nats.Header(c), key) }
+
+// Set implements propagation.TextMapCarrier.
+func (c headerCarrier) Set(key, value string) { c[key] = []string{value} }
+
+// Keys implements propagation.TextMapCarrier.
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func headerGet(h nats.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
 }

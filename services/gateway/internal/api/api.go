@@ -20,6 +20,7 @@ import (
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/services/gateway/internal/apierr"
 )
 
 // MaxPlaybookBytes bounds a registered document.
@@ -38,6 +39,10 @@ type Server struct {
 	State        sbv1.StateServiceClient
 	Results      rsv1.ResultStoreServiceClient
 	Keys         orchv1.ApiKeyServiceClient
+	// Watch streams executions' committed events (WatchExecution).
+	Watch orchv1.WatchServiceClient
+	// Stopping, when closed, ends open watches (the gateway is shutting down).
+	Stopping <-chan struct{}
 }
 
 // tenant is the tenant of the verified caller (invariant: reads and writes are scoped by
@@ -61,9 +66,23 @@ func (s *Server) RegisterPlaybook(ctx context.Context, req *apiv1.RegisterPlaybo
 	}
 	resp, err := s.Orchestrator.RegisterPlaybook(ctx, &orchv1.RegisterPlaybookRequest{Tenant: tenant(ctx), Content: req.GetContent()})
 	if err != nil {
-		return nil, err
+		return nil, playbookError(err)
 	}
 	return &apiv1.RegisterPlaybookResponse{Playbook: playbookOf(resp.GetEntry())}, nil
+}
+
+// playbookError gives an InvalidArgument of the orchestrator's registration (a playbook that
+// does not parse or validate; its message names the line, step and field) the details that
+// say so: a BadRequest violation of the field "content" and the reason INVALID_PLAYBOOK.
+// Details the orchestrator set pass unchanged.
+func playbookError(err error) error {
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument || len(st.Details()) > 0 {
+		return err
+	}
+	desc := strings.TrimPrefix(st.Message(), "invalid playbook: ")
+	desc = strings.TrimPrefix(desc, "content: ")
+	return apierr.FieldViolation(apierr.ReasonInvalidPlaybook, "content", desc, st.Message())
 }
 
 // GetPlaybook implements CatalogService.

@@ -27,6 +27,7 @@ var permissions = map[string]auth.Permission{
 	apiv1.ExecutionService_ListExecutions_FullMethodName:      auth.PermRead,
 	apiv1.ExecutionService_CancelExecution_FullMethodName:     auth.PermExecute,
 	apiv1.ExecutionService_ListExecutionEvents_FullMethodName: auth.PermRead,
+	apiv1.ExecutionService_WatchExecution_FullMethodName:      auth.PermRead,
 
 	apiv1.ResultService_GetResult_FullMethodName: auth.PermRead,
 

@@ -32,6 +32,7 @@ import (
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/services/gateway/internal/apierr"
 )
 
 // Backend is the part of the public API the routes call; the gateway's api.Server.
@@ -128,6 +129,14 @@ func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	st := status.Convert(err)
 	code, known := httpStatus(st.Code())
+	if d, ok := apierr.RetryAfter(st); ok {
+		w.Header().Set("Retry-After", apierr.RetryAfterSeconds(d))
+	}
+	if id := apierr.CorrelationID(st); id != "" {
+		// Masked at the gRPC edge, which logged the original: the message names only the id.
+		writeJSON(w, code, errorBody{Error: st.Message(), Code: codeName(codes.Internal)})
+		return
+	}
 	if !known {
 		if h.log != nil {
 			h.log.Error("compat request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("code", st.Code().String()), slog.String("error", st.Message()))

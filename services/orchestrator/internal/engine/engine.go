@@ -16,6 +16,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -26,6 +28,7 @@ import (
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/failpoint"
 	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
 	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 )
@@ -42,6 +45,10 @@ type Config struct {
 	ReconcileEvery time.Duration
 	// StaleAfter is how long an execution's log may stay still before it is re-driven.
 	StaleAfter time.Duration
+	// Tracer makes the decision spans (nil: none).
+	Tracer trace.Tracer
+	// LagPoll is how often the notice consumer's lag is read (zero: natsx.DefaultLagPoll).
+	LagPoll time.Duration
 }
 
 // Engine runs decisions.
@@ -56,6 +63,7 @@ type Engine struct {
 	latency   prometheus.Histogram
 	fired     prometheus.Counter
 	redrives  *prometheus.CounterVec
+	reg       prometheus.Registerer
 
 	// wake tells the timer loop the due time of a timer this replica scheduled.
 	wake chan time.Time
@@ -75,7 +83,10 @@ func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateS
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 30 * time.Second
 	}
-	e := &Engine{cfg: cfg, log: log, js: js, state: state, catalog: cat,
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	e := &Engine{cfg: cfg, log: log, js: js, state: state, catalog: cat, reg: reg,
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_decisions_total", Help: "Decisions taken, by outcome."}, []string{"outcome"}),
 		latency:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "noetl_orchestrator_decision_seconds", Help: "Time from notice to published decision.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 	}
@@ -111,6 +122,18 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The backlog is read on its own goroutine, so it is reported while the shards are stuck.
+	lag := natsx.NewLagMonitor(e.js, natsx.StreamCommitted, e.cfg.Consumer, "", e.cfg.LagPoll, e.reg, e.log)
+	lagCtx, stopLag := context.WithCancel(ctx)
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		_ = lag.Run(lagCtx)
+	}()
+	defer func() {
+		stopLag()
+		<-lagDone
+	}()
 	shards := make([]*shard, e.cfg.Shards)
 	var wg sync.WaitGroup
 	for i := range shards {
@@ -177,11 +200,16 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
 		return
 	}
 	start := time.Now()
+	// The decision continues the trace of the commit that caused it.
+	ctx, span := e.cfg.Tracer.Start(natsx.Extract(ctx, m.Headers()), "decide", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(telemetry.AttrTenant.String(n.GetTenant()), telemetry.AttrExecutionID.String(id), telemetry.AttrSeq.Int64(n.GetSeq())))
+	defer span.End()
 	seq, err := e.drive(ctx, s, id, n.GetSeq())
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
+		telemetry.ErrorStatus(span, err)
 		e.decisions.WithLabelValues("error").Inc()
 		e.log.Warn("decision failed, will retry", slog.String("execution_id", id), slog.Int64("seq", n.GetSeq()), slog.String("error", err.Error()))
 		_ = m.NakWithDelay(200 * time.Millisecond)
@@ -284,6 +312,7 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 		e.decisions.WithLabelValues("wait").Inc()
 		return st.GetSeq(), nil
 	}
+	annotate(ctx, events)
 	if err := Publish(ctx, e.js, e.cfg.Partitions, events); err != nil {
 		return 0, err
 	}
@@ -303,7 +332,24 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 	return st.GetSeq(), nil
 }
 
+// annotate names on the current span the step the decision moves to (the last step
+// entered or issued) and how many events it publishes.
+func annotate(ctx context.Context, events []*eventv1.Event) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(telemetry.AttrEvents.Int(len(events)))
+	for i := len(events) - 1; i >= 0; i-- {
+		if ev := events[i]; ev.GetStep() != "" {
+			span.SetAttributes(telemetry.AttrStep.String(ev.GetStep()), telemetry.AttrAttempt.Int(int(ev.GetAttempt())))
+			return
+		}
+	}
+}
+
 // Publish publishes events of one execution in order, each with its id as Nats-Msg-Id.
+// The trace of ctx travels with them.
 func Publish(ctx context.Context, js jetstream.JetStream, partitions int, events []*eventv1.Event) error {
 	msgs := make([]natsx.Message, 0, len(events))
 	for _, ev := range events {
@@ -410,7 +456,12 @@ func (e *Engine) reconcileOnce(ctx context.Context) error {
 	}
 }
 
-func (e *Engine) redrive(ctx context.Context, id string) error {
+func (e *Engine) redrive(ctx context.Context, id string) (err error) {
+	ctx, span := e.cfg.Tracer.Start(ctx, "redrive", trace.WithAttributes(telemetry.AttrExecutionID.String(id)))
+	defer func() {
+		telemetry.ErrorStatus(span, err)
+		span.End()
+	}()
 	if _, err := e.Drive(ctx, id, 0); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -26,6 +27,47 @@ const ChunkSize = 1 << 20
 type Store struct {
 	rsv1.UnimplementedResultStoreServiceServer
 	DB *pgxpool.Pool
+	// Metrics, when set, counts the bytes and streams served.
+	Metrics *Metrics
+}
+
+// Metrics counts what the store moves.
+type Metrics struct {
+	bytesIn, bytesOut prometheus.Counter
+	streams           *prometheus.GaugeVec
+}
+
+// NewMetrics registers the store's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		bytesIn:  prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_resultstore_bytes_in_total", Help: "Result bytes received and stored."}),
+		bytesOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_resultstore_bytes_out_total", Help: "Result bytes read and sent."}),
+		streams:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "noetl_resultstore_streams_in_flight", Help: "Result streams open, by direction (put, get)."}, []string{"direction"}),
+	}
+	reg.MustRegister(m.bytesIn, m.bytesOut, m.streams)
+	return m
+}
+
+// stream counts an open stream of direction until the returned function is called.
+func (m *Metrics) stream(direction string) func() {
+	if m == nil {
+		return func() {}
+	}
+	g := m.streams.WithLabelValues(direction)
+	g.Inc()
+	return g.Dec
+}
+
+func (m *Metrics) in(n int) {
+	if m != nil {
+		m.bytesIn.Add(float64(n))
+	}
+}
+
+func (m *Metrics) out(n int) {
+	if m != nil {
+		m.bytesOut.Add(float64(n))
+	}
 }
 
 // URI builds a result URI.
@@ -44,6 +86,7 @@ func parse(uri string) string {
 
 // PutResult stores a streamed result.
 func (s *Store) PutResult(stream rsv1.ResultStoreService_PutResultServer) error {
+	defer s.Metrics.stream("put")()
 	ctx := stream.Context()
 	first, err := stream.Recv()
 	if err != nil {
@@ -111,6 +154,7 @@ func (s *Store) PutResult(stream rsv1.ResultStoreService_PutResultServer) error 
 	if err != nil {
 		return err
 	}
+	s.Metrics.in(int(size))
 	return stream.SendAndClose(&rsv1.PutResultResponse{Ref: &eventv1.ResultRef{
 		Uri: URI(h.GetTenant(), h.GetExecutionId(), h.GetResultId()), Size: size, ContentType: ct,
 		Sha256: hex.EncodeToString(digest.Sum(nil)), RowCount: h.GetRowCount(), ExtractedJson: h.GetExtractedJson(),
@@ -119,6 +163,7 @@ func (s *Store) PutResult(stream rsv1.ResultStoreService_PutResultServer) error 
 
 // GetResult streams a stored result; a digest mismatch fails the stream.
 func (s *Store) GetResult(req *rsv1.GetResultRequest, stream rsv1.ResultStoreService_GetResultServer) error {
+	defer s.Metrics.stream("get")()
 	ctx := stream.Context()
 	id := parse(req.GetUri())
 	if id == "" {
@@ -152,6 +197,7 @@ func (s *Store) GetResult(req *rsv1.GetResultRequest, stream rsv1.ResultStoreSer
 		if err := stream.Send(&rsv1.GetResultResponse{Chunk: data}); err != nil {
 			return err
 		}
+		s.Metrics.out(len(data))
 	}
 	if got := hex.EncodeToString(digest.Sum(nil)); got != ref.GetSha256() {
 		return status.Errorf(codes.DataLoss, "result %s: digest mismatch", req.GetUri())

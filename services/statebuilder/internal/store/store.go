@@ -41,8 +41,8 @@ type Store struct {
 	items map[string]*list.Element
 	bytes int64
 
-	hits, misses, snapshotReads, snapshotWrites prometheus.Counter
-	cacheBytes                                  prometheus.Gauge
+	hits, misses, snapshotReads, snapshotWrites, evictions prometheus.Counter
+	cacheBytes, cacheEntries                               prometheus.Gauge
 }
 
 type entry struct {
@@ -84,8 +84,10 @@ func New(db *pgxpool.Pool, opt Options, reg prometheus.Registerer) *Store {
 		snapshotReads:  prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_statebuilder_snapshot_reads_total", Help: "Cold rebuilds that started from a snapshot."}),
 		snapshotWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_statebuilder_snapshot_writes_total", Help: "Snapshots persisted."}),
 		cacheBytes:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_statebuilder_cache_bytes", Help: "Encoded size of the cached states."}),
+		cacheEntries:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_statebuilder_cache_entries", Help: "Cached execution states."}),
+		evictions:      prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_statebuilder_cache_evictions_total", Help: "States evicted from the cache to keep it within its bounds."}),
 	}
-	reg.MustRegister(s.hits, s.misses, s.snapshotReads, s.snapshotWrites, s.cacheBytes)
+	reg.MustRegister(s.hits, s.misses, s.snapshotReads, s.snapshotWrites, s.cacheBytes, s.cacheEntries, s.evictions)
 	return s
 }
 
@@ -124,8 +126,10 @@ func (s *Store) evictLocked() {
 		oe := old.Value.(*entry)
 		delete(s.items, oe.id)
 		s.bytes -= oe.size
+		s.evictions.Inc()
 	}
 	s.cacheBytes.Set(float64(s.bytes))
+	s.cacheEntries.Set(float64(s.lru.Len()))
 }
 
 func (s *Store) drop(id string) {
@@ -135,7 +139,16 @@ func (s *Store) drop(id string) {
 		s.lru.Remove(el)
 		delete(s.items, id)
 		s.bytes -= el.Value.(*entry).size
+		s.cacheBytes.Set(float64(s.bytes))
+		s.cacheEntries.Set(float64(s.lru.Len()))
 	}
+}
+
+// RunningExecutions counts the executions that are not terminal yet.
+func (s *Store) RunningExecutions(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM noetl.execution WHERE status = $1`, int16(eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING)).Scan(&n)
+	return n, err
 }
 
 const readPage = 5000

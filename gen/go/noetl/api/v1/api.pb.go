@@ -1491,6 +1491,107 @@ func (x *ListExecutionEventsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// WatchExecutionRequest names an execution to watch.
+type WatchExecutionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Stream the events with seq greater than this; zero streams every event.
+	AfterSeq      int64 `protobuf:"varint,2,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchExecutionRequest) Reset() {
+	*x = WatchExecutionRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchExecutionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchExecutionRequest) ProtoMessage() {}
+
+func (x *WatchExecutionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchExecutionRequest.ProtoReflect.Descriptor instead.
+func (*WatchExecutionRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *WatchExecutionRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *WatchExecutionRequest) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+// WatchExecutionResponse carries one committed event.
+type WatchExecutionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event.
+	Event         *Event `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchExecutionResponse) Reset() {
+	*x = WatchExecutionResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchExecutionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchExecutionResponse) ProtoMessage() {}
+
+func (x *WatchExecutionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchExecutionResponse.ProtoReflect.Descriptor instead.
+func (*WatchExecutionResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *WatchExecutionResponse) GetEvent() *Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // GetResultRequest names a stored result.
 type GetResultRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1502,7 +1603,7 @@ type GetResultRequest struct {
 
 func (x *GetResultRequest) Reset() {
 	*x = GetResultRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[22]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1615,7 @@ func (x *GetResultRequest) String() string {
 func (*GetResultRequest) ProtoMessage() {}
 
 func (x *GetResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[22]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1628,7 @@ func (x *GetResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultRequest.ProtoReflect.Descriptor instead.
 func (*GetResultRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetResultRequest) GetResultId() string {
@@ -1550,7 +1651,7 @@ type GetResultResponse struct {
 
 func (x *GetResultResponse) Reset() {
 	*x = GetResultResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[23]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1663,7 @@ func (x *GetResultResponse) String() string {
 func (*GetResultResponse) ProtoMessage() {}
 
 func (x *GetResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[23]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1676,7 @@ func (x *GetResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultResponse.ProtoReflect.Descriptor instead.
 func (*GetResultResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetResultResponse) GetRef() *v1.ResultRef {
@@ -1607,7 +1708,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[24]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1720,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[24]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1733,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Credential) GetName() string {
@@ -1672,7 +1773,7 @@ type PutCredentialRequest struct {
 
 func (x *PutCredentialRequest) Reset() {
 	*x = PutCredentialRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[25]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1785,7 @@ func (x *PutCredentialRequest) String() string {
 func (*PutCredentialRequest) ProtoMessage() {}
 
 func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[25]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1798,7 @@ func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialRequest.ProtoReflect.Descriptor instead.
 func (*PutCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PutCredentialRequest) GetName() string {
@@ -1732,7 +1833,7 @@ type PutCredentialResponse struct {
 
 func (x *PutCredentialResponse) Reset() {
 	*x = PutCredentialResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1845,7 @@ func (x *PutCredentialResponse) String() string {
 func (*PutCredentialResponse) ProtoMessage() {}
 
 func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1858,7 @@ func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialResponse.ProtoReflect.Descriptor instead.
 func (*PutCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PutCredentialResponse) GetCredential() *Credential {
@@ -1780,7 +1881,7 @@ type ListCredentialsRequest struct {
 
 func (x *ListCredentialsRequest) Reset() {
 	*x = ListCredentialsRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1893,7 @@ func (x *ListCredentialsRequest) String() string {
 func (*ListCredentialsRequest) ProtoMessage() {}
 
 func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1906,7 @@ func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListCredentialsRequest) GetPageSize() int32 {
@@ -1835,7 +1936,7 @@ type ListCredentialsResponse struct {
 
 func (x *ListCredentialsResponse) Reset() {
 	*x = ListCredentialsResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1948,7 @@ func (x *ListCredentialsResponse) String() string {
 func (*ListCredentialsResponse) ProtoMessage() {}
 
 func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1961,7 @@ func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListCredentialsResponse) GetCredentials() []*Credential {
@@ -1888,7 +1989,7 @@ type DeleteCredentialRequest struct {
 
 func (x *DeleteCredentialRequest) Reset() {
 	*x = DeleteCredentialRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2001,7 @@ func (x *DeleteCredentialRequest) String() string {
 func (*DeleteCredentialRequest) ProtoMessage() {}
 
 func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2014,7 @@ func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteCredentialRequest) GetName() string {
@@ -1932,7 +2033,7 @@ type DeleteCredentialResponse struct {
 
 func (x *DeleteCredentialResponse) Reset() {
 	*x = DeleteCredentialResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2045,7 @@ func (x *DeleteCredentialResponse) String() string {
 func (*DeleteCredentialResponse) ProtoMessage() {}
 
 func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2058,7 @@ func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 var File_noetl_api_v1_api_proto protoreflect.FileDescriptor
@@ -2075,7 +2176,12 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"r\n" +
 	"\x1bListExecutionEventsResponse\x12+\n" +
 	"\x06events\x18\x01 \x03(\v2\x13.noetl.api.v1.EventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"/\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"W\n" +
+	"\x15WatchExecutionRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1b\n" +
+	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"C\n" +
+	"\x16WatchExecutionResponse\x12)\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.noetl.api.v1.EventR\x05event\"/\n" +
 	"\x10GetResultRequest\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\"n\n" +
 	"\x11GetResultResponse\x12+\n" +
@@ -2108,14 +2214,15 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x0eCatalogService\x12{\n" +
 	"\x10RegisterPlaybook\x12%.noetl.api.v1.RegisterPlaybookRequest\x1a&.noetl.api.v1.RegisterPlaybookResponse\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/playbooks\x12s\n" +
 	"\vGetPlaybook\x12 .noetl.api.v1.GetPlaybookRequest\x1a!.noetl.api.v1.GetPlaybookResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/playbooks/{path=**}\x12o\n" +
-	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\xb1\x06\n" +
+	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\xc5\a\n" +
 	"\x10ExecutionService\x12v\n" +
 	"\x0eStartExecution\x12#.noetl.api.v1.StartExecutionRequest\x1a$.noetl.api.v1.StartExecutionResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/executions\x12|\n" +
 	"\fGetExecution\x12!.noetl.api.v1.GetExecutionRequest\x1a\".noetl.api.v1.GetExecutionResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/executions/{execution_id}\x12\x84\x01\n" +
 	"\rWaitExecution\x12\".noetl.api.v1.WaitExecutionRequest\x1a#.noetl.api.v1.WaitExecutionResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/executions/{execution_id}:wait\x12s\n" +
 	"\x0eListExecutions\x12#.noetl.api.v1.ListExecutionsRequest\x1a$.noetl.api.v1.ListExecutionsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/executions\x12\x8f\x01\n" +
 	"\x0fCancelExecution\x12$.noetl.api.v1.CancelExecutionRequest\x1a%.noetl.api.v1.CancelExecutionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/executions/{execution_id}:cancel\x12\x98\x01\n" +
-	"\x13ListExecutionEvents\x12(.noetl.api.v1.ListExecutionEventsRequest\x1a).noetl.api.v1.ListExecutionEventsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/executions/{execution_id}/events2~\n" +
+	"\x13ListExecutionEvents\x12(.noetl.api.v1.ListExecutionEventsRequest\x1a).noetl.api.v1.ListExecutionEventsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/executions/{execution_id}/events\x12\x91\x01\n" +
+	"\x0eWatchExecution\x12#.noetl.api.v1.WatchExecutionRequest\x1a$.noetl.api.v1.WatchExecutionResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/executions/{execution_id}/events:watch0\x012~\n" +
 	"\rResultService\x12m\n" +
 	"\tGetResult\x12\x1e.noetl.api.v1.GetResultRequest\x1a\x1f.noetl.api.v1.GetResultResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/results/{result_id}2\x86\x03\n" +
 	"\x11CredentialService\x12t\n" +
@@ -2136,7 +2243,7 @@ func file_noetl_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_noetl_api_v1_api_proto_rawDescData
 }
 
-var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*Playbook)(nil),                    // 0: noetl.api.v1.Playbook
 	(*RegisterPlaybookRequest)(nil),     // 1: noetl.api.v1.RegisterPlaybookRequest
@@ -2160,93 +2267,98 @@ var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*Event)(nil),                       // 19: noetl.api.v1.Event
 	(*ListExecutionEventsRequest)(nil),  // 20: noetl.api.v1.ListExecutionEventsRequest
 	(*ListExecutionEventsResponse)(nil), // 21: noetl.api.v1.ListExecutionEventsResponse
-	(*GetResultRequest)(nil),            // 22: noetl.api.v1.GetResultRequest
-	(*GetResultResponse)(nil),           // 23: noetl.api.v1.GetResultResponse
-	(*Credential)(nil),                  // 24: noetl.api.v1.Credential
-	(*PutCredentialRequest)(nil),        // 25: noetl.api.v1.PutCredentialRequest
-	(*PutCredentialResponse)(nil),       // 26: noetl.api.v1.PutCredentialResponse
-	(*ListCredentialsRequest)(nil),      // 27: noetl.api.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),     // 28: noetl.api.v1.ListCredentialsResponse
-	(*DeleteCredentialRequest)(nil),     // 29: noetl.api.v1.DeleteCredentialRequest
-	(*DeleteCredentialResponse)(nil),    // 30: noetl.api.v1.DeleteCredentialResponse
-	nil,                                 // 31: noetl.api.v1.Execution.StepsEntry
-	(*timestamppb.Timestamp)(nil),       // 32: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 33: google.protobuf.Struct
-	(v1.StepStatus)(0),                  // 34: noetl.event.v1.StepStatus
-	(*structpb.Value)(nil),              // 35: google.protobuf.Value
-	(*v1.ResultRef)(nil),                // 36: noetl.event.v1.ResultRef
-	(*v1.ErrorInfo)(nil),                // 37: noetl.event.v1.ErrorInfo
-	(v1.ExecutionStatus)(0),             // 38: noetl.event.v1.ExecutionStatus
-	(*durationpb.Duration)(nil),         // 39: google.protobuf.Duration
-	(*v1.Iteration)(nil),                // 40: noetl.event.v1.Iteration
+	(*WatchExecutionRequest)(nil),       // 22: noetl.api.v1.WatchExecutionRequest
+	(*WatchExecutionResponse)(nil),      // 23: noetl.api.v1.WatchExecutionResponse
+	(*GetResultRequest)(nil),            // 24: noetl.api.v1.GetResultRequest
+	(*GetResultResponse)(nil),           // 25: noetl.api.v1.GetResultResponse
+	(*Credential)(nil),                  // 26: noetl.api.v1.Credential
+	(*PutCredentialRequest)(nil),        // 27: noetl.api.v1.PutCredentialRequest
+	(*PutCredentialResponse)(nil),       // 28: noetl.api.v1.PutCredentialResponse
+	(*ListCredentialsRequest)(nil),      // 29: noetl.api.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),     // 30: noetl.api.v1.ListCredentialsResponse
+	(*DeleteCredentialRequest)(nil),     // 31: noetl.api.v1.DeleteCredentialRequest
+	(*DeleteCredentialResponse)(nil),    // 32: noetl.api.v1.DeleteCredentialResponse
+	nil,                                 // 33: noetl.api.v1.Execution.StepsEntry
+	(*timestamppb.Timestamp)(nil),       // 34: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 35: google.protobuf.Struct
+	(v1.StepStatus)(0),                  // 36: noetl.event.v1.StepStatus
+	(*structpb.Value)(nil),              // 37: google.protobuf.Value
+	(*v1.ResultRef)(nil),                // 38: noetl.event.v1.ResultRef
+	(*v1.ErrorInfo)(nil),                // 39: noetl.event.v1.ErrorInfo
+	(v1.ExecutionStatus)(0),             // 40: noetl.event.v1.ExecutionStatus
+	(*durationpb.Duration)(nil),         // 41: google.protobuf.Duration
+	(*v1.Iteration)(nil),                // 42: noetl.event.v1.Iteration
 }
 var file_noetl_api_v1_api_proto_depIdxs = []int32{
-	32, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
+	34, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.api.v1.RegisterPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 2: noetl.api.v1.GetPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
-	33, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
-	34, // 5: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	35, // 6: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	36, // 7: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	37, // 8: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	38, // 9: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	35, // 10: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	37, // 11: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	31, // 12: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	32, // 13: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	32, // 14: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	35, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
+	36, // 5: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	37, // 6: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	38, // 7: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	39, // 8: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	40, // 9: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	37, // 10: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	39, // 11: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	33, // 12: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	34, // 13: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	34, // 14: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
 	10, // 15: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	39, // 16: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	41, // 16: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
 	10, // 17: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	38, // 18: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	40, // 18: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
 	10, // 19: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	40, // 20: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	35, // 21: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	35, // 22: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	36, // 23: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	37, // 24: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	32, // 25: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	32, // 26: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	42, // 20: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	37, // 21: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	37, // 22: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	38, // 23: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	39, // 24: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	34, // 25: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	34, // 26: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
 	19, // 27: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
-	36, // 28: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	35, // 29: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	32, // 30: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	33, // 31: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
-	24, // 32: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
-	24, // 33: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	9,  // 34: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	1,  // 35: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 36: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 37: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 38: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 39: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 40: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 41: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 42: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 43: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 44: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	25, // 45: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	27, // 46: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	29, // 47: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	2,  // 48: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 49: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 50: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 51: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 52: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 53: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 54: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 55: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 56: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 57: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	26, // 58: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	28, // 59: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	30, // 60: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	48, // [48:61] is the sub-list for method output_type
-	35, // [35:48] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	19, // 28: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
+	38, // 29: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	37, // 30: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	34, // 31: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	35, // 32: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	26, // 33: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
+	26, // 34: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
+	9,  // 35: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	1,  // 36: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 37: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 38: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 39: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 40: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 41: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 42: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 43: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 44: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 45: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	24, // 46: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	27, // 47: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	29, // 48: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	31, // 49: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	2,  // 50: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 51: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 52: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 53: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 54: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 55: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 56: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 57: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 58: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 59: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	25, // 60: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	28, // 61: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	30, // 62: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	32, // 63: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	50, // [50:64] is the sub-list for method output_type
+	36, // [36:50] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }
@@ -2260,7 +2372,7 @@ func file_noetl_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_api_v1_api_proto_rawDesc), len(file_noetl_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -402,6 +402,43 @@ func local_request_ExecutionService_ListExecutionEvents_0(ctx context.Context, m
 	return msg, metadata, err
 }
 
+var filter_ExecutionService_WatchExecution_0 = &utilities.DoubleArray{Encoding: map[string]int{"execution_id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_ExecutionService_WatchExecution_0(ctx context.Context, marshaler runtime.Marshaler, client ExecutionServiceClient, req *http.Request, pathParams map[string]string) (ExecutionService_WatchExecutionClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq WatchExecutionRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["execution_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "execution_id")
+	}
+	protoReq.ExecutionId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "execution_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ExecutionService_WatchExecution_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.WatchExecution(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
 func request_ResultService_GetResult_0(ctx context.Context, marshaler runtime.Marshaler, client ResultServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq GetResultRequest
@@ -737,6 +774,13 @@ func RegisterExecutionServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 			return
 		}
 		forward_ExecutionService_ListExecutionEvents_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+
+	mux.Handle(http.MethodGet, pattern_ExecutionService_WatchExecution_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
 	})
 
 	return nil
@@ -1082,6 +1126,23 @@ func RegisterExecutionServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_ExecutionService_ListExecutionEvents_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_ExecutionService_WatchExecution_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/noetl.api.v1.ExecutionService/WatchExecution", runtime.WithHTTPPathPattern("/v1/executions/{execution_id}/events:watch"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ExecutionService_WatchExecution_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ExecutionService_WatchExecution_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -1092,6 +1153,7 @@ var (
 	pattern_ExecutionService_ListExecutions_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "executions"}, ""))
 	pattern_ExecutionService_CancelExecution_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "executions", "execution_id"}, "cancel"))
 	pattern_ExecutionService_ListExecutionEvents_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "executions", "execution_id", "events"}, ""))
+	pattern_ExecutionService_WatchExecution_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "executions", "execution_id", "events"}, "watch"))
 )
 
 var (
@@ -1101,6 +1163,7 @@ var (
 	forward_ExecutionService_ListExecutions_0      = runtime.ForwardResponseMessage
 	forward_ExecutionService_CancelExecution_0     = runtime.ForwardResponseMessage
 	forward_ExecutionService_ListExecutionEvents_0 = runtime.ForwardResponseMessage
+	forward_ExecutionService_WatchExecution_0      = runtime.ForwardResponseStream
 )
 
 // RegisterResultServiceHandlerFromEndpoint is same as RegisterResultServiceHandler but

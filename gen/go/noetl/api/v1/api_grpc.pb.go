@@ -216,6 +216,7 @@ const (
 	ExecutionService_ListExecutions_FullMethodName      = "/noetl.api.v1.ExecutionService/ListExecutions"
 	ExecutionService_CancelExecution_FullMethodName     = "/noetl.api.v1.ExecutionService/CancelExecution"
 	ExecutionService_ListExecutionEvents_FullMethodName = "/noetl.api.v1.ExecutionService/ListExecutionEvents"
+	ExecutionService_WatchExecution_FullMethodName      = "/noetl.api.v1.ExecutionService/WatchExecution"
 )
 
 // ExecutionServiceClient is the client API for ExecutionService service.
@@ -237,6 +238,17 @@ type ExecutionServiceClient interface {
 	CancelExecution(ctx context.Context, in *CancelExecutionRequest, opts ...grpc.CallOption) (*CancelExecutionResponse, error)
 	// ListExecutionEvents returns a page of an execution's events in seq order.
 	ListExecutionEvents(ctx context.Context, in *ListExecutionEventsRequest, opts ...grpc.CallOption) (*ListExecutionEventsResponse, error)
+	// WatchExecution streams an execution's committed events with seq greater than after_seq,
+	// in seq order and as they are committed, and ends after the terminal event
+	// (playbook.completed, playbook.failed or playbook.cancelled). Over REST it is served as
+	// Server-Sent Events (Content-Type text/event-stream): each committed event is one SSE
+	// event whose `event` is the event type, `id` the seq and `data` the Event as JSON; a
+	// reconnecting client's Last-Event-ID header resumes after that seq, and a watch with
+	// nothing left to send (the execution ended at or before that seq) is answered 204 No
+	// Content. An error after the stream started is an SSE event `error` whose data is the
+	// status as JSON. A watch counts as a call in flight for the tenant's limit;
+	// ResourceExhausted (HTTP 429) when too many are open.
+	WatchExecution(ctx context.Context, in *WatchExecutionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutionResponse], error)
 }
 
 type executionServiceClient struct {
@@ -307,6 +319,25 @@ func (c *executionServiceClient) ListExecutionEvents(ctx context.Context, in *Li
 	return out, nil
 }
 
+func (c *executionServiceClient) WatchExecution(ctx context.Context, in *WatchExecutionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutionService_ServiceDesc.Streams[0], ExecutionService_WatchExecution_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchExecutionRequest, WatchExecutionResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionService_WatchExecutionClient = grpc.ServerStreamingClient[WatchExecutionResponse]
+
 // ExecutionServiceServer is the server API for ExecutionService service.
 // All implementations must embed UnimplementedExecutionServiceServer
 // for forward compatibility.
@@ -326,6 +357,17 @@ type ExecutionServiceServer interface {
 	CancelExecution(context.Context, *CancelExecutionRequest) (*CancelExecutionResponse, error)
 	// ListExecutionEvents returns a page of an execution's events in seq order.
 	ListExecutionEvents(context.Context, *ListExecutionEventsRequest) (*ListExecutionEventsResponse, error)
+	// WatchExecution streams an execution's committed events with seq greater than after_seq,
+	// in seq order and as they are committed, and ends after the terminal event
+	// (playbook.completed, playbook.failed or playbook.cancelled). Over REST it is served as
+	// Server-Sent Events (Content-Type text/event-stream): each committed event is one SSE
+	// event whose `event` is the event type, `id` the seq and `data` the Event as JSON; a
+	// reconnecting client's Last-Event-ID header resumes after that seq, and a watch with
+	// nothing left to send (the execution ended at or before that seq) is answered 204 No
+	// Content. An error after the stream started is an SSE event `error` whose data is the
+	// status as JSON. A watch counts as a call in flight for the tenant's limit;
+	// ResourceExhausted (HTTP 429) when too many are open.
+	WatchExecution(*WatchExecutionRequest, grpc.ServerStreamingServer[WatchExecutionResponse]) error
 	mustEmbedUnimplementedExecutionServiceServer()
 }
 
@@ -353,6 +395,9 @@ func (UnimplementedExecutionServiceServer) CancelExecution(context.Context, *Can
 }
 func (UnimplementedExecutionServiceServer) ListExecutionEvents(context.Context, *ListExecutionEventsRequest) (*ListExecutionEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListExecutionEvents not implemented")
+}
+func (UnimplementedExecutionServiceServer) WatchExecution(*WatchExecutionRequest, grpc.ServerStreamingServer[WatchExecutionResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchExecution not implemented")
 }
 func (UnimplementedExecutionServiceServer) mustEmbedUnimplementedExecutionServiceServer() {}
 func (UnimplementedExecutionServiceServer) testEmbeddedByValue()                          {}
@@ -483,6 +528,17 @@ func _ExecutionService_ListExecutionEvents_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutionService_WatchExecution_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchExecutionRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutionServiceServer).WatchExecution(m, &grpc.GenericServerStream[WatchExecutionRequest, WatchExecutionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionService_WatchExecutionServer = grpc.ServerStreamingServer[WatchExecutionResponse]
+
 // ExecutionService_ServiceDesc is the grpc.ServiceDesc for ExecutionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -515,7 +571,13 @@ var ExecutionService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ExecutionService_ListExecutionEvents_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchExecution",
+			Handler:       _ExecutionService_WatchExecution_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "noetl/api/v1/api.proto",
 }
 

@@ -794,3 +794,124 @@ var ApiKeyService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "noetl/orchestrator/v1/orchestrator.proto",
 }
+
+const (
+	WatchService_WatchExecution_FullMethodName = "/noetl.orchestrator.v1.WatchService/WatchExecution"
+)
+
+// WatchServiceClient is the client API for WatchService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// WatchService streams executions' committed events as they are committed, driven by the
+// commit notices on NATS (no polling).
+type WatchServiceClient interface {
+	// WatchExecution streams the committed events of an execution with seq greater than
+	// after_seq, in seq order, and ends after the terminal event. The response header is sent
+	// once the execution is found; NotFound for an execution of another tenant;
+	// ResourceExhausted when too many watches are open; Unavailable when the orchestrator shuts
+	// down (resume from the last seq received).
+	WatchExecution(ctx context.Context, in *WatchExecutionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutionResponse], error)
+}
+
+type watchServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewWatchServiceClient(cc grpc.ClientConnInterface) WatchServiceClient {
+	return &watchServiceClient{cc}
+}
+
+func (c *watchServiceClient) WatchExecution(ctx context.Context, in *WatchExecutionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &WatchService_ServiceDesc.Streams[0], WatchService_WatchExecution_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchExecutionRequest, WatchExecutionResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WatchService_WatchExecutionClient = grpc.ServerStreamingClient[WatchExecutionResponse]
+
+// WatchServiceServer is the server API for WatchService service.
+// All implementations must embed UnimplementedWatchServiceServer
+// for forward compatibility.
+//
+// WatchService streams executions' committed events as they are committed, driven by the
+// commit notices on NATS (no polling).
+type WatchServiceServer interface {
+	// WatchExecution streams the committed events of an execution with seq greater than
+	// after_seq, in seq order, and ends after the terminal event. The response header is sent
+	// once the execution is found; NotFound for an execution of another tenant;
+	// ResourceExhausted when too many watches are open; Unavailable when the orchestrator shuts
+	// down (resume from the last seq received).
+	WatchExecution(*WatchExecutionRequest, grpc.ServerStreamingServer[WatchExecutionResponse]) error
+	mustEmbedUnimplementedWatchServiceServer()
+}
+
+// UnimplementedWatchServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedWatchServiceServer struct{}
+
+func (UnimplementedWatchServiceServer) WatchExecution(*WatchExecutionRequest, grpc.ServerStreamingServer[WatchExecutionResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchExecution not implemented")
+}
+func (UnimplementedWatchServiceServer) mustEmbedUnimplementedWatchServiceServer() {}
+func (UnimplementedWatchServiceServer) testEmbeddedByValue()                      {}
+
+// UnsafeWatchServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to WatchServiceServer will
+// result in compilation errors.
+type UnsafeWatchServiceServer interface {
+	mustEmbedUnimplementedWatchServiceServer()
+}
+
+func RegisterWatchServiceServer(s grpc.ServiceRegistrar, srv WatchServiceServer) {
+	// If the following call panics, it indicates UnimplementedWatchServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&WatchService_ServiceDesc, srv)
+}
+
+func _WatchService_WatchExecution_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchExecutionRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(WatchServiceServer).WatchExecution(m, &grpc.GenericServerStream[WatchExecutionRequest, WatchExecutionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type WatchService_WatchExecutionServer = grpc.ServerStreamingServer[WatchExecutionResponse]
+
+// WatchService_ServiceDesc is the grpc.ServiceDesc for WatchService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var WatchService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "noetl.orchestrator.v1.WatchService",
+	HandlerType: (*WatchServiceServer)(nil),
+	Methods:     []grpc.MethodDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchExecution",
+			Handler:       _WatchService_WatchExecution_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "noetl/orchestrator/v1/orchestrator.proto",
+}

@@ -1,0 +1,191 @@
+package natsx_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/platform/telemetry"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+func tracer(t *testing.T) trace.Tracer {
+	tel, err := telemetry.Setup(context.Background(), "test", telemetry.Config{SpanExporter: tracetest.NewInMemoryExporter()})
+	require.NoError(t, err)
+	t.Cleanup(func() { tel.Close(nil) })
+	return tel.Tracer()
+}
+
+func TestTraceContextTravelsInHeaders(t *testing.T) {
+	ctx, span := tracer(t).Start(context.Background(), "publisher")
+	defer span.End()
+	h := natsx.Inject(ctx, nil)
+	require.NotEmpty(t, h.Get("traceparent"))
+	got := trace.SpanContextFromContext(natsx.Extract(context.Background(), h))
+	require.True(t, got.IsRemote())
+	require.Equal(t, span.SpanContext().TraceID(), got.TraceID())
+	require.Equal(t, span.SpanContext().SpanID(), got.SpanID())
+
+	// Another client may write the header in another case.
+	other := nats.Header{"Traceparent": h["traceparent"]}
+	require.Equal(t, span.SpanContext().TraceID(), trace.SpanContextFromContext(natsx.Extract(context.Background(), other)).TraceID())
+	require.False(t, trace.SpanContextFromContext(natsx.Extract(context.Background(), nil)).IsValid())
+}
+
+func TestPublishAllCarriesTheTrace(t *testing.T) {
+	nc, js := connect(t)
+	ctx := context.Background()
+	sub, err := nc.SubscribeSync("noetl.events.>")
+	require.NoError(t, err)
+	tr := tracer(t)
+	pctx, publisher := tr.Start(ctx, "publisher")
+	cctx, cause := tr.Start(ctx, "another cause")
+	err = natsx.PublishAll(pctx, js, []natsx.Message{
+		{Subject: "noetl.events.0", MsgID: "a", Data: []byte("a")},
+		{Subject: "noetl.events.0", MsgID: "b", Data: []byte("b"), Header: natsx.Inject(cctx, nil)},
+	})
+	require.NoError(t, err)
+	want := map[string]trace.TraceID{"a": publisher.SpanContext().TraceID(), "b": cause.SpanContext().TraceID()}
+	for range 2 {
+		m, err := sub.NextMsg(10 * time.Second)
+		require.NoError(t, err)
+		got := trace.SpanContextFromContext(natsx.Extract(ctx, m.Header))
+		require.Equal(t, want[string(m.Data)], got.TraceID(), "message %s", m.Data)
+	}
+
+	// Without a trace nothing is added.
+	require.NoError(t, natsx.PublishAll(ctx, js, []natsx.Message{{Subject: "noetl.events.0", MsgID: "c", Data: []byte("c")}}))
+	m, err := sub.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Empty(t, m.Header.Get("traceparent"))
+}
+
+// TestLagMonitorReportsABacklogNobodyConsumes checks the monitor reads a consumer's state by
+// itself: the backlog of a consumer no one pulls from is reported, then what a pull takes
+// moves from pending to in flight.
+func TestLagMonitorReportsABacklogNobodyConsumes(t *testing.T) {
+	_, js := connect(t)
+	ctx := context.Background()
+	cons, err := js.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{
+		Durable: "worker-blue", FilterSubject: natsx.PoolSubjects("blue"), AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 64,
+	})
+	require.NoError(t, err)
+	for i := range 10 {
+		_, err := js.Publish(ctx, natsx.CommandSubject("blue", fmt.Sprint(i), 4), []byte("cmd"))
+		require.NoError(t, err)
+	}
+	reg := prometheus.NewRegistry()
+	mon := natsx.NewLagMonitor(js, natsx.StreamCommands, "worker-blue", "blue", 10*time.Millisecond, reg, nil)
+	polls := make(chan natsx.ConsumerLag, 1)
+	mon.OnPoll = func(l natsx.ConsumerLag) {
+		select {
+		case polls <- l:
+		default:
+		}
+	}
+	// A second monitor on the same registry (another consumer of the service) shares the
+	// metric families.
+	other := natsx.NewLagMonitor(js, natsx.StreamCommands, "worker-green", "green", 10*time.Millisecond, reg, nil)
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	go func() { done <- mon.Run(rctx) }()
+	go func() { done <- other.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, <-done)
+	})
+
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		if l := mon.Lag(); l.Pending != 10 || l.AckPending != 0 || l.MaxAckPending != 64 || l.At.IsZero() {
+			return fmt.Errorf("lag %+v", l)
+		}
+		return nil
+	})
+	select {
+	case <-polls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnPoll was not called")
+	}
+	require.Equal(t, 10.0, series(t, reg, "noetl_nats_consumer_pending", "blue"))
+	require.Equal(t, 64.0, series(t, reg, "noetl_nats_consumer_max_ack_pending", "blue"))
+
+	batch, err := cons.FetchNoWait(4)
+	require.NoError(t, err)
+	n := 0
+	for range batch.Messages() {
+		n++
+	}
+	require.Equal(t, 4, n)
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		if l := mon.Lag(); l.Pending != 6 || l.AckPending != 4 || l.Total() != 10 {
+			return fmt.Errorf("lag %+v", l)
+		}
+		return nil
+	})
+	require.Equal(t, 4.0, series(t, reg, "noetl_nats_consumer_ack_pending", "blue"))
+
+	// A consumer that does not exist is an error, counted, never a zero lag.
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		if l := other.Lag(); l.Err == nil {
+			return fmt.Errorf("no error yet: %+v", l)
+		}
+		return nil
+	})
+	require.Positive(t, series(t, reg, "noetl_nats_consumer_info_errors_total", "green"))
+}
+
+func connect(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, js, err := natsx.Connect(testkit.StartNATS(t), "test")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	require.NoError(t, natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{}))
+	return nc, js
+}
+
+// series returns the value of the series of name for pool, gathered from reg.
+func series(t *testing.T, reg *prometheus.Registry, name, pool string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "pool" && l.GetValue() == pool {
+					if m.GetCounter() != nil {
+						return m.GetCounter().GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no series %s{pool=%q}", name, pool)
+	return 0
+}
+
+// TestUntracedServicePassesTheTraceOn: a service whose tracing is off records nothing, but
+// what it publishes on behalf of a traced message still carries that message's trace.
+func TestUntracedServicePassesTheTraceOn(t *testing.T) {
+	ctx, span := tracer(t).Start(context.Background(), "upstream")
+	defer span.End()
+	in := natsx.Inject(ctx, nil)
+	off := telemetry.Disabled()
+	octx, own := off.Tracer().Start(natsx.Extract(context.Background(), in), "untraced")
+	require.False(t, own.IsRecording())
+	out := natsx.Inject(octx, nil)
+	require.Equal(t, in.Get("traceparent"), out.Get("traceparent"))
+}

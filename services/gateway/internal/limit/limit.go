@@ -1,0 +1,158 @@
+// Package limit holds the gateway's per-tenant limits: a token bucket of requests per second
+// (golang.org/x/time/rate) and a cap on calls in flight for each tenant, so that one tenant
+// flooding the gateway is refused while the others are served. The table of tenants is
+// bounded: past its size the least recently used idle tenant is forgotten.
+package limit
+
+import (
+	"container/list"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Defaults of Config.
+const (
+	DefaultRPS        = 200
+	DefaultBurst      = 400
+	DefaultInFlight   = 256
+	DefaultMaxTenants = 10000
+)
+
+// inFlightRetry is the delay suggested to a call refused for calls in flight: there is no
+// telling when one ends.
+const inFlightRetry = time.Second
+
+// Config sets the limits, each per tenant; zero fields take the defaults.
+type Config struct {
+	// RPS is the sustained rate of calls per second.
+	RPS float64
+	// Burst is how many calls may come at once above the rate.
+	Burst int
+	// InFlight is how many calls may run at once, streams included.
+	InFlight int
+	// MaxTenants bounds the tenants tracked at once.
+	MaxTenants int
+}
+
+// Refusal reasons of Exceeded.
+const (
+	// Rate: the tenant's token bucket is empty.
+	Rate = "rate"
+	// InFlight: the tenant has as many calls in flight as it may.
+	InFlight = "in_flight"
+	// Tenants: the table of tenants is full and none of them is idle.
+	Tenants = "tenants"
+)
+
+// Exceeded refuses a call past a limit.
+type Exceeded struct {
+	// Tenant whose call is refused.
+	Tenant string
+	// Reason is Rate, InFlight or Tenants.
+	Reason string
+	// Limit describes the limit that refused the call, for the caller.
+	Limit string
+	// RetryAfter is when a retry may succeed.
+	RetryAfter time.Duration
+}
+
+// Error implements error.
+func (e *Exceeded) Error() string {
+	return fmt.Sprintf("tenant %s: %s exceeded; retry after %s", e.Tenant, e.Limit, e.RetryAfter.Round(time.Millisecond))
+}
+
+// Limiter applies the limits. It is safe for concurrent use.
+type Limiter struct {
+	rps        rate.Limit
+	burst      int
+	inFlight   int
+	maxTenants int
+	now        func() time.Time
+
+	mu      sync.Mutex
+	tenants map[string]*tenant
+	// idle holds the tenants with no call in flight, the least recently used at the back:
+	// only they may be forgotten. A tenant idle for burst/rps has a full bucket, so
+	// forgetting it loses nothing.
+	idle list.List
+}
+
+type tenant struct {
+	name     string
+	bucket   *rate.Limiter
+	inFlight int
+	idle     *list.Element // in Limiter.idle while inFlight is zero
+}
+
+// New returns a Limiter with cfg's limits (defaults for zero fields).
+func New(cfg Config) *Limiter {
+	if cfg.RPS <= 0 {
+		cfg.RPS = DefaultRPS
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = DefaultBurst
+	}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = DefaultInFlight
+	}
+	if cfg.MaxTenants <= 0 {
+		cfg.MaxTenants = DefaultMaxTenants
+	}
+	return &Limiter{rps: rate.Limit(cfg.RPS), burst: cfg.Burst, inFlight: cfg.InFlight, maxTenants: cfg.MaxTenants, now: time.Now, tenants: map[string]*tenant{}}
+}
+
+// Acquire admits a call of tenant, or refuses it with an *Exceeded. An admitted call must
+// call release when it ends (further calls of release do nothing).
+func (l *Limiter) Acquire(name string) (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenants[name]
+	if t == nil {
+		if len(l.tenants) >= l.maxTenants {
+			oldest := l.idle.Back()
+			if oldest == nil {
+				return nil, &Exceeded{Tenant: name, Reason: Tenants, Limit: fmt.Sprintf("the gateway's limit of %d busy tenants", l.maxTenants), RetryAfter: inFlightRetry}
+			}
+			gone := l.idle.Remove(oldest).(*tenant)
+			delete(l.tenants, gone.name)
+		}
+		t = &tenant{name: name, bucket: rate.NewLimiter(l.rps, l.burst)}
+		t.idle = l.idle.PushFront(t)
+		l.tenants[name] = t
+	}
+	if t.inFlight >= l.inFlight {
+		return nil, &Exceeded{Tenant: name, Reason: InFlight, Limit: fmt.Sprintf("the limit of %d calls in flight", l.inFlight), RetryAfter: inFlightRetry}
+	}
+	now := l.now()
+	r := t.bucket.ReserveN(now, 1)
+	if d := r.DelayFrom(now); !r.OK() || d > 0 {
+		r.CancelAt(now)
+		return nil, &Exceeded{Tenant: name, Reason: Rate, Limit: fmt.Sprintf("the rate limit of %g calls/s (burst %d)", float64(l.rps), l.burst), RetryAfter: max(d, time.Millisecond)}
+	}
+	t.inFlight++
+	if t.idle != nil {
+		l.idle.Remove(t.idle)
+		t.idle = nil
+	}
+	var once sync.Once
+	return func() { once.Do(func() { l.release(t) }) }, nil
+}
+
+func (l *Limiter) release(t *tenant) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.inFlight--
+	if t.inFlight == 0 {
+		t.idle = l.idle.PushFront(t)
+	}
+}
+
+// Tenants returns how many tenants are tracked.
+func (l *Limiter) Tenants() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.tenants)
+}

@@ -1,0 +1,137 @@
+package limit
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// clock is a manual clock.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func newTest(cfg Config) (*Limiter, *clock) {
+	l := New(cfg)
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	l.now = c.now
+	return l, c
+}
+
+func exceeded(t *testing.T, err error) *Exceeded {
+	t.Helper()
+	var ex *Exceeded
+	require.True(t, errors.As(err, &ex), "want *Exceeded, got %v", err)
+	return ex
+}
+
+func TestRateRefusesPastTheBurstAndRefills(t *testing.T) {
+	t.Parallel()
+	l, c := newTest(Config{RPS: 10, Burst: 3, InFlight: 100})
+	for range 3 {
+		release, err := l.Acquire("a")
+		require.NoError(t, err)
+		release()
+	}
+	_, err := l.Acquire("a")
+	ex := exceeded(t, err)
+	require.Equal(t, Rate, ex.Reason)
+	require.Equal(t, "a", ex.Tenant)
+	require.Equal(t, 100*time.Millisecond, ex.RetryAfter, "one token every 100 ms")
+	require.Contains(t, ex.Error(), "rate limit of 10 calls/s (burst 3)")
+
+	// A refusal takes no token: after the advertised delay the call passes.
+	c.t = c.t.Add(ex.RetryAfter)
+	release, err := l.Acquire("a")
+	require.NoError(t, err)
+	release()
+	_, err = l.Acquire("a")
+	require.Error(t, err)
+}
+
+func TestInFlightCapsConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	l, _ := newTest(Config{RPS: 1000, Burst: 1000, InFlight: 2})
+	r1, err := l.Acquire("a")
+	require.NoError(t, err)
+	r2, err := l.Acquire("a")
+	require.NoError(t, err)
+	_, err = l.Acquire("a")
+	ex := exceeded(t, err)
+	require.Equal(t, InFlight, ex.Reason)
+	require.Equal(t, time.Second, ex.RetryAfter)
+
+	// Releasing twice frees one slot only.
+	r1()
+	r1()
+	r3, err := l.Acquire("a")
+	require.NoError(t, err)
+	_, err = l.Acquire("a")
+	require.Error(t, err)
+	r2()
+	r3()
+}
+
+func TestTenantsAreIndependent(t *testing.T) {
+	t.Parallel()
+	l, _ := newTest(Config{RPS: 1, Burst: 5, InFlight: 3})
+	var held []func()
+	refused := 0
+	for range 50 {
+		release, err := l.Acquire("flood")
+		if err != nil {
+			refused++
+			continue
+		}
+		held = append(held, release)
+	}
+	require.Equal(t, 47, refused, "3 in flight, the rest refused")
+	for range 3 {
+		release, err := l.Acquire("quiet")
+		require.NoError(t, err, "another tenant's flood does not touch this one's limits")
+		defer release()
+	}
+	for _, r := range held {
+		r()
+	}
+}
+
+func TestTableIsBoundedAndForgetsIdleTenants(t *testing.T) {
+	t.Parallel()
+	l, _ := newTest(Config{RPS: 1, Burst: 1, InFlight: 10, MaxTenants: 3})
+	busy, err := l.Acquire("busy")
+	require.NoError(t, err)
+	for i := range 10 {
+		release, err := l.Acquire(fmt.Sprintf("t%d", i))
+		require.NoError(t, err)
+		release()
+		require.LessOrEqual(t, l.Tenants(), 3)
+	}
+	// The busy tenant was never forgotten: its bucket is still empty.
+	_, err = l.Acquire("busy")
+	require.Equal(t, Rate, exceeded(t, err).Reason)
+
+	busy()
+
+	// A full table of busy tenants refuses a new one rather than grow.
+	var fresh []func()
+	l2, _ := newTest(Config{RPS: 1, Burst: 1, InFlight: 10, MaxTenants: 2})
+	for _, name := range []string{"x", "y"} {
+		r, err := l2.Acquire(name)
+		require.NoError(t, err)
+		fresh = append(fresh, r)
+	}
+	_, err = l2.Acquire("z")
+	require.Equal(t, Tenants, exceeded(t, err).Reason)
+	require.Equal(t, 2, l2.Tenants())
+	for _, r := range fresh {
+		r()
+	}
+	r, err := l2.Acquire("z")
+	require.NoError(t, err, "once a tenant is idle it may be forgotten")
+	r()
+	require.Equal(t, 2, l2.Tenants())
+}
