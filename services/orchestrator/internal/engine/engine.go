@@ -314,7 +314,26 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 	}
 	annotate(ctx, events)
 	if err := Publish(ctx, e.js, e.cfg.Partitions, events); err != nil {
-		return 0, err
+		if !errors.Is(err, natsx.ErrMessageTooLarge) {
+			return 0, err
+		}
+		// A decision that can never be published (an event over the message limit) would
+		// be retried forever: fail the execution instead, naming the cause.
+		failed := &eventv1.Event{
+			EventId:           domain.EventID(domain.ExecutionCause(st.GetExecutionId()), domain.EventPlaybookFailed),
+			ExecutionId:       st.GetExecutionId(),
+			Tenant:            st.GetTenant(),
+			ParentExecutionId: st.GetParentExecutionId(),
+			Type:              domain.EventPlaybookFailed,
+			CauseEventId:      st.GetLastEventId(),
+			Error:             &eventv1.ErrorInfo{Code: "message_too_large", Message: "the next decision cannot be published: " + err.Error()},
+			Producer:          "orchestrator",
+		}
+		if err := Publish(ctx, e.js, e.cfg.Partitions, []*eventv1.Event{failed}); err != nil {
+			return 0, err
+		}
+		e.decisions.WithLabelValues("too_large").Inc()
+		return st.GetSeq(), nil
 	}
 	for _, ev := range events {
 		if ev.GetType() != domain.EventTimerScheduled {
