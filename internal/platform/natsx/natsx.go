@@ -156,8 +156,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 		return err
 	}
 	cur := s.CachedInfo().Config
+	// The server reports unset limits as -1: compare them as "unset".
+	sameLimit := func(a, b int32) bool { return a == b || (a <= 0 && b <= 0) }
 	if slices.Equal(cur.Subjects, sc.Subjects) && cur.Retention == sc.Retention && cur.MaxAge == sc.MaxAge &&
-		cur.Duplicates == sc.Duplicates && cur.Replicas == sc.Replicas && cur.MaxMsgSize == sc.MaxMsgSize {
+		cur.Duplicates == sc.Duplicates && cur.Replicas == sc.Replicas && sameLimit(cur.MaxMsgSize, sc.MaxMsgSize) {
 		return nil
 	}
 	_, err = js.UpdateStream(ctx, sc)

@@ -189,3 +189,35 @@ func TestUntracedServicePassesTheTraceOn(t *testing.T) {
 	out := natsx.Inject(octx, nil)
 	require.Equal(t, in.Get("traceparent"), out.Get("traceparent"))
 }
+
+func TestEnsureStreamsLeavesUnchangedStreamsAlone(t *testing.T) {
+	url := testkit.StartNATS(t)
+	nc, js, err := natsx.Connect(url, "t")
+	require.NoError(t, err)
+	defer nc.Close()
+	ctx := context.Background()
+	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
+	before := map[string]time.Time{}
+	for _, name := range []string{natsx.StreamEvents, natsx.StreamCommands, natsx.StreamCommitted} {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		before[name] = s.CachedInfo().Created
+	}
+	// A second declaration (another service starting) must not update any stream: stream
+	// updates racing consumer creation are what this avoids.
+	sub, err := nc.SubscribeSync("$JS.API.STREAM.UPDATE.>")
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
+	require.NoError(t, nc.Flush())
+	// The requests went over this connection, so after the flush any update request
+	// would already be queued on the subscription.
+	n, _, err := sub.Pending()
+	require.NoError(t, err)
+	require.Zero(t, n, "no stream update was requested")
+	for name, created := range before {
+		s, err := js.Stream(ctx, name)
+		require.NoError(t, err)
+		require.Equal(t, created, s.CachedInfo().Created)
+	}
+}
