@@ -34,6 +34,8 @@ type Config struct {
 	Partitions       int
 	Shards           int
 	StartTimeout     time.Duration
+	// MigrateOnly applies the schema migrations and exits (a Kubernetes migration Job).
+	MigrateOnly bool
 	// ReconcileEvery and StaleAfter tune the reconciler of stalled executions.
 	ReconcileEvery time.Duration
 	StaleAfter     time.Duration
@@ -73,6 +75,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
 	fs.Int(&c.Shards, "shards", "NOETL_ORCHESTRATOR_SHARDS", 16, "decision goroutines")
 	fs.Duration(&c.StartTimeout, "start-timeout", "NOETL_START_TIMEOUT", 15*time.Second, "how long a start waits for its commit")
+	fs.Bool(&c.MigrateOnly, "migrate-only", "NOETL_MIGRATE_ONLY", false, "apply the Postgres schema migrations and exit")
 	fs.Duration(&c.ReconcileEvery, "reconcile-every", "NOETL_RECONCILE_EVERY", 10*time.Second, "how often stalled executions are looked for")
 	fs.Duration(&c.StaleAfter, "stale-after", "NOETL_STALE_AFTER", 30*time.Second, "how long an execution's log may stay still before it is re-driven")
 	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
@@ -85,6 +88,18 @@ func (c *Config) Flags(fs *config.FlagSet) {
 // Run runs the orchestrator until ctx ends.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log = log.With(slog.String("service", "orchestrator"))
+	if cfg.MigrateOnly {
+		if err := config.Required(&cfg, "PostgresURL"); err != nil {
+			return err
+		}
+		db, err := pgxext.Open(ctx, cfg.PostgresURL, 2, true, log)
+		if err != nil {
+			return err
+		}
+		db.Close()
+		log.Info("schema migrations applied")
+		return nil
+	}
 	if err := config.Required(&cfg, "PostgresURL", "NATSURL", "StatebuilderAddr"); err != nil {
 		return err
 	}
