@@ -121,7 +121,46 @@ func TestChart(t *testing.T) {
 			checkPDBs(t, r)
 			checkNetworkPolicies(t, r)
 			checkSecrets(t, r)
+			checkMigrationJob(t, r)
 		})
+	}
+}
+
+// checkMigrationJob: one Job runs the orchestrator's --migrate-only after install and before
+// every upgrade, with the Postgres URL from a Secret, limits, and a NetworkPolicy that lets
+// it reach Postgres and nothing else it does not need.
+func checkMigrationJob(t *testing.T, r *rendered) {
+	t.Helper()
+	require.Len(t, r.jobs, 1, "one migration Job")
+	j := r.jobs[0]
+	require.Equal(t, "post-install,pre-upgrade", j.Annotations["helm.sh/hook"])
+	c := j.Spec.Template.Spec.Containers
+	require.Len(t, c, 1)
+	require.Equal(t, []string{"orchestrator", "--migrate-only"}, c[0].Command)
+	require.NotNil(t, c[0].Resources.Limits.Cpu())
+	require.False(t, c[0].Resources.Limits.Memory().IsZero(), "memory limit")
+	require.Len(t, c[0].Env, 1)
+	require.Equal(t, "NOETL_PG_URL", c[0].Env[0].Name)
+	require.NotNil(t, c[0].Env[0].ValueFrom.SecretKeyRef, "Postgres URL from a Secret")
+	jobLabels := labels.Set(j.Spec.Template.Labels)
+	var pgEgress bool
+	for _, p := range r.netpols {
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+		require.NoError(t, err)
+		if !sel.Matches(jobLabels) || len(p.Spec.Egress) == 0 {
+			continue
+		}
+		for _, rule := range p.Spec.Egress {
+			if portsInclude(rule.Ports, int32(r.values["postgres"].(map[string]any)["port"].(float64))) {
+				pgEgress = true
+			}
+		}
+	}
+	require.True(t, pgEgress, "the migration Job may reach Postgres")
+	for _, d := range r.deployments {
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		require.NoError(t, err)
+		require.False(t, sel.Matches(jobLabels), "the Job's pods must not join Deployment %s", d.Name)
 	}
 }
 
@@ -219,6 +258,7 @@ type rendered struct {
 	ingresses       []*networkingv1.Ingress
 	scaledObjects   []*scaledObject
 	serviceMonitors []*serviceMonitor
+	jobs            []*batchv1.Job
 }
 
 func renderChart(t *testing.T, files []string, overrides map[string]any) *rendered {
@@ -340,7 +380,8 @@ func (r *rendered) add(ch *chart.Chart, where, doc string) error {
 		o := &networkingv1.Ingress{}
 		r.ingresses, obj = append(r.ingresses, o), o
 	case "batch/v1 Job":
-		obj = &batchv1.Job{}
+		o := &batchv1.Job{}
+		r.jobs, obj = append(r.jobs, o), o
 	case "keda.sh/v1alpha1 ScaledObject":
 		o := &scaledObject{}
 		r.scaledObjects, obj = append(r.scaledObjects, o), o
