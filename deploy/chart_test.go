@@ -406,6 +406,7 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 	seen := map[string]int{}
 	var pools []string
 	partitions := map[string]string{}
+	replicas := map[string]string{}
 	for _, d := range r.deployments {
 		name := d.Name
 		pod := d.Spec.Template
@@ -517,6 +518,9 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 		if e, ok := env["NOETL_PARTITIONS"]; ok {
 			partitions[name] = e.Value
 		}
+		if e, ok := env["NOETL_STREAM_REPLICAS"]; ok {
+			replicas[name] = e.Value
+		}
 		if comp == "worker" {
 			pool := env["NOETL_WORKER_POOL"].Value
 			require.NotEmpty(t, pool, name)
@@ -540,6 +544,9 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 	// One partition count for every component that routes by partition.
 	require.Len(t, slices.Compact(slices.Sorted(maps.Values(partitions))), 1, "NOETL_PARTITIONS differs: %v", partitions)
 	require.Equal(t, 2+len(tc.pools), len(partitions), "NOETL_PARTITIONS on the orchestrator, materializer and every pool")
+	// Every service that declares the streams declares them alike (or they would fight).
+	require.Len(t, slices.Compact(slices.Sorted(maps.Values(replicas))), 1, "NOETL_STREAM_REPLICAS differs: %v", replicas)
+	require.Equal(t, 2+len(tc.pools), len(replicas), "NOETL_STREAM_REPLICAS on the orchestrator, materializer and every pool")
 }
 
 // requireListen: a listen address binds all interfaces (kubelet and peers reach it) on port.
