@@ -345,20 +345,15 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		}
 	}
 	started := mk(domain.EventCommandStarted)
-	if err := w.admit(cmd); err != nil {
-		info := &eventv1.ErrorInfo{Code: "refused", Message: err.Error()}
-		callErr := mk(domain.EventCallError)
-		callErr.Error = info
-		failed := mk(domain.EventCommandFailed)
-		failed.Error = info
-		return []*eventv1.Event{started, callErr, failed}
-	}
 	fail := func(info *eventv1.ErrorInfo) []*eventv1.Event {
 		callErr := mk(domain.EventCallError)
 		callErr.Error = info
 		failed := mk(domain.EventCommandFailed)
 		failed.Error = info
 		return []*eventv1.Event{started, callErr, failed}
+	}
+	if err := w.admit(cmd); err != nil {
+		return fail(&eventv1.ErrorInfo{Code: "refused", Message: err.Error()})
 	}
 	kind := "noop"
 	if len(cmd.GetTools()) > 0 {
@@ -382,12 +377,10 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		if errors.As(err, &rr) {
 			info.Code = "retry"
 			info.Retryable = true
-			callErr := mk(domain.EventCallError)
-			callErr.Error = info
-			failed := mk(domain.EventCommandFailed)
-			failed.Error = info
-			failed.PayloadJson, _ = json.Marshal(domain.FailedPayload{Retry: &domain.RetryRequest{Attempts: rr.attempts, DelaySeconds: rr.delay.Seconds()}})
-			return []*eventv1.Event{started, callErr, failed}
+			evs := fail(info)
+			// command.failed carries the retry request the orchestrator turns into a timer.
+			evs[len(evs)-1].PayloadJson, _ = json.Marshal(domain.FailedPayload{Retry: &domain.RetryRequest{Attempts: rr.attempts, DelaySeconds: rr.delay.Seconds()}})
+			return evs
 		}
 		return fail(info)
 	}
