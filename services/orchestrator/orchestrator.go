@@ -10,6 +10,7 @@ import (
 	"time"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/auth"
@@ -31,9 +32,11 @@ type Config struct {
 	NATSURL          string
 	PostgresURL      string
 	StatebuilderAddr string
-	Partitions       int
-	Shards           int
-	StartTimeout     time.Duration
+	// ResultstoreAddr is where render contexts too large for a command are stored.
+	ResultstoreAddr string
+	Partitions      int
+	Shards          int
+	StartTimeout    time.Duration
 	// MigrateOnly applies the schema migrations and exits (a Kubernetes migration Job).
 	MigrateOnly bool
 	// ReconcileEvery and StaleAfter tune the reconciler of stalled executions.
@@ -72,6 +75,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.NATSURL, "nats", "NOETL_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
 	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
 	fs.String(&c.StatebuilderAddr, "statebuilder", "NOETL_STATEBUILDER_ADDR", "127.0.0.1:50062", "statebuilder gRPC address")
+	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address (large command contexts)")
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
 	fs.Int(&c.Shards, "shards", "NOETL_ORCHESTRATOR_SHARDS", 16, "decision goroutines")
 	fs.Duration(&c.StartTimeout, "start-timeout", "NOETL_START_TIMEOUT", 15*time.Second, "how long a start waits for its commit")
@@ -146,6 +150,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}); err != nil {
 		return err
 	}
+	var results rsv1.ResultStoreServiceClient
+	if cfg.ResultstoreAddr != "" {
+		rconn, err := grpcx.DialSigned(cfg.ResultstoreAddr, trust.Service("orchestrator"), tel.DialOption())
+		if err != nil {
+			return err
+		}
+		defer func() { _ = rconn.Close() }()
+		results = rsv1.NewResultStoreServiceClient(rconn)
+	}
 	conn, err := grpcx.DialSigned(cfg.StatebuilderAddr, trust.Service("orchestrator"), tel.DialOption())
 	if err != nil {
 		return err
@@ -180,7 +193,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv.AddCheck("postgres", pgxext.Check(db))
 	srv.AddCheck("nats", natsx.Check(nc))
-	eng := engine.New(engine.Config{Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Tracer: tel.Tracer()}, log, js, state, cat, srv.Registry)
+	eng := engine.New(engine.Config{Results: results, Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Tracer: tel.Tracer()}, log, js, state, cat, srv.Registry)
 	if cfg.Ready != nil {
 		cfg.Ready(srv.GRPCAddr())
 	}

@@ -443,8 +443,17 @@ type outcome struct {
 // under its label.
 func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error) {
 	var scope domain.Scope
-	if len(cmd.GetContextJson()) > 0 {
-		if err := domain.DecodeJSON(cmd.GetContextJson(), &scope); err != nil {
+	contextJSON := cmd.GetContextJson()
+	if ref := cmd.GetContextRef(); ref != nil {
+		// The context was too large to travel in the command.
+		body, err := w.fetch(ctx, cmd.GetTenant(), ref.GetUri())
+		if err != nil {
+			return nil, &tools.Error{Msg: fmt.Sprintf("step %s: load the command context %s: %v", cmd.GetStep(), ref.GetUri(), err), Retryable: true}
+		}
+		contextJSON = body
+	}
+	if len(contextJSON) > 0 {
+		if err := domain.DecodeJSON(contextJSON, &scope); err != nil {
 			return nil, fmt.Errorf("command context: %w", err)
 		}
 	}

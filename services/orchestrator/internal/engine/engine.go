@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/failpoint"
@@ -41,6 +42,9 @@ type Config struct {
 	Shards int
 	// Consumer is the durable name of the commit-notice consumer.
 	Consumer string
+	// Results stores render contexts too large to travel in a command; nil keeps them
+	// inline (a decision over the message limit then fails the execution).
+	Results rsv1.ResultStoreServiceClient
 	// ReconcileEvery is how often the reconciler looks for stalled executions.
 	ReconcileEvery time.Duration
 	// StaleAfter is how long an execution's log may stay still before it is re-driven.
@@ -313,6 +317,9 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 		return st.GetSeq(), nil
 	}
 	annotate(ctx, events)
+	if err := e.offloadContexts(ctx, events); err != nil {
+		return 0, err
+	}
 	if err := Publish(ctx, e.js, e.cfg.Partitions, events); err != nil {
 		if !errors.Is(err, natsx.ErrMessageTooLarge) {
 			return 0, err
@@ -498,6 +505,13 @@ func (e *Engine) redrive(ctx context.Context, id string) (err error) {
 	if err != nil || len(cmds) == 0 {
 		return err
 	}
+	wrapped := make([]*eventv1.Event, len(cmds))
+	for i, c := range cmds {
+		wrapped[i] = &eventv1.Event{Command: c}
+	}
+	if err := e.offloadContexts(ctx, wrapped); err != nil {
+		return err
+	}
 	msgs := make([]natsx.Message, 0, len(cmds))
 	for _, c := range cmds {
 		b, err := proto.Marshal(c)
@@ -510,5 +524,44 @@ func (e *Engine) redrive(ctx context.Context, id string) (err error) {
 		return err
 	}
 	e.redrives.WithLabelValues("republish").Add(float64(len(cmds)))
+	return nil
+}
+
+// inlineContextMax is the largest render context a command carries inline; a larger one is
+// stored in the resultstore and the command carries its reference.
+const inlineContextMax = 96 << 10
+
+// offloadContexts moves the render contexts of large commands to the resultstore. The id
+// derives from the command, so re-deciding writes the same entry again.
+func (e *Engine) offloadContexts(ctx context.Context, events []*eventv1.Event) error {
+	if e.cfg.Results == nil {
+		return nil
+	}
+	for _, ev := range events {
+		cmd := ev.GetCommand()
+		if cmd == nil || len(cmd.GetContextJson()) <= inlineContextMax {
+			continue
+		}
+		stream, err := e.cfg.Results.PutResult(ctx)
+		if err != nil {
+			return fmt.Errorf("store context of %s: %w", cmd.GetCommandId(), err)
+		}
+		body := cmd.GetContextJson()
+		for off := 0; off < len(body); off += 256 << 10 {
+			req := &rsv1.PutResultRequest{Chunk: body[off:min(off+(256<<10), len(body))]}
+			if off == 0 {
+				req.Header = &rsv1.PutResultHeader{Tenant: cmd.GetTenant(), ExecutionId: cmd.GetExecutionId(), Step: cmd.GetStep(), ResultId: cmd.GetCommandId() + "-context", ContentType: "application/json"}
+			}
+			if err := stream.Send(req); err != nil {
+				return fmt.Errorf("store context of %s: %w", cmd.GetCommandId(), err)
+			}
+		}
+		resp, err := stream.CloseAndRecv()
+		if err != nil {
+			return fmt.Errorf("store context of %s: %w", cmd.GetCommandId(), err)
+		}
+		cmd.ContextRef = resp.GetRef()
+		cmd.ContextJson = nil
+	}
 	return nil
 }

@@ -676,7 +676,10 @@ type Command struct {
 	ParentExecutionId string `protobuf:"bytes,14,opt,name=parent_execution_id,json=parentExecutionId,proto3" json:"parent_execution_id,omitempty"`
 	// Top-level result fields to keep in the extracted summary when the result is stored by
 	// reference (the step's output.output_select).
-	OutputSelect  []string `protobuf:"bytes,15,rep,name=output_select,json=outputSelect,proto3" json:"output_select,omitempty"`
+	OutputSelect []string `protobuf:"bytes,15,rep,name=output_select,json=outputSelect,proto3" json:"output_select,omitempty"`
+	// Reference to the render context when it was too large to travel inline (context_json is
+	// then empty); the worker loads it before rendering.
+	ContextRef    *ResultRef `protobuf:"bytes,16,opt,name=context_ref,json=contextRef,proto3" json:"context_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -812,6 +815,13 @@ func (x *Command) GetParentExecutionId() string {
 func (x *Command) GetOutputSelect() []string {
 	if x != nil {
 		return x.OutputSelect
+	}
+	return nil
+}
+
+func (x *Command) GetContextRef() *ResultRef {
+	if x != nil {
+		return x.ContextRef
 	}
 	return nil
 }
@@ -952,7 +962,7 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x1f\n" +
 	"\vconfig_json\x18\x03 \x01(\fR\n" +
-	"configJson\"\xaa\x04\n" +
+	"configJson\"\xe6\x04\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12!\n" +
@@ -971,7 +981,9 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\x0fissued_event_id\x18\f \x01(\tR\rissuedEventId\x12#\n" +
 	"\rplaybook_path\x18\r \x01(\tR\fplaybookPath\x12.\n" +
 	"\x13parent_execution_id\x18\x0e \x01(\tR\x11parentExecutionId\x12#\n" +
-	"\routput_select\x18\x0f \x03(\tR\foutputSelect\"\x9e\x01\n" +
+	"\routput_select\x18\x0f \x03(\tR\foutputSelect\x12:\n" +
+	"\vcontext_ref\x18\x10 \x01(\v2\x19.noetl.event.v1.ResultRefR\n" +
+	"contextRef\"\x9e\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -1032,11 +1044,12 @@ var file_noetl_event_v1_event_proto_depIdxs = []int32{
 	6,  // 7: noetl.event.v1.Command.tools:type_name -> noetl.event.v1.ToolCall
 	3,  // 8: noetl.event.v1.Command.iteration:type_name -> noetl.event.v1.Iteration
 	10, // 9: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	5,  // 10: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_noetl_event_v1_event_proto_init() }
