@@ -29,7 +29,8 @@ var permissions = map[string]auth.Permission{
 	apiv1.ExecutionService_ListExecutionEvents_FullMethodName: auth.PermRead,
 	apiv1.ExecutionService_WatchExecution_FullMethodName:      auth.PermRead,
 
-	apiv1.ResultService_GetResult_FullMethodName: auth.PermRead,
+	apiv1.ResultService_GetResult_FullMethodName:           auth.PermRead,
+	apiv1.ResultService_GetResultFlightInfo_FullMethodName: auth.PermRead,
 
 	apiv1.CredentialService_PutCredential_FullMethodName:    auth.PermAdmin,
 	apiv1.CredentialService_ListCredentials_FullMethodName:  auth.PermAdmin,

@@ -1596,7 +1596,14 @@ func (x *WatchExecutionResponse) GetEvent() *Event {
 type GetResultRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Result id: the last element of the result URI, or the whole URI URL-encoded.
-	ResultId      string `protobuf:"bytes,1,opt,name=result_id,json=resultId,proto3" json:"result_id,omitempty"`
+	ResultId string `protobuf:"bytes,1,opt,name=result_id,json=resultId,proto3" json:"result_id,omitempty"`
+	// Optional RFC 6901 JSON pointer selecting a part of the result, for example "/rows/0/id".
+	// For a table it applies to the page object {columns, rows, offset, total_rows}.
+	Pointer string `protobuf:"bytes,2,opt,name=pointer,proto3" json:"pointer,omitempty"`
+	// First row of the page of a tabular result (zero-based).
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Rows in the page of a tabular result; zero means 1000, at most 10000.
+	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1638,13 +1645,36 @@ func (x *GetResultRequest) GetResultId() string {
 	return ""
 }
 
+func (x *GetResultRequest) GetPointer() string {
+	if x != nil {
+		return x.Pointer
+	}
+	return ""
+}
+
+func (x *GetResultRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *GetResultRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 // GetResultResponse carries a stored result.
 type GetResultResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Reference of the result.
 	Ref *v1.ResultRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
-	// The result decoded as JSON.
-	Value         *structpb.Value `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The result (or the part the pointer selects, or the page of a table) decoded as JSON.
+	Value *structpb.Value `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Rows of a tabular result; zero for JSON results.
+	TotalRows     int64 `protobuf:"varint,3,opt,name=total_rows,json=totalRows,proto3" json:"total_rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1693,6 +1723,132 @@ func (x *GetResultResponse) GetValue() *structpb.Value {
 	return nil
 }
 
+func (x *GetResultResponse) GetTotalRows() int64 {
+	if x != nil {
+		return x.TotalRows
+	}
+	return 0
+}
+
+// GetResultFlightInfoRequest names a stored result.
+type GetResultFlightInfoRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Result id: the last element of the result URI, or the whole URI URL-encoded.
+	ResultId      string `protobuf:"bytes,1,opt,name=result_id,json=resultId,proto3" json:"result_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResultFlightInfoRequest) Reset() {
+	*x = GetResultFlightInfoRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResultFlightInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResultFlightInfoRequest) ProtoMessage() {}
+
+func (x *GetResultFlightInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResultFlightInfoRequest.ProtoReflect.Descriptor instead.
+func (*GetResultFlightInfoRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetResultFlightInfoRequest) GetResultId() string {
+	if x != nil {
+		return x.ResultId
+	}
+	return ""
+}
+
+// GetResultFlightInfoResponse tells a Flight client where to read a result.
+type GetResultFlightInfoResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reference of the result (schema, row count, size, digest).
+	Ref *v1.ResultRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// Flight location of the resultstore, for example "grpc://127.0.0.1:50066".
+	Location string `protobuf:"bytes,2,opt,name=location,proto3" json:"location,omitempty"`
+	// Ticket to pass to DoGet; opaque, signed, tenant-scoped.
+	Ticket []byte `protobuf:"bytes,3,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// When the ticket stops being accepted.
+	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResultFlightInfoResponse) Reset() {
+	*x = GetResultFlightInfoResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResultFlightInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResultFlightInfoResponse) ProtoMessage() {}
+
+func (x *GetResultFlightInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResultFlightInfoResponse.ProtoReflect.Descriptor instead.
+func (*GetResultFlightInfoResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetResultFlightInfoResponse) GetRef() *v1.ResultRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *GetResultFlightInfoResponse) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+func (x *GetResultFlightInfoResponse) GetTicket() []byte {
+	if x != nil {
+		return x.Ticket
+	}
+	return nil
+}
+
+func (x *GetResultFlightInfoResponse) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
 // Credential describes a stored credential without its data.
 type Credential struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1708,7 +1864,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1876,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1889,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Credential) GetName() string {
@@ -1773,7 +1929,7 @@ type PutCredentialRequest struct {
 
 func (x *PutCredentialRequest) Reset() {
 	*x = PutCredentialRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1941,7 @@ func (x *PutCredentialRequest) String() string {
 func (*PutCredentialRequest) ProtoMessage() {}
 
 func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1954,7 @@ func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialRequest.ProtoReflect.Descriptor instead.
 func (*PutCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PutCredentialRequest) GetName() string {
@@ -1833,7 +1989,7 @@ type PutCredentialResponse struct {
 
 func (x *PutCredentialResponse) Reset() {
 	*x = PutCredentialResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2001,7 @@ func (x *PutCredentialResponse) String() string {
 func (*PutCredentialResponse) ProtoMessage() {}
 
 func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2014,7 @@ func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialResponse.ProtoReflect.Descriptor instead.
 func (*PutCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PutCredentialResponse) GetCredential() *Credential {
@@ -1881,7 +2037,7 @@ type ListCredentialsRequest struct {
 
 func (x *ListCredentialsRequest) Reset() {
 	*x = ListCredentialsRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2049,7 @@ func (x *ListCredentialsRequest) String() string {
 func (*ListCredentialsRequest) ProtoMessage() {}
 
 func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2062,7 @@ func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListCredentialsRequest) GetPageSize() int32 {
@@ -1936,7 +2092,7 @@ type ListCredentialsResponse struct {
 
 func (x *ListCredentialsResponse) Reset() {
 	*x = ListCredentialsResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2104,7 @@ func (x *ListCredentialsResponse) String() string {
 func (*ListCredentialsResponse) ProtoMessage() {}
 
 func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2117,7 @@ func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListCredentialsResponse) GetCredentials() []*Credential {
@@ -1989,7 +2145,7 @@ type DeleteCredentialRequest struct {
 
 func (x *DeleteCredentialRequest) Reset() {
 	*x = DeleteCredentialRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2157,7 @@ func (x *DeleteCredentialRequest) String() string {
 func (*DeleteCredentialRequest) ProtoMessage() {}
 
 func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2170,7 @@ func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteCredentialRequest) GetName() string {
@@ -2033,7 +2189,7 @@ type DeleteCredentialResponse struct {
 
 func (x *DeleteCredentialResponse) Reset() {
 	*x = DeleteCredentialResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +2201,7 @@ func (x *DeleteCredentialResponse) String() string {
 func (*DeleteCredentialResponse) ProtoMessage() {}
 
 func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +2214,7 @@ func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 var File_noetl_api_v1_api_proto protoreflect.FileDescriptor
@@ -2181,12 +2337,25 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\"C\n" +
 	"\x16WatchExecutionResponse\x12)\n" +
-	"\x05event\x18\x01 \x01(\v2\x13.noetl.api.v1.EventR\x05event\"/\n" +
+	"\x05event\x18\x01 \x01(\v2\x13.noetl.api.v1.EventR\x05event\"w\n" +
 	"\x10GetResultRequest\x12\x1b\n" +
-	"\tresult_id\x18\x01 \x01(\tR\bresultId\"n\n" +
+	"\tresult_id\x18\x01 \x01(\tR\bresultId\x12\x18\n" +
+	"\apointer\x18\x02 \x01(\tR\apointer\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\x8d\x01\n" +
 	"\x11GetResultResponse\x12+\n" +
 	"\x03ref\x18\x01 \x01(\v2\x19.noetl.event.v1.ResultRefR\x03ref\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value\"q\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12\x1d\n" +
+	"\n" +
+	"total_rows\x18\x03 \x01(\x03R\ttotalRows\"9\n" +
+	"\x1aGetResultFlightInfoRequest\x12\x1b\n" +
+	"\tresult_id\x18\x01 \x01(\tR\bresultId\"\xbb\x01\n" +
+	"\x1bGetResultFlightInfoResponse\x12+\n" +
+	"\x03ref\x18\x01 \x01(\v2\x19.noetl.event.v1.ResultRefR\x03ref\x12\x1a\n" +
+	"\blocation\x18\x02 \x01(\tR\blocation\x12\x16\n" +
+	"\x06ticket\x18\x03 \x01(\fR\x06ticket\x12;\n" +
+	"\vexpire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\"q\n" +
 	"\n" +
 	"Credential\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2222,9 +2391,10 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x0eListExecutions\x12#.noetl.api.v1.ListExecutionsRequest\x1a$.noetl.api.v1.ListExecutionsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/executions\x12\x8f\x01\n" +
 	"\x0fCancelExecution\x12$.noetl.api.v1.CancelExecutionRequest\x1a%.noetl.api.v1.CancelExecutionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/executions/{execution_id}:cancel\x12\x98\x01\n" +
 	"\x13ListExecutionEvents\x12(.noetl.api.v1.ListExecutionEventsRequest\x1a).noetl.api.v1.ListExecutionEventsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/executions/{execution_id}/events\x12\x91\x01\n" +
-	"\x0eWatchExecution\x12#.noetl.api.v1.WatchExecutionRequest\x1a$.noetl.api.v1.WatchExecutionResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/executions/{execution_id}/events:watch0\x012~\n" +
+	"\x0eWatchExecution\x12#.noetl.api.v1.WatchExecutionRequest\x1a$.noetl.api.v1.WatchExecutionResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/executions/{execution_id}/events:watch0\x012\x93\x02\n" +
 	"\rResultService\x12m\n" +
-	"\tGetResult\x12\x1e.noetl.api.v1.GetResultRequest\x1a\x1f.noetl.api.v1.GetResultResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/results/{result_id}2\x86\x03\n" +
+	"\tGetResult\x12\x1e.noetl.api.v1.GetResultRequest\x1a\x1f.noetl.api.v1.GetResultResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/results/{result_id}\x12\x92\x01\n" +
+	"\x13GetResultFlightInfo\x12(.noetl.api.v1.GetResultFlightInfoRequest\x1a).noetl.api.v1.GetResultFlightInfoResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/results/{result_id}/flight2\x86\x03\n" +
 	"\x11CredentialService\x12t\n" +
 	"\rPutCredential\x12\".noetl.api.v1.PutCredentialRequest\x1a#.noetl.api.v1.PutCredentialResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/credentials\x12w\n" +
 	"\x0fListCredentials\x12$.noetl.api.v1.ListCredentialsRequest\x1a%.noetl.api.v1.ListCredentialsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x12\x81\x01\n" +
@@ -2243,7 +2413,7 @@ func file_noetl_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_noetl_api_v1_api_proto_rawDescData
 }
 
-var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*Playbook)(nil),                    // 0: noetl.api.v1.Playbook
 	(*RegisterPlaybookRequest)(nil),     // 1: noetl.api.v1.RegisterPlaybookRequest
@@ -2271,94 +2441,100 @@ var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*WatchExecutionResponse)(nil),      // 23: noetl.api.v1.WatchExecutionResponse
 	(*GetResultRequest)(nil),            // 24: noetl.api.v1.GetResultRequest
 	(*GetResultResponse)(nil),           // 25: noetl.api.v1.GetResultResponse
-	(*Credential)(nil),                  // 26: noetl.api.v1.Credential
-	(*PutCredentialRequest)(nil),        // 27: noetl.api.v1.PutCredentialRequest
-	(*PutCredentialResponse)(nil),       // 28: noetl.api.v1.PutCredentialResponse
-	(*ListCredentialsRequest)(nil),      // 29: noetl.api.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),     // 30: noetl.api.v1.ListCredentialsResponse
-	(*DeleteCredentialRequest)(nil),     // 31: noetl.api.v1.DeleteCredentialRequest
-	(*DeleteCredentialResponse)(nil),    // 32: noetl.api.v1.DeleteCredentialResponse
-	nil,                                 // 33: noetl.api.v1.Execution.StepsEntry
-	(*timestamppb.Timestamp)(nil),       // 34: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 35: google.protobuf.Struct
-	(v1.StepStatus)(0),                  // 36: noetl.event.v1.StepStatus
-	(*structpb.Value)(nil),              // 37: google.protobuf.Value
-	(*v1.ResultRef)(nil),                // 38: noetl.event.v1.ResultRef
-	(*v1.ErrorInfo)(nil),                // 39: noetl.event.v1.ErrorInfo
-	(v1.ExecutionStatus)(0),             // 40: noetl.event.v1.ExecutionStatus
-	(*durationpb.Duration)(nil),         // 41: google.protobuf.Duration
-	(*v1.Iteration)(nil),                // 42: noetl.event.v1.Iteration
+	(*GetResultFlightInfoRequest)(nil),  // 26: noetl.api.v1.GetResultFlightInfoRequest
+	(*GetResultFlightInfoResponse)(nil), // 27: noetl.api.v1.GetResultFlightInfoResponse
+	(*Credential)(nil),                  // 28: noetl.api.v1.Credential
+	(*PutCredentialRequest)(nil),        // 29: noetl.api.v1.PutCredentialRequest
+	(*PutCredentialResponse)(nil),       // 30: noetl.api.v1.PutCredentialResponse
+	(*ListCredentialsRequest)(nil),      // 31: noetl.api.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),     // 32: noetl.api.v1.ListCredentialsResponse
+	(*DeleteCredentialRequest)(nil),     // 33: noetl.api.v1.DeleteCredentialRequest
+	(*DeleteCredentialResponse)(nil),    // 34: noetl.api.v1.DeleteCredentialResponse
+	nil,                                 // 35: noetl.api.v1.Execution.StepsEntry
+	(*timestamppb.Timestamp)(nil),       // 36: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 37: google.protobuf.Struct
+	(v1.StepStatus)(0),                  // 38: noetl.event.v1.StepStatus
+	(*structpb.Value)(nil),              // 39: google.protobuf.Value
+	(*v1.ResultRef)(nil),                // 40: noetl.event.v1.ResultRef
+	(*v1.ErrorInfo)(nil),                // 41: noetl.event.v1.ErrorInfo
+	(v1.ExecutionStatus)(0),             // 42: noetl.event.v1.ExecutionStatus
+	(*durationpb.Duration)(nil),         // 43: google.protobuf.Duration
+	(*v1.Iteration)(nil),                // 44: noetl.event.v1.Iteration
 }
 var file_noetl_api_v1_api_proto_depIdxs = []int32{
-	34, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
+	36, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.api.v1.RegisterPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 2: noetl.api.v1.GetPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
-	35, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
-	36, // 5: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	37, // 6: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	38, // 7: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	39, // 8: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	40, // 9: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	37, // 10: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	39, // 11: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	33, // 12: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	34, // 13: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	34, // 14: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	37, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
+	38, // 5: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	39, // 6: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	40, // 7: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	41, // 8: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	42, // 9: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	39, // 10: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	41, // 11: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	35, // 12: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	36, // 13: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	36, // 14: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
 	10, // 15: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	41, // 16: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	43, // 16: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
 	10, // 17: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	40, // 18: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	42, // 18: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
 	10, // 19: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	42, // 20: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	37, // 21: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	37, // 22: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	38, // 23: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	39, // 24: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	34, // 25: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	34, // 26: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	44, // 20: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	39, // 21: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	39, // 22: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	40, // 23: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	41, // 24: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	36, // 25: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	36, // 26: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
 	19, // 27: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
 	19, // 28: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
-	38, // 29: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	37, // 30: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	34, // 31: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	35, // 32: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
-	26, // 33: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
-	26, // 34: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	9,  // 35: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	1,  // 36: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 37: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 38: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 39: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 40: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 41: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 42: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 43: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 44: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 45: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
-	24, // 46: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	27, // 47: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	29, // 48: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	31, // 49: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	2,  // 50: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 51: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 52: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 53: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 54: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 55: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 56: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 57: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 58: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 59: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
-	25, // 60: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	28, // 61: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	30, // 62: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	32, // 63: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	50, // [50:64] is the sub-list for method output_type
-	36, // [36:50] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	40, // 29: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	39, // 30: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	40, // 31: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
+	36, // 32: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
+	36, // 33: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	37, // 34: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	28, // 35: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
+	28, // 36: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
+	9,  // 37: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	1,  // 38: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 39: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 40: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 41: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 42: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 43: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 44: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 45: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 46: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 47: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	24, // 48: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	26, // 49: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
+	29, // 50: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	31, // 51: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	33, // 52: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	2,  // 53: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 54: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 55: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 56: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 57: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 58: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 59: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 60: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 61: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 62: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	25, // 63: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	27, // 64: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
+	30, // 65: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	32, // 66: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	34, // 67: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	53, // [53:68] is the sub-list for method output_type
+	38, // [38:53] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }
@@ -2372,7 +2548,7 @@ func file_noetl_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_api_v1_api_proto_rawDesc), len(file_noetl_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -582,7 +582,8 @@ var ExecutionService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	ResultService_GetResult_FullMethodName = "/noetl.api.v1.ResultService/GetResult"
+	ResultService_GetResult_FullMethodName           = "/noetl.api.v1.ResultService/GetResult"
+	ResultService_GetResultFlightInfo_FullMethodName = "/noetl.api.v1.ResultService/GetResultFlightInfo"
 )
 
 // ResultServiceClient is the client API for ResultService service.
@@ -593,6 +594,10 @@ const (
 type ResultServiceClient interface {
 	// GetResult returns a stored result as JSON.
 	GetResult(ctx context.Context, in *GetResultRequest, opts ...grpc.CallOption) (*GetResultResponse, error)
+	// GetResultFlightInfo returns where and how to stream a stored result over Apache Arrow
+	// Flight: the resultstore's Flight location and a short-lived ticket, signed by the
+	// gateway and valid only for the caller's tenant, to pass to DoGet.
+	GetResultFlightInfo(ctx context.Context, in *GetResultFlightInfoRequest, opts ...grpc.CallOption) (*GetResultFlightInfoResponse, error)
 }
 
 type resultServiceClient struct {
@@ -613,6 +618,16 @@ func (c *resultServiceClient) GetResult(ctx context.Context, in *GetResultReques
 	return out, nil
 }
 
+func (c *resultServiceClient) GetResultFlightInfo(ctx context.Context, in *GetResultFlightInfoRequest, opts ...grpc.CallOption) (*GetResultFlightInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetResultFlightInfoResponse)
+	err := c.cc.Invoke(ctx, ResultService_GetResultFlightInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ResultServiceServer is the server API for ResultService service.
 // All implementations must embed UnimplementedResultServiceServer
 // for forward compatibility.
@@ -621,6 +636,10 @@ func (c *resultServiceClient) GetResult(ctx context.Context, in *GetResultReques
 type ResultServiceServer interface {
 	// GetResult returns a stored result as JSON.
 	GetResult(context.Context, *GetResultRequest) (*GetResultResponse, error)
+	// GetResultFlightInfo returns where and how to stream a stored result over Apache Arrow
+	// Flight: the resultstore's Flight location and a short-lived ticket, signed by the
+	// gateway and valid only for the caller's tenant, to pass to DoGet.
+	GetResultFlightInfo(context.Context, *GetResultFlightInfoRequest) (*GetResultFlightInfoResponse, error)
 	mustEmbedUnimplementedResultServiceServer()
 }
 
@@ -633,6 +652,9 @@ type UnimplementedResultServiceServer struct{}
 
 func (UnimplementedResultServiceServer) GetResult(context.Context, *GetResultRequest) (*GetResultResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetResult not implemented")
+}
+func (UnimplementedResultServiceServer) GetResultFlightInfo(context.Context, *GetResultFlightInfoRequest) (*GetResultFlightInfoResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetResultFlightInfo not implemented")
 }
 func (UnimplementedResultServiceServer) mustEmbedUnimplementedResultServiceServer() {}
 func (UnimplementedResultServiceServer) testEmbeddedByValue()                       {}
@@ -673,6 +695,24 @@ func _ResultService_GetResult_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ResultService_GetResultFlightInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetResultFlightInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResultServiceServer).GetResultFlightInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResultService_GetResultFlightInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResultServiceServer).GetResultFlightInfo(ctx, req.(*GetResultFlightInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ResultService_ServiceDesc is the grpc.ServiceDesc for ResultService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -683,6 +723,10 @@ var ResultService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetResult",
 			Handler:    _ResultService_GetResult_Handler,
+		},
+		{
+			MethodName: "GetResultFlightInfo",
+			Handler:    _ResultService_GetResultFlightInfo_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

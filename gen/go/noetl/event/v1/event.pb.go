@@ -502,6 +502,8 @@ type ResultRef struct {
 	// Bounded structural summary of the payload as JSON text, so that conditions on small
 	// fields need no fetch.
 	ExtractedJson []byte `protobuf:"bytes,6,opt,name=extracted_json,json=extractedJson,proto3" json:"extracted_json,omitempty"`
+	// Columns of a tabular result as JSON text, [{"name": ..., "type": ...}]; empty otherwise.
+	SchemaJson    string `protobuf:"bytes,7,opt,name=schema_json,json=schemaJson,proto3" json:"schema_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -576,6 +578,13 @@ func (x *ResultRef) GetExtractedJson() []byte {
 		return x.ExtractedJson
 	}
 	return nil
+}
+
+func (x *ResultRef) GetSchemaJson() string {
+	if x != nil {
+		return x.SchemaJson
+	}
+	return ""
 }
 
 // ToolCall is the tool a command runs: its kind and its configuration, not yet rendered.
@@ -950,14 +959,16 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\tErrorInfo\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
-	"\tretryable\x18\x03 \x01(\bR\tretryable\"\xb0\x01\n" +
+	"\tretryable\x18\x03 \x01(\bR\tretryable\"\xd1\x01\n" +
 	"\tResultRef\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12!\n" +
 	"\fcontent_type\x18\x03 \x01(\tR\vcontentType\x12\x16\n" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x1b\n" +
 	"\trow_count\x18\x05 \x01(\x03R\browCount\x12%\n" +
-	"\x0eextracted_json\x18\x06 \x01(\fR\rextractedJson\"U\n" +
+	"\x0eextracted_json\x18\x06 \x01(\fR\rextractedJson\x12\x1f\n" +
+	"\vschema_json\x18\a \x01(\tR\n" +
+	"schemaJson\"U\n" +
 	"\bToolCall\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x1f\n" +

@@ -336,6 +336,281 @@ func (x *GetResultResponse) GetChunk() []byte {
 	return nil
 }
 
+// DescribeResultRequest names a stored result by URI, or by the execution and step that
+// produced it (the latest result of that step).
+type DescribeResultRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller; a result of another tenant is NotFound.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Result URI (noetl://results/...) or bare result id.
+	Uri string `protobuf:"bytes,2,opt,name=uri,proto3" json:"uri,omitempty"`
+	// Execution that produced the result, when uri is empty.
+	ExecutionId string `protobuf:"bytes,3,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Step that produced the result, when uri is empty.
+	Step          string `protobuf:"bytes,4,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeResultRequest) Reset() {
+	*x = DescribeResultRequest{}
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeResultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeResultRequest) ProtoMessage() {}
+
+func (x *DescribeResultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeResultRequest.ProtoReflect.Descriptor instead.
+func (*DescribeResultRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DescribeResultRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DescribeResultRequest) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *DescribeResultRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *DescribeResultRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+// DescribeResultResponse carries a result's reference.
+type DescribeResultResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reference to the stored result.
+	Ref           *v1.ResultRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeResultResponse) Reset() {
+	*x = DescribeResultResponse{}
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeResultResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeResultResponse) ProtoMessage() {}
+
+func (x *DescribeResultResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeResultResponse.ProtoReflect.Descriptor instead.
+func (*DescribeResultResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DescribeResultResponse) GetRef() *v1.ResultRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+// ReadResultRequest selects a bounded part of a stored result.
+type ReadResultRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller; a result of another tenant is NotFound.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Result URI (noetl://results/...) or bare result id.
+	Uri string `protobuf:"bytes,2,opt,name=uri,proto3" json:"uri,omitempty"`
+	// Optional RFC 6901 JSON pointer; for a table it applies to the page object.
+	Pointer string `protobuf:"bytes,3,opt,name=pointer,proto3" json:"pointer,omitempty"`
+	// First row of the page of a table.
+	Offset int64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Rows in the page of a table; zero means 1000, at most 10000.
+	Limit int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Largest answer in bytes; zero means 8 MiB. A larger selection is FailedPrecondition.
+	MaxBytes      int64 `protobuf:"varint,6,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadResultRequest) Reset() {
+	*x = ReadResultRequest{}
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadResultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadResultRequest) ProtoMessage() {}
+
+func (x *ReadResultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadResultRequest.ProtoReflect.Descriptor instead.
+func (*ReadResultRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ReadResultRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ReadResultRequest) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *ReadResultRequest) GetPointer() string {
+	if x != nil {
+		return x.Pointer
+	}
+	return ""
+}
+
+func (x *ReadResultRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadResultRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ReadResultRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+// ReadResultResponse carries the selected part as JSON text.
+type ReadResultResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reference to the stored result.
+	Ref *v1.ResultRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The selected value as JSON text.
+	Json []byte `protobuf:"bytes,2,opt,name=json,proto3" json:"json,omitempty"`
+	// Rows of a tabular result; zero for JSON results.
+	TotalRows     int64 `protobuf:"varint,3,opt,name=total_rows,json=totalRows,proto3" json:"total_rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadResultResponse) Reset() {
+	*x = ReadResultResponse{}
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadResultResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadResultResponse) ProtoMessage() {}
+
+func (x *ReadResultResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadResultResponse.ProtoReflect.Descriptor instead.
+func (*ReadResultResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReadResultResponse) GetRef() *v1.ResultRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *ReadResultResponse) GetJson() []byte {
+	if x != nil {
+		return x.Json
+	}
+	return nil
+}
+
+func (x *ReadResultResponse) GetTotalRows() int64 {
+	if x != nil {
+		return x.TotalRows
+	}
+	return 0
+}
+
 var File_noetl_resultstore_v1_resultstore_proto protoreflect.FileDescriptor
 
 const file_noetl_resultstore_v1_resultstore_proto_rawDesc = "" +
@@ -359,10 +634,32 @@ const file_noetl_resultstore_v1_resultstore_proto_rawDesc = "" +
 	"\x03uri\x18\x02 \x01(\tR\x03uri\"V\n" +
 	"\x11GetResultResponse\x12+\n" +
 	"\x03ref\x18\x01 \x01(\v2\x19.noetl.event.v1.ResultRefR\x03ref\x12\x14\n" +
-	"\x05chunk\x18\x02 \x01(\fR\x05chunk2\xd4\x01\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"x\n" +
+	"\x15DescribeResultRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03uri\x18\x02 \x01(\tR\x03uri\x12!\n" +
+	"\fexecution_id\x18\x03 \x01(\tR\vexecutionId\x12\x12\n" +
+	"\x04step\x18\x04 \x01(\tR\x04step\"E\n" +
+	"\x16DescribeResultResponse\x12+\n" +
+	"\x03ref\x18\x01 \x01(\v2\x19.noetl.event.v1.ResultRefR\x03ref\"\xa2\x01\n" +
+	"\x11ReadResultRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03uri\x18\x02 \x01(\tR\x03uri\x12\x18\n" +
+	"\apointer\x18\x03 \x01(\tR\apointer\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\x12\x1b\n" +
+	"\tmax_bytes\x18\x06 \x01(\x03R\bmaxBytes\"t\n" +
+	"\x12ReadResultResponse\x12+\n" +
+	"\x03ref\x18\x01 \x01(\v2\x19.noetl.event.v1.ResultRefR\x03ref\x12\x12\n" +
+	"\x04json\x18\x02 \x01(\fR\x04json\x12\x1d\n" +
+	"\n" +
+	"total_rows\x18\x03 \x01(\x03R\ttotalRows2\xa2\x03\n" +
 	"\x12ResultStoreService\x12^\n" +
 	"\tPutResult\x12&.noetl.resultstore.v1.PutResultRequest\x1a'.noetl.resultstore.v1.PutResultResponse(\x01\x12^\n" +
-	"\tGetResult\x12&.noetl.resultstore.v1.GetResultRequest\x1a'.noetl.resultstore.v1.GetResultResponse0\x01B\xe0\x01\n" +
+	"\tGetResult\x12&.noetl.resultstore.v1.GetResultRequest\x1a'.noetl.resultstore.v1.GetResultResponse0\x01\x12k\n" +
+	"\x0eDescribeResult\x12+.noetl.resultstore.v1.DescribeResultRequest\x1a,.noetl.resultstore.v1.DescribeResultResponse\x12_\n" +
+	"\n" +
+	"ReadResult\x12'.noetl.resultstore.v1.ReadResultRequest\x1a(.noetl.resultstore.v1.ReadResultResponseB\xe0\x01\n" +
 	"\x18com.noetl.resultstore.v1B\x10ResultstoreProtoP\x01Z@github.com/noetl/noetl/gen/go/noetl/resultstore/v1;resultstorev1\xa2\x02\x03NRX\xaa\x02\x14Noetl.Resultstore.V1\xca\x02\x14Noetl\\Resultstore\\V1\xe2\x02 Noetl\\Resultstore\\V1\\GPBMetadata\xea\x02\x16Noetl::Resultstore::V1b\x06proto3"
 
 var (
@@ -377,28 +674,38 @@ func file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP() []byte {
 	return file_noetl_resultstore_v1_resultstore_proto_rawDescData
 }
 
-var file_noetl_resultstore_v1_resultstore_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_noetl_resultstore_v1_resultstore_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_noetl_resultstore_v1_resultstore_proto_goTypes = []any{
-	(*PutResultHeader)(nil),   // 0: noetl.resultstore.v1.PutResultHeader
-	(*PutResultRequest)(nil),  // 1: noetl.resultstore.v1.PutResultRequest
-	(*PutResultResponse)(nil), // 2: noetl.resultstore.v1.PutResultResponse
-	(*GetResultRequest)(nil),  // 3: noetl.resultstore.v1.GetResultRequest
-	(*GetResultResponse)(nil), // 4: noetl.resultstore.v1.GetResultResponse
-	(*v1.ResultRef)(nil),      // 5: noetl.event.v1.ResultRef
+	(*PutResultHeader)(nil),        // 0: noetl.resultstore.v1.PutResultHeader
+	(*PutResultRequest)(nil),       // 1: noetl.resultstore.v1.PutResultRequest
+	(*PutResultResponse)(nil),      // 2: noetl.resultstore.v1.PutResultResponse
+	(*GetResultRequest)(nil),       // 3: noetl.resultstore.v1.GetResultRequest
+	(*GetResultResponse)(nil),      // 4: noetl.resultstore.v1.GetResultResponse
+	(*DescribeResultRequest)(nil),  // 5: noetl.resultstore.v1.DescribeResultRequest
+	(*DescribeResultResponse)(nil), // 6: noetl.resultstore.v1.DescribeResultResponse
+	(*ReadResultRequest)(nil),      // 7: noetl.resultstore.v1.ReadResultRequest
+	(*ReadResultResponse)(nil),     // 8: noetl.resultstore.v1.ReadResultResponse
+	(*v1.ResultRef)(nil),           // 9: noetl.event.v1.ResultRef
 }
 var file_noetl_resultstore_v1_resultstore_proto_depIdxs = []int32{
 	0, // 0: noetl.resultstore.v1.PutResultRequest.header:type_name -> noetl.resultstore.v1.PutResultHeader
-	5, // 1: noetl.resultstore.v1.PutResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	5, // 2: noetl.resultstore.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	1, // 3: noetl.resultstore.v1.ResultStoreService.PutResult:input_type -> noetl.resultstore.v1.PutResultRequest
-	3, // 4: noetl.resultstore.v1.ResultStoreService.GetResult:input_type -> noetl.resultstore.v1.GetResultRequest
-	2, // 5: noetl.resultstore.v1.ResultStoreService.PutResult:output_type -> noetl.resultstore.v1.PutResultResponse
-	4, // 6: noetl.resultstore.v1.ResultStoreService.GetResult:output_type -> noetl.resultstore.v1.GetResultResponse
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	9, // 1: noetl.resultstore.v1.PutResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	9, // 2: noetl.resultstore.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	9, // 3: noetl.resultstore.v1.DescribeResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	9, // 4: noetl.resultstore.v1.ReadResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	1, // 5: noetl.resultstore.v1.ResultStoreService.PutResult:input_type -> noetl.resultstore.v1.PutResultRequest
+	3, // 6: noetl.resultstore.v1.ResultStoreService.GetResult:input_type -> noetl.resultstore.v1.GetResultRequest
+	5, // 7: noetl.resultstore.v1.ResultStoreService.DescribeResult:input_type -> noetl.resultstore.v1.DescribeResultRequest
+	7, // 8: noetl.resultstore.v1.ResultStoreService.ReadResult:input_type -> noetl.resultstore.v1.ReadResultRequest
+	2, // 9: noetl.resultstore.v1.ResultStoreService.PutResult:output_type -> noetl.resultstore.v1.PutResultResponse
+	4, // 10: noetl.resultstore.v1.ResultStoreService.GetResult:output_type -> noetl.resultstore.v1.GetResultResponse
+	6, // 11: noetl.resultstore.v1.ResultStoreService.DescribeResult:output_type -> noetl.resultstore.v1.DescribeResultResponse
+	8, // 12: noetl.resultstore.v1.ResultStoreService.ReadResult:output_type -> noetl.resultstore.v1.ReadResultResponse
+	9, // [9:13] is the sub-list for method output_type
+	5, // [5:9] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_noetl_resultstore_v1_resultstore_proto_init() }
@@ -412,7 +719,7 @@ func file_noetl_resultstore_v1_resultstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_resultstore_v1_resultstore_proto_rawDesc), len(file_noetl_resultstore_v1_resultstore_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

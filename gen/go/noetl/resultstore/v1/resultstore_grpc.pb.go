@@ -22,8 +22,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ResultStoreService_PutResult_FullMethodName = "/noetl.resultstore.v1.ResultStoreService/PutResult"
-	ResultStoreService_GetResult_FullMethodName = "/noetl.resultstore.v1.ResultStoreService/GetResult"
+	ResultStoreService_PutResult_FullMethodName      = "/noetl.resultstore.v1.ResultStoreService/PutResult"
+	ResultStoreService_GetResult_FullMethodName      = "/noetl.resultstore.v1.ResultStoreService/GetResult"
+	ResultStoreService_DescribeResult_FullMethodName = "/noetl.resultstore.v1.ResultStoreService/DescribeResult"
+	ResultStoreService_ReadResult_FullMethodName     = "/noetl.resultstore.v1.ResultStoreService/ReadResult"
 )
 
 // ResultStoreServiceClient is the client API for ResultStoreService service.
@@ -37,6 +39,11 @@ type ResultStoreServiceClient interface {
 	PutResult(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutResultRequest, PutResultResponse], error)
 	// GetResult streams a stored result out in chunks; the first message carries the reference.
 	GetResult(ctx context.Context, in *GetResultRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetResultResponse], error)
+	// DescribeResult returns the reference of a stored result without its payload.
+	DescribeResult(ctx context.Context, in *DescribeResultRequest, opts ...grpc.CallOption) (*DescribeResultResponse, error)
+	// ReadResult returns a bounded part of a stored result as JSON: the part a JSON pointer
+	// selects, or a page of rows of a table.
+	ReadResult(ctx context.Context, in *ReadResultRequest, opts ...grpc.CallOption) (*ReadResultResponse, error)
 }
 
 type resultStoreServiceClient struct {
@@ -79,6 +86,26 @@ func (c *resultStoreServiceClient) GetResult(ctx context.Context, in *GetResultR
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ResultStoreService_GetResultClient = grpc.ServerStreamingClient[GetResultResponse]
 
+func (c *resultStoreServiceClient) DescribeResult(ctx context.Context, in *DescribeResultRequest, opts ...grpc.CallOption) (*DescribeResultResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeResultResponse)
+	err := c.cc.Invoke(ctx, ResultStoreService_DescribeResult_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *resultStoreServiceClient) ReadResult(ctx context.Context, in *ReadResultRequest, opts ...grpc.CallOption) (*ReadResultResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadResultResponse)
+	err := c.cc.Invoke(ctx, ResultStoreService_ReadResult_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ResultStoreServiceServer is the server API for ResultStoreService service.
 // All implementations must embed UnimplementedResultStoreServiceServer
 // for forward compatibility.
@@ -90,6 +117,11 @@ type ResultStoreServiceServer interface {
 	PutResult(grpc.ClientStreamingServer[PutResultRequest, PutResultResponse]) error
 	// GetResult streams a stored result out in chunks; the first message carries the reference.
 	GetResult(*GetResultRequest, grpc.ServerStreamingServer[GetResultResponse]) error
+	// DescribeResult returns the reference of a stored result without its payload.
+	DescribeResult(context.Context, *DescribeResultRequest) (*DescribeResultResponse, error)
+	// ReadResult returns a bounded part of a stored result as JSON: the part a JSON pointer
+	// selects, or a page of rows of a table.
+	ReadResult(context.Context, *ReadResultRequest) (*ReadResultResponse, error)
 	mustEmbedUnimplementedResultStoreServiceServer()
 }
 
@@ -105,6 +137,12 @@ func (UnimplementedResultStoreServiceServer) PutResult(grpc.ClientStreamingServe
 }
 func (UnimplementedResultStoreServiceServer) GetResult(*GetResultRequest, grpc.ServerStreamingServer[GetResultResponse]) error {
 	return status.Error(codes.Unimplemented, "method GetResult not implemented")
+}
+func (UnimplementedResultStoreServiceServer) DescribeResult(context.Context, *DescribeResultRequest) (*DescribeResultResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeResult not implemented")
+}
+func (UnimplementedResultStoreServiceServer) ReadResult(context.Context, *ReadResultRequest) (*ReadResultResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadResult not implemented")
 }
 func (UnimplementedResultStoreServiceServer) mustEmbedUnimplementedResultStoreServiceServer() {}
 func (UnimplementedResultStoreServiceServer) testEmbeddedByValue()                            {}
@@ -145,13 +183,58 @@ func _ResultStoreService_GetResult_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ResultStoreService_GetResultServer = grpc.ServerStreamingServer[GetResultResponse]
 
+func _ResultStoreService_DescribeResult_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeResultRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResultStoreServiceServer).DescribeResult(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResultStoreService_DescribeResult_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResultStoreServiceServer).DescribeResult(ctx, req.(*DescribeResultRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ResultStoreService_ReadResult_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadResultRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResultStoreServiceServer).ReadResult(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResultStoreService_ReadResult_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResultStoreServiceServer).ReadResult(ctx, req.(*ReadResultRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ResultStoreService_ServiceDesc is the grpc.ServiceDesc for ResultStoreService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var ResultStoreService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "noetl.resultstore.v1.ResultStoreService",
 	HandlerType: (*ResultStoreServiceServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "DescribeResult",
+			Handler:    _ResultStoreService_DescribeResult_Handler,
+		},
+		{
+			MethodName: "ReadResult",
+			Handler:    _ResultStoreService_ReadResult_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "PutResult",
