@@ -1,19 +1,24 @@
 // Package materializer is the NoETL materializer service, the only writer of the event
-// log. It consumes NOETL_EVENTS in batches, commits each batch in one transaction, then
-// forwards committed commands to NOETL_COMMANDS and commit notices to NOETL_COMMITTED, and
-// only then acks the batch. A crash anywhere in between loses nothing (the batch is
-// redelivered) and duplicates nothing (the log dedupes by event id).
+// log. It consumes the partitions of NOETL_EVENTS it holds leases on (all of them when it
+// runs alone), commits each batch in one transaction, then forwards committed commands to
+// NOETL_COMMANDS and commit notices to NOETL_COMMITTED, and only then moves the
+// partition's cursor past the batch. A crash anywhere in between loses nothing (the next
+// owner reads the batch again from the cursor) and duplicates nothing (the log dedupes by
+// event id), and neither does a second replica consuming a partition by mistake.
 package materializer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
+	"os"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,13 +32,15 @@ import (
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/platform/telemetry"
+	"github.com/noetl/noetl/services/materializer/internal/lease"
 	"github.com/noetl/noetl/services/materializer/internal/writer"
 )
 
-// Defaults of the saturation settings.
+// Defaults of the saturation and lease settings.
 const (
 	DefaultMaxLag     = 100000
 	DefaultStallAfter = time.Minute
+	DefaultLeaseTTL   = 15 * time.Second
 )
 
 // Config is the materializer's configuration.
@@ -43,12 +50,21 @@ type Config struct {
 	PostgresURL string
 	Partitions  int
 	BatchSize   int
-	Consumer    string
-	// MaxLag is the consumer lag (events pending plus in flight) past which /readyz
-	// reports the materializer saturated.
+	// Consumer names the group of materializer replicas that share the partitions of
+	// NOETL_EVENTS (their leases and cursors); replicas of another name read every
+	// partition on their own.
+	Consumer string
+	// ReplicaID identifies this replica within its group (empty: host name, process id
+	// and a random suffix).
+	ReplicaID string
+	// LeaseTTL is how long a partition lease lasts unless renewed; leases are renewed every
+	// third of it, and a dead replica's partitions are taken over within it.
+	LeaseTTL time.Duration
+	// MaxLag is the consumer lag (events pending plus in flight, over the partitions this
+	// replica owns) past which /readyz reports the materializer saturated.
 	MaxLag int
-	// StallAfter is how long the loop may commit nothing while events are pending before
-	// /readyz reports it stalled.
+	// StallAfter is how long a partition may commit nothing while its events are pending
+	// before /readyz reports it stalled.
 	StallAfter time.Duration
 	// Trace chooses where spans go.
 	Trace telemetry.Config
@@ -60,6 +76,9 @@ type Config struct {
 	Gate func(context.Context) error `json:"-"`
 	// LagPoll is how often the consumer's lag is read (zero: natsx.DefaultLagPoll).
 	LagPoll time.Duration `json:"-"`
+	// OwnPartitions, when set, makes the replica consume exactly these partitions and take
+	// no lease: tests use it to make two replicas own one partition at once.
+	OwnPartitions []int `json:"-"`
 }
 
 // Flags binds the configuration to flags and NOETL_* env vars.
@@ -69,7 +88,9 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
 	fs.Int(&c.BatchSize, "batch-size", "NOETL_MATERIALIZER_BATCH", 1024, "maximum events per commit")
-	fs.String(&c.Consumer, "consumer", "NOETL_MATERIALIZER_CONSUMER", "materializer", "durable consumer name on NOETL_EVENTS")
+	fs.String(&c.Consumer, "consumer", "NOETL_MATERIALIZER_CONSUMER", "materializer", "group name: replicas with the same name share the partitions of NOETL_EVENTS")
+	fs.String(&c.ReplicaID, "replica-id", "NOETL_MATERIALIZER_REPLICA_ID", "", "this replica's id within its group (default: host name, pid and a random suffix)")
+	fs.Duration(&c.LeaseTTL, "lease-ttl", "NOETL_MATERIALIZER_LEASE_TTL", DefaultLeaseTTL, "how long a partition lease lasts unless renewed (renewed every third of it)")
 	fs.Int(&c.MaxLag, "max-lag", "NOETL_MATERIALIZER_MAX_LAG", DefaultMaxLag, "consumer lag (events pending plus in flight) past which /readyz fails")
 	fs.Duration(&c.StallAfter, "stall-after", "NOETL_MATERIALIZER_STALL_AFTER", DefaultStallAfter, "how long nothing may be committed while events are pending before /readyz fails")
 	c.Trace.Flags(fs)
@@ -79,6 +100,8 @@ type metrics struct {
 	committed, duplicates, rejected prometheus.Counter
 	batch                           prometheus.Histogram
 	commit                          prometheus.Histogram
+	owned                           prometheus.Gauge
+	acquired, released, lost        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -88,8 +111,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejected:   prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_rejected_total", Help: "Events dropped: after terminal, unknown execution or tenant mismatch."}),
 		batch:      prometheus.NewHistogram(prometheus.HistogramOpts{Name: "noetl_materializer_batch_size", Help: "Events per commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 		commit:     prometheus.NewHistogram(prometheus.HistogramOpts{Name: "noetl_materializer_commit_seconds", Help: "Commit latency.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		owned:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_materializer_partitions_owned", Help: "Partitions of NOETL_EVENTS this replica consumes."}),
+		acquired:   prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_lease_acquired_total", Help: "Partition leases taken (free, released or expired ones)."}),
+		released:   prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_lease_released_total", Help: "Partition leases given up above the fair share, so another replica gets work."}),
+		lost:       prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_lease_lost_total", Help: "Partition leases lost: taken by another replica after expiring, or not renewed in time."}),
 	}
-	reg.MustRegister(m.committed, m.duplicates, m.rejected, m.batch, m.commit)
+	reg.MustRegister(m.committed, m.duplicates, m.rejected, m.batch, m.commit, m.owned, m.acquired, m.released, m.lost)
 	return m
 }
 
@@ -102,8 +129,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 1024
 	}
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = natsx.DefaultPartitions
+	}
 	if cfg.Consumer == "" {
 		cfg.Consumer = "materializer"
+	}
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = defaultReplicaID()
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
 	}
 	if cfg.MaxLag <= 0 {
 		cfg.MaxLag = DefaultMaxLag
@@ -111,6 +147,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.StallAfter <= 0 {
 		cfg.StallAfter = DefaultStallAfter
 	}
+	for _, p := range cfg.OwnPartitions {
+		if p < 0 || p >= cfg.Partitions {
+			return fmt.Errorf("partition %d out of [0, %d)", p, cfg.Partitions)
+		}
+	}
+	log = log.With(slog.String("replica", cfg.ReplicaID))
 	tel, err := telemetry.Setup(ctx, "materializer", cfg.Trace)
 	if err != nil {
 		return err
@@ -137,117 +179,80 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	srv.AddCheck("postgres", pgxext.Check(db))
 	srv.AddCheck("nats", natsx.Check(nc))
 	sat := &saturation{maxLag: uint64(cfg.MaxLag), stallAfter: cfg.StallAfter, now: time.Now}
-	lag := natsx.NewLagMonitor(js, natsx.StreamEvents, cfg.Consumer, "", cfg.LagPoll, srv.Registry, log)
-	lag.OnPoll = sat.observe
+	lag := newLagMonitor(cfg.Consumer, cfg.LagPoll, srv.Registry, log)
+	lag.onPoll = sat.observe
 	srv.AddCheck("consumer-lag", sat.checkLag)
 	srv.AddCheck("progress", sat.checkProgress)
-	m := &loop{cfg: cfg, log: log, nc: nc, js: js, w: &writer.Writer{DB: db}, m: newMetrics(srv.Registry), tracer: tel.Tracer(), sat: sat}
+	m := newMetrics(srv.Registry)
+	l := &loop{cfg: cfg, log: log, nc: nc, js: js, db: db, w: &writer.Writer{DB: db}, m: m, tracer: tel.Tracer(), sat: sat, lag: lag}
+	own := &ownership{l: l, log: log, m: m, static: cfg.OwnPartitions, every: cfg.LeaseTTL / 3}
+	if cfg.OwnPartitions == nil {
+		own.table = &lease.Table{DB: db, Group: cfg.Consumer, Replica: cfg.ReplicaID, Partitions: cfg.Partitions, TTL: cfg.LeaseTTL}
+	}
 	log.Info("materializer consuming", slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 10*time.Second, m.run, lag.Run)
+	return srv.Run(ctx, 10*time.Second, own.run, lag.run)
 }
 
-// saturation decides whether the materializer keeps up: its consumer's lag (read on the
-// lag monitor's goroutine) under MaxLag, and batches being committed while events are
-// pending. A TCP or liveness probe cannot see either: a wedged writer still accepts
-// connections.
-type saturation struct {
-	maxLag     uint64
-	stallAfter time.Duration
-	now        func() time.Time
-
-	// progress is when the loop last finished a batch (unix nanoseconds).
-	progress atomic.Int64
-
-	mu  sync.Mutex
-	lag natsx.ConsumerLag
-	// pendingSince is when events were first seen pending with no batch finished since;
-	// zero while nothing is pending.
-	pendingSince time.Time
+// defaultReplicaID is the host name and process id (what an operator looks for) and a
+// random suffix (two replicas in one process, or a restarted container with the same pid,
+// still differ).
+func defaultReplicaID() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// advanced records a finished batch.
-func (s *saturation) advanced() { s.progress.Store(s.now().UnixNano()) }
-
-// observe takes a reading of the consumer's lag.
-func (s *saturation) observe(l natsx.ConsumerLag) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l.Err != nil {
-		s.lag.Err = l.Err
-		return
-	}
-	s.lag = l
-	switch {
-	case l.Total() == 0:
-		s.pendingSince = time.Time{}
-	case s.pendingSince.IsZero() || s.progress.Load() >= s.pendingSince.UnixNano():
-		s.pendingSince = l.At
-	}
-}
-
-// lagStaleAfter is how long the last good reading of the lag stands in for failed ones.
-const lagStaleAfter = 10 * time.Second
-
-// checkLag fails while the consumer's lag exceeds maxLag, or while its state cannot be
-// read (an unknown lag is not a lag of zero).
-func (s *saturation) checkLag(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.lag.Err != nil && (s.lag.At.IsZero() || s.now().Sub(s.lag.At) > lagStaleAfter) {
-		return fmt.Errorf("consumer state unreadable: %w", s.lag.Err)
-	}
-	if n := s.lag.Total(); n > s.maxLag {
-		return fmt.Errorf("consumer lag %d (%d pending, %d in flight) exceeds %d", n, s.lag.Pending, s.lag.AckPending, s.maxLag)
-	}
-	return nil
-}
-
-// checkProgress fails when events have been pending for stallAfter without a batch
-// finished.
-func (s *saturation) checkProgress(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pendingSince.IsZero() || s.progress.Load() >= s.pendingSince.UnixNano() {
-		return nil
-	}
-	if d := s.now().Sub(s.pendingSince); d > s.stallAfter {
-		return fmt.Errorf("nothing committed for %s with %d events pending", d.Round(time.Second), s.lag.Total())
-	}
-	return nil
-}
+// partitionSubject is the subject of partition p's events (natsx.EventSubject of the
+// executions that hash to p).
+func partitionSubject(p int) string { return fmt.Sprintf("noetl.events.%d", p) }
 
 type loop struct {
 	cfg    Config
 	log    *slog.Logger
 	nc     *nats.Conn
 	js     jetstream.JetStream
+	db     *pgxpool.Pool
 	w      *writer.Writer
 	m      *metrics
 	tracer trace.Tracer
 	sat    *saturation
+	lag    *lagMonitor
 }
 
-func (l *loop) run(ctx context.Context) error {
-	cons, err := l.js.CreateOrUpdateConsumer(ctx, natsx.StreamEvents, jetstream.ConsumerConfig{
-		Durable:       l.cfg.Consumer,
-		FilterSubject: "noetl.events.>",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 4 * l.cfg.BatchSize,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
+// consume runs partition p until ctx ends. It reads the partition's events in stream order
+// from the cursor on, with an ordered consumer of its own (so a second replica that
+// consumes the partition by mistake reads every event too, in the same order, instead of
+// taking some of them), and commits them batch by batch. A batch that fails is retried in
+// place: the partition's events are committed in stream order.
+func (l *loop) consume(ctx context.Context, p int) error {
+	cursor, err := lease.Cursor(ctx, l.db, l.cfg.Consumer, p)
 	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
+		return fmt.Errorf("partition %d cursor: %w", p, err)
 	}
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: []string{partitionSubject(p)}, InactiveThreshold: time.Minute}
+	if cursor > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cursor+1
+	}
+	cons, err := l.js.OrderedConsumer(ctx, natsx.StreamEvents, occ)
+	if err != nil {
+		return fmt.Errorf("partition %d consumer: %w", p, err)
+	}
+	// held counts the events received and not yet committed and forwarded: the in-flight
+	// part of the partition's lag (the rest is the consumer's pending count).
+	var held atomic.Int64
+	l.lag.add(p, cons, &held, 2*l.cfg.BatchSize)
+	defer l.lag.remove(p)
 	ch := make(chan jetstream.Msg, 2*l.cfg.BatchSize)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		held.Add(1)
 		select {
 		case ch <- m:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxMessages(2*l.cfg.BatchSize))
+	}, jetstream.PullMaxMessages(l.cfg.BatchSize))
 	if err != nil {
-		return err
+		return fmt.Errorf("partition %d consume: %w", p, err)
 	}
 	defer cc.Stop()
 	batch := make([]jetstream.Msg, 0, l.cfg.BatchSize)
@@ -270,14 +275,19 @@ func (l *loop) run(ctx context.Context) error {
 		}
 		if l.cfg.Gate != nil {
 			if err := l.cfg.Gate(ctx); err != nil {
-				return nil // stopping: the batch is redelivered
+				return nil // stopping: the next owner reads the batch again from the cursor
 			}
 		}
-		l.process(ctx, batch)
+		if err := l.process(ctx, p, batch); err != nil {
+			return nil // stopping
+		}
+		held.Add(-int64(len(batch)))
 	}
 }
 
-func (l *loop) process(ctx context.Context, msgs []jetstream.Msg) {
+// process commits one batch of partition p, forwards what it caused and advances the
+// partition's cursor past it, retrying until it succeeds or ctx ends.
+func (l *loop) process(ctx context.Context, p int, msgs []jetstream.Msg) error {
 	evs := make([]*eventv1.Event, 0, len(msgs))
 	keep := make([]jetstream.Msg, 0, len(msgs))
 	for _, m := range msgs {
@@ -285,31 +295,60 @@ func (l *loop) process(ctx context.Context, msgs []jetstream.Msg) {
 		if err := proto.Unmarshal(m.Data(), ev); err != nil || ev.GetExecutionId() == "" || ev.GetEventId() == "" {
 			l.log.Error("dropping malformed event", slog.String("subject", m.Subject()))
 			l.m.rejected.Inc()
-			_ = m.Term()
 			continue
 		}
 		evs = append(evs, ev)
 		keep = append(keep, m)
 	}
-	if len(evs) == 0 {
-		l.sat.advanced()
-		return
+	var last uint64
+	if md, err := msgs[len(msgs)-1].Metadata(); err == nil {
+		last = md.Sequence.Stream
 	}
-	spans := l.startSpans(ctx, evs, keep)
+	backoff := 100 * time.Millisecond
+	for {
+		err := l.commit(ctx, evs, keep)
+		if err == nil {
+			break
+		}
+		l.log.Warn("batch will be retried", slog.Int("partition", p), slog.Int("events", len(evs)), slog.String("error", err.Error()))
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	if last > 0 {
+		// A cursor left behind only makes the next owner read some events again (they are
+		// duplicates then), so a failure here is logged and the partition goes on.
+		if err := lease.Advance(ctx, l.db, l.cfg.Consumer, p, last); err != nil && ctx.Err() == nil {
+			l.log.Warn("partition cursor not advanced", slog.Int("partition", p), slog.String("error", err.Error()))
+		}
+	}
+	l.sat.advanced(p)
+	return nil
+}
+
+// commit writes evs in one transaction, then forwards the committed commands and the
+// commit notices. An error means the batch must be processed again (as after a crash):
+// whatever was committed comes back as duplicates, whose commands and notices are
+// forwarded again.
+func (l *loop) commit(ctx context.Context, evs []*eventv1.Event, msgs []jetstream.Msg) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	spans := l.startSpans(ctx, evs, msgs)
 	start := time.Now()
 	res, err := l.w.Commit(ctx, evs)
 	if err != nil {
-		l.log.Error("commit failed; batch will be redelivered", slog.Int("events", len(evs)), slog.String("error", err.Error()))
 		spans.end(err)
-		for _, m := range keep {
-			_ = m.NakWithDelay(250 * time.Millisecond)
-		}
-		return
+		return fmt.Errorf("commit: %w", err)
 	}
 	if err := failpoint.Eval(failpoint.MaterializerAfterCommit); err != nil {
 		spans.end(err)
-		l.nakAll(keep, err)
-		return
+		return err
 	}
 	l.m.commit.Observe(time.Since(start).Seconds())
 	l.m.batch.Observe(float64(len(evs)))
@@ -345,28 +384,20 @@ func (l *loop) process(ctx context.Context, msgs []jetstream.Msg) {
 			Header: spans.header(spans.byExecution[n.GetExecutionId()])})
 	}
 	if err := natsx.PublishAll(ctx, l.js, out); err != nil {
-		l.log.Error("forwarding failed; batch will be redelivered", slog.String("error", err.Error()))
 		spans.end(err)
-		for _, m := range keep {
-			_ = m.NakWithDelay(250 * time.Millisecond)
-		}
-		return
+		return fmt.Errorf("forward: %w", err)
 	}
 	if err := failpoint.Eval(failpoint.MaterializerAfterPublish); err != nil {
 		spans.end(err)
-		l.nakAll(keep, err)
-		return
+		return err
 	}
 	// Committed cancellations stop running commands (best effort: a worker that misses it
 	// finishes the command, and its events are dropped after the terminal event).
 	for _, id := range res.Cancelled {
 		_ = l.nc.Publish(natsx.CancelSubject(id), nil)
 	}
-	for _, m := range keep {
-		_ = m.Ack()
-	}
 	spans.end(nil)
-	l.sat.advanced()
+	return nil
 }
 
 // batchSpans are the commit spans of one batch: one per distinct parent (the decision or
@@ -440,13 +471,5 @@ func (bs *batchSpans) end(err error) {
 	for _, s := range bs.spans {
 		telemetry.ErrorStatus(s, err)
 		s.End()
-	}
-}
-
-// nakAll hands a batch back for redelivery (the crash-and-restart path).
-func (l *loop) nakAll(msgs []jetstream.Msg, err error) {
-	l.log.Warn("batch handed back for redelivery", slog.Int("events", len(msgs)), slog.String("error", err.Error()))
-	for _, m := range msgs {
-		_ = m.NakWithDelay(100 * time.Millisecond)
 	}
 }

@@ -18,8 +18,10 @@ func TestSaturation(t *testing.T) {
 	now := t0
 	s := &saturation{maxLag: 100, stallAfter: time.Minute, now: func() time.Time { return now }}
 	ctx := context.Background()
+	// One partition (3) carries the lag; another (5) is owned and idle.
 	read := func(pending uint64, inFlight int) {
-		s.observe(natsx.ConsumerLag{Pending: pending, AckPending: inFlight, At: now})
+		l := natsx.ConsumerLag{Pending: pending, AckPending: inFlight, At: now}
+		s.observe(l, map[int]natsx.ConsumerLag{3: l, 5: {At: now}})
 	}
 	at := func(d time.Duration) { now = t0.Add(d) }
 	ready := func(wantLag, wantProgress string) {
@@ -44,7 +46,7 @@ func TestSaturation(t *testing.T) {
 	at(time.Second)
 	read(50, 20)
 	at(30 * time.Second)
-	s.advanced()
+	s.advanced(3)
 	at(90 * time.Second)
 	read(60, 10)
 	ready("", "")
@@ -59,10 +61,10 @@ func TestSaturation(t *testing.T) {
 	read(5, 5)
 	ready("", "")
 	at(151 * time.Second)
-	ready("", "nothing committed for 1m1s with 10 events pending")
+	ready("", "nothing committed for 1m1s with 10 events pending (partition 3)")
 
 	// A batch finishes: ready again.
-	s.advanced()
+	s.advanced(3)
 	ready("", "")
 	at(10 * time.Minute)
 	read(5, 5)
@@ -76,7 +78,7 @@ func TestSaturation(t *testing.T) {
 	// An unreadable consumer (deleted, NATS down) is not a lag of zero, once the last good
 	// reading is too old to stand in.
 	read(0, 0)
-	s.observe(natsx.ConsumerLag{Err: errors.New("consumer not found")})
+	s.observe(natsx.ConsumerLag{Err: errors.New("consumer not found")}, nil)
 	ready("", "")
 	at(time.Hour + 11*time.Second)
 	ready("consumer state unreadable: consumer not found", "")
@@ -85,6 +87,18 @@ func TestSaturation(t *testing.T) {
 
 	// Before the first good reading the lag is unknown.
 	fresh := &saturation{maxLag: 100, stallAfter: time.Minute, now: func() time.Time { return now }}
-	fresh.observe(natsx.ConsumerLag{Err: errors.New("consumer not found")})
+	fresh.observe(natsx.ConsumerLag{Err: errors.New("consumer not found")}, nil)
 	require.ErrorContains(t, fresh.checkLag(ctx), "unreadable")
+
+	// A partition that stalls while another keeps committing is reported: progress is
+	// per partition.
+	at(2 * time.Hour)
+	s.observe(natsx.ConsumerLag{Pending: 10, At: now}, map[int]natsx.ConsumerLag{3: {Pending: 5, At: now}, 5: {Pending: 5, At: now}})
+	at(2*time.Hour + 2*time.Minute)
+	s.advanced(5)
+	s.observe(natsx.ConsumerLag{Pending: 10, At: now}, map[int]natsx.ConsumerLag{3: {Pending: 5, At: now}, 5: {Pending: 5, At: now}})
+	ready("", "nothing committed for 2m0s with 5 events pending (partition 3)")
+	// Once partition 3 is no longer owned, it is not this replica's stall.
+	s.observe(natsx.ConsumerLag{Pending: 5, At: now}, map[int]natsx.ConsumerLag{5: {Pending: 5, At: now}})
+	ready("", "")
 }

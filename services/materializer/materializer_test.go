@@ -1,0 +1,348 @@
+package materializer
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/internal/testkit"
+	"github.com/noetl/noetl/services/materializer/internal/lease"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// env is a Postgres database and a NATS server for materializers under test.
+type env struct {
+	pg, nats string
+	db       *pgxpool.Pool
+	js       jetstream.JetStream
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{pg: testkit.StartPostgres(t), nats: testkit.StartNATS(t)}
+	db, err := pgxext.Open(context.Background(), e.pg, 4, true, nil)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	e.db = db
+	nc, js, err := natsx.Connect(e.nats, "test")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	require.NoError(t, natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{}))
+	e.js = js
+	return e
+}
+
+// replica is a running materializer.
+type replica struct {
+	admin  string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// start runs a materializer with cfg (Postgres, NATS and admin address filled in) until
+// the test ends or stop is called.
+func (e *env) start(t *testing.T, cfg Config) *replica {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg.PostgresURL, cfg.NATSURL, cfg.AdminListener = e.pg, e.nats, lis
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replica{admin: "http://" + lis.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		if err := Run(ctx, cfg, slog.New(slog.DiscardHandler)); err != nil && ctx.Err() == nil {
+			t.Errorf("materializer %s stopped: %v", cfg.ReplicaID, err)
+		}
+	}()
+	t.Cleanup(r.stop)
+	return r
+}
+
+// stop stops the replica gracefully and waits for it.
+func (r *replica) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// metric reads an unlabelled metric from the replica's /metrics.
+func (r *replica) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(r.admin + "/metrics")
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return f
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// owners returns how many partitions each replica of group holds a live lease on.
+func (e *env) owners(t *testing.T, group string) map[string]int {
+	t.Helper()
+	rows, err := e.db.Query(context.Background(), `SELECT owner, count(*) FROM noetl.materializer_partition
+		WHERE consumer = $1 AND owner <> '' AND expires_at > now() GROUP BY owner`, group)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var o string
+		var n int
+		require.NoError(t, rows.Scan(&o, &n))
+		out[o] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func waitOwners(t *testing.T, e *env, group string, want map[string]int) {
+	t.Helper()
+	testkit.WaitFor(t, 30*time.Second, func() error {
+		if got := e.owners(t, group); fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("owners %v, want %v", got, want)
+		}
+		return nil
+	})
+}
+
+// TestLeasesBalanceAndTakeOver runs replicas of one group: a single replica owns every
+// partition; a second one gets half once the first releases its surplus; a replica that
+// stops hands its partitions back at once; and the partitions of a replica that died
+// (its leases left to expire) are taken over after the TTL. Events published meanwhile
+// are all committed.
+func TestLeasesBalanceAndTakeOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const parts, ttl = 8, time.Second
+	cfg := func(id string) Config {
+		return Config{Partitions: parts, ReplicaID: id, LeaseTTL: ttl, LagPoll: 50 * time.Millisecond}
+	}
+	a := e.start(t, cfg("a"))
+	waitOwners(t, e, "materializer", map[string]int{"a": parts})
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		if n := a.metric(t, "noetl_materializer_partitions_owned"); n != parts {
+			return fmt.Errorf("a owns %g partitions", n)
+		}
+		return nil
+	})
+
+	b := e.start(t, cfg("b"))
+	waitOwners(t, e, "materializer", map[string]int{"a": parts / 2, "b": parts / 2})
+	require.Positive(t, a.metric(t, "noetl_materializer_lease_released_total"))
+	require.Positive(t, b.metric(t, "noetl_materializer_lease_acquired_total"))
+	pub := newPublisher(t, e.js, parts)
+	pub.executions(t, "balanced", 8, 5)
+	waitCommitted(t, e, pub.count)
+
+	// A replica that stops hands its leases back: the other takes them without waiting
+	// for them to expire.
+	b.stop()
+	waitOwners(t, e, "materializer", map[string]int{"a": parts})
+	pub.executions(t, "after-stop", 8, 5)
+	waitCommitted(t, e, pub.count)
+
+	// A replica that dies leaves its leases to expire: here a ghost that took half the
+	// partitions (a released them to it) and never renews. a takes them over after the TTL.
+	ghost := &lease.Table{DB: e.db, Group: "materializer", Replica: "ghost", Partitions: parts, TTL: ttl}
+	testkit.WaitFor(t, 30*time.Second, func() error {
+		_, _, err := ghost.Renew(context.Background())
+		require.NoError(t, err)
+		got, err := ghost.Acquire(context.Background(), parts/2)
+		require.NoError(t, err)
+		if owners := e.owners(t, "materializer"); owners["ghost"] < parts/2 {
+			return fmt.Errorf("ghost holds %v (took %v)", owners, got)
+		}
+		return nil
+	})
+	pub.executions(t, "dead-owner", 8, 5)
+	waitOwners(t, e, "materializer", map[string]int{"a": parts})
+	require.Positive(t, a.metric(t, "noetl_materializer_lease_acquired_total"))
+	waitCommitted(t, e, pub.count)
+}
+
+// TestTwoOwnersOfOnePartitionKeepTheLogIdentical makes two replicas of one group consume
+// every partition at once (as if both believed they held the leases) while every event
+// is published twice, duplicates arriving late and executions interleaved; some events
+// come after their execution's terminal event. The log must be gap-free, duplicate-free and
+// identical, event by event, to a clean run of one replica fed each event once.
+func TestTwoOwnersOfOnePartitionKeepTheLogIdentical(t *testing.T) {
+	t.Parallel()
+	const parts, execs, steps = 4, 12, 30
+	all := []int{0, 1, 2, 3}
+
+	clean := newEnv(t)
+	clean.start(t, Config{Partitions: parts, ReplicaID: "clean"})
+	cp := newPublisher(t, clean.js, parts)
+	evs := cp.build(t, "x", execs, steps)
+	for _, ev := range evs {
+		cp.publish(t, ev, "")
+	}
+	want := waitLog(t, clean, execs, steps)
+
+	dual := newEnv(t)
+	a := dual.start(t, Config{Partitions: parts, ReplicaID: "a", OwnPartitions: all, BatchSize: 16})
+	b := dual.start(t, Config{Partitions: parts, ReplicaID: "b", OwnPartitions: all, BatchSize: 7})
+	dp := newPublisher(t, dual.js, parts)
+	// Each event is published once, and once more as a duplicate (another message id, so
+	// JetStream keeps it) at a random later point.
+	rng := rand.New(rand.NewPCG(1, 2))
+	var late []*eventv1.Event
+	for _, ev := range evs {
+		dp.publish(t, ev, "")
+		late = append(late, ev)
+		for len(late) > 0 && rng.IntN(3) == 0 {
+			i := rng.IntN(len(late))
+			dp.publish(t, late[i], "-dup")
+			late = append(late[:i], late[i+1:]...)
+		}
+	}
+	for _, ev := range late {
+		dp.publish(t, ev, "-dup")
+	}
+	got := waitLog(t, dual, execs, steps)
+	require.Equal(t, want, got, "the log of two owners differs from the clean run's")
+
+	// Both replicas read every message: each accounts for all of them.
+	for name, r := range map[string]*replica{"a": a, "b": b} {
+		testkit.WaitFor(t, 30*time.Second, func() error {
+			n := r.metric(t, "noetl_materializer_events_committed_total") + r.metric(t, "noetl_materializer_dedupe_hits_total") +
+				r.metric(t, "noetl_materializer_rejected_total")
+			if n != float64(2*len(evs)) {
+				return fmt.Errorf("replica %s accounted for %g of %d messages", name, n, 2*len(evs))
+			}
+			return nil
+		})
+	}
+	require.Positive(t, a.metric(t, "noetl_materializer_events_committed_total")+b.metric(t, "noetl_materializer_events_committed_total"))
+}
+
+// publisher publishes events to NOETL_EVENTS.
+type publisher struct {
+	js    jetstream.JetStream
+	parts int
+	mu    sync.Mutex
+	// count is the number of events that must be in the log.
+	count int
+}
+
+func newPublisher(t *testing.T, js jetstream.JetStream, parts int) *publisher {
+	return &publisher{js: js, parts: parts}
+}
+
+// build returns the events of execs executions of steps events each after
+// playbook.started, ending with playbook.completed and followed by two late events that
+// the log must refuse, interleaved across executions.
+func (p *publisher) build(t *testing.T, prefix string, execs, steps int) []*eventv1.Event {
+	t.Helper()
+	types := []string{domain.EventStepEnter, domain.EventCommandStarted, domain.EventCallDone, domain.EventCommandCompleted, domain.EventStepExit}
+	var out []*eventv1.Event
+	for i := range steps + 4 {
+		for x := range execs {
+			exec := fmt.Sprintf("%s-%d", prefix, x)
+			ev := &eventv1.Event{ExecutionId: exec, Tenant: "t1", EventId: fmt.Sprintf("%s/%d", exec, i)}
+			switch {
+			case i == 0:
+				ev.Type, ev.PayloadJson = domain.EventPlaybookStarted, []byte(`{"path":"p","version":1,"workload":{}}`)
+			case i <= steps:
+				ev.Type, ev.Step = types[i%len(types)], fmt.Sprintf("s%d", i/len(types))
+			case i == steps+1:
+				ev.Type = domain.EventPlaybookCompleted
+			default:
+				ev.Type = domain.EventStepEnter // after the terminal event: refused
+			}
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// executions publishes the events of execs new executions and counts those to be logged.
+func (p *publisher) executions(t *testing.T, prefix string, execs, steps int) {
+	t.Helper()
+	for _, ev := range p.build(t, prefix, execs, steps) {
+		p.publish(t, ev, "")
+	}
+	p.mu.Lock()
+	p.count += execs * (steps + 2)
+	p.mu.Unlock()
+}
+
+func (p *publisher) publish(t *testing.T, ev *eventv1.Event, idSuffix string) {
+	t.Helper()
+	b, err := proto.Marshal(ev)
+	require.NoError(t, err)
+	_, err = p.js.Publish(context.Background(), natsx.EventSubject(ev.GetExecutionId(), p.parts), b, jetstream.WithMsgID(ev.GetEventId()+idSuffix))
+	require.NoError(t, err)
+}
+
+// waitCommitted waits until the log holds n events.
+func waitCommitted(t *testing.T, e *env, n int) {
+	t.Helper()
+	testkit.WaitFor(t, 60*time.Second, func() error {
+		var got int
+		require.NoError(t, e.db.QueryRow(context.Background(), `SELECT count(*) FROM noetl.event`).Scan(&got))
+		if got != n {
+			return fmt.Errorf("%d events in the log, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+// waitLog waits for every execution's log to be complete and returns the logs as
+// "execution seq event_id" lines, checking that seq runs 1..n without a gap.
+func waitLog(t *testing.T, e *env, execs, steps int) []string {
+	t.Helper()
+	waitCommitted(t, e, execs*(steps+2))
+	rows, err := e.db.Query(context.Background(), `SELECT execution_id, seq, event_id FROM noetl.event ORDER BY execution_id, seq`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	next := map[string]int64{}
+	for rows.Next() {
+		var exec, id string
+		var seq int64
+		require.NoError(t, rows.Scan(&exec, &seq, &id))
+		next[exec]++
+		require.Equal(t, next[exec], seq, "gap in the log of %s", exec)
+		out = append(out, fmt.Sprintf("%s %d %s", exec, seq, id))
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, next, execs)
+	var status []int16
+	srows, err := e.db.Query(context.Background(), `SELECT status FROM noetl.execution ORDER BY execution_id`)
+	require.NoError(t, err)
+	defer srows.Close()
+	for srows.Next() {
+		var s int16
+		require.NoError(t, srows.Scan(&s))
+		status = append(status, s)
+	}
+	for _, s := range status {
+		require.Equal(t, int16(eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED), s)
+	}
+	return out
+}
