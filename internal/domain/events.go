@@ -59,10 +59,15 @@ type EnterPayload struct {
 	Loop *LoopPayload `json:"loop,omitempty"`
 }
 
-// LoopPayload carries a loop step's rendered collection.
+// LoopPayload carries a loop step's rendered collection: inline (Items), or by reference
+// (ItemsRef and Total) when it is too large to travel in the event.
 type LoopPayload struct {
 	Items    []json.RawMessage `json:"items"`
 	Iterator string            `json:"iterator"`
+	// Total is the number of items of a collection held by reference.
+	Total int32 `json:"total,omitempty"`
+	// ItemsRef is the stored collection (a JSON array), when it does not travel inline.
+	ItemsRef *RefView `json:"items_ref,omitempty"`
 }
 
 // ExitPayload is the payload of step.exit: the arcs that fired.

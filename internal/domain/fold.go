@@ -73,11 +73,8 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.Loop = nil
 		s.Retry = nil
 		if p.Loop != nil {
-			s.Loop = &sbv1.LoopState{Iterator: p.Loop.Iterator, ItemsJson: make([][]byte, len(p.Loop.Items)), ResultsJson: make([][]byte, len(p.Loop.Items))}
-			for i, it := range p.Loop.Items {
-				s.Loop.ItemsJson[i] = it
-			}
-			if len(p.Loop.Items) == 0 {
+			s.Loop = newLoopState(p.Loop)
+			if s.Loop.Total == 0 {
 				// An empty collection completes the step at once.
 				st.Running--
 				s.Status = eventv1.StepStatus_STEP_STATUS_COMPLETED
@@ -128,16 +125,9 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s := step()
 		if s.Loop != nil {
 			i := ev.GetIteration().GetIndex()
-			if ev.GetIteration().GetEpoch() == s.Epoch && i >= 0 && int(i) < len(s.Loop.ResultsJson) {
-				s.Loop.ResultsJson[i] = ev.GetResultJson()
-				if r := ev.GetResultRef(); r != nil {
-					// A large iteration result stays by reference: the step's list holds the
-					// reference's view, never the payload.
-					b, err := json.Marshal(StepResult{Ref: RefViewOf(r)}.Value())
-					if err != nil {
-						return err
-					}
-					s.Loop.ResultsJson[i] = b
+			if ev.GetIteration().GetEpoch() == s.Epoch && i >= 0 && int(i) < LoopTotal(s.Loop) {
+				if err := keepResult(s.Loop, int(i), ev); err != nil {
+					return err
 				}
 				if len(ev.GetPayloadJson()) > 0 {
 					var p CallPayload
@@ -186,10 +176,10 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 			}
 			if ev.GetType() == EventCommandCompleted {
 				s.Loop.Done++
-				if int(s.Loop.Done) < len(s.Loop.ItemsJson) {
+				if int(s.Loop.Done) < LoopTotal(s.Loop) {
 					return nil
 				}
-				res, err := joinResults(s.Loop.ResultsJson)
+				res, err := loopResult(s.Loop)
 				if err != nil {
 					return err
 				}
@@ -288,6 +278,95 @@ func mergeCtx(st *sbv1.ExecutionState, values map[string]any) error {
 	}
 	st.CtxJson = b
 	return nil
+}
+
+// LoopResultsInlineMax is the inline budget of a loop's list of iteration results (the
+// JSON array it joins into). A loop whose list would exceed it does not keep the list in
+// its state: the step's result is then a summary (see OmittedLoopResult), and each
+// iteration's result stays in its call.done event. This keeps a state's size independent of
+// the number of iterations.
+const LoopResultsInlineMax = 64 << 10
+
+// nullCost is the size of an iteration result that is not there yet in the joined list
+// ("null" and its comma).
+const nullCost = 5
+
+// LoopTotal is the number of items of a loop's collection.
+func LoopTotal(l *sbv1.LoopState) int {
+	if l.GetTotal() > 0 || l.GetItemsRef() != nil {
+		return int(l.GetTotal())
+	}
+	return len(l.GetItemsJson()) // a state written before Total existed
+}
+
+// newLoopState starts a loop's state from its step.enter payload. Results are kept only
+// when the list of all iterations could fit in the inline budget.
+func newLoopState(p *LoopPayload) *sbv1.LoopState {
+	l := &sbv1.LoopState{Iterator: p.Iterator}
+	if p.ItemsRef != nil {
+		l.ItemsRef = p.ItemsRef.ResultRef()
+		l.Total = p.Total
+	} else {
+		l.ItemsJson = make([][]byte, len(p.Items))
+		for i, it := range p.Items {
+			l.ItemsJson[i] = it
+		}
+		l.Total = int32(len(p.Items))
+	}
+	l.ResultsBytes = 2 + nullCost*int64(l.Total)
+	if l.ResultsBytes > LoopResultsInlineMax {
+		l.ResultsOmitted = true
+	} else {
+		l.ResultsJson = make([][]byte, l.Total)
+	}
+	return l
+}
+
+// keepResult records iteration i's result in the loop's list, or drops the list once it
+// would exceed the inline budget.
+func keepResult(l *sbv1.LoopState, i int, ev *eventv1.Event) error {
+	if l.ResultsOmitted || i >= len(l.ResultsJson) {
+		return nil
+	}
+	b := ev.GetResultJson()
+	if r := ev.GetResultRef(); r != nil {
+		// A large iteration result stays by reference: the step's list holds the
+		// reference's view, never the payload.
+		v, err := json.Marshal(StepResult{Ref: RefViewOf(r)}.Value())
+		if err != nil {
+			return err
+		}
+		b = v
+	}
+	l.ResultsBytes += resultCost(b) - resultCost(l.ResultsJson[i])
+	if l.ResultsBytes > LoopResultsInlineMax {
+		l.ResultsOmitted = true
+		l.ResultsJson = nil
+		return nil
+	}
+	l.ResultsJson[i] = b
+	return nil
+}
+
+func resultCost(b []byte) int64 { return max(int64(len(b)), 4) + 1 }
+
+// loopResult is a finished loop's result: the list of its iteration results, or the
+// summary of an omitted list.
+func loopResult(l *sbv1.LoopState) ([]byte, error) {
+	if l.GetResultsOmitted() {
+		return json.Marshal(OmittedLoopResult(LoopTotal(l)))
+	}
+	return joinResults(l.GetResultsJson())
+}
+
+// OmittedLoopResult is the result of a loop whose list of iteration results exceeds
+// LoopResultsInlineMax: its count, a flag and the reason.
+func OmittedLoopResult(count int) map[string]any {
+	return map[string]any{
+		"count":           count,
+		"results_omitted": true,
+		"reason":          fmt.Sprintf("the list of %d iteration results exceeds the inline budget of %d bytes; each iteration's result is in its call.done event", count, LoopResultsInlineMax),
+	}
 }
 
 // joinResults builds the JSON array of a loop's iteration results (null for an empty one).

@@ -33,6 +33,14 @@ func RefViewOf(r *eventv1.ResultRef) *RefView {
 	return &RefView{URI: r.GetUri(), Size: r.GetSize(), ContentType: r.GetContentType(), SHA256: r.GetSha256(), RowCount: r.GetRowCount(), Extracted: r.GetExtractedJson()}
 }
 
+// ResultRef converts a RefView back to a ResultRef.
+func (v *RefView) ResultRef() *eventv1.ResultRef {
+	if v == nil {
+		return nil
+	}
+	return &eventv1.ResultRef{Uri: v.URI, Size: v.Size, ContentType: v.ContentType, Sha256: v.SHA256, RowCount: v.RowCount, ExtractedJson: v.Extracted}
+}
+
 // Scope is everything a template of one step may see, in a compact form that travels in a
 // command's context_json. Vars expands it into template variables.
 type Scope struct {

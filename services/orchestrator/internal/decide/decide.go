@@ -6,6 +6,7 @@ package decide
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -101,15 +102,53 @@ type decider struct {
 	fired   map[string][]string
 	entered map[string]bool
 	running int32
+
+	in Inputs
 }
+
+// Inputs are the immutable data a decision reads besides the state: the loop collections
+// that the state holds by reference, loaded by the caller (the decision itself does no
+// I/O). Content behind a reference never changes, so deciding stays deterministic.
+type Inputs struct {
+	// Collections maps a collection's reference URI to its items.
+	Collections map[string][]json.RawMessage
+}
+
+// ErrCollectionMissing is returned when a decision needs a loop collection held by
+// reference that the caller did not load (see NeededCollections); the caller loads it and
+// decides again.
+var ErrCollectionMissing = errors.New("loop collection not loaded")
 
 // Decide returns the events that follow st. It returns nothing for a terminal execution or
 // when the execution waits on running commands.
 func Decide(c *Compiled, st *sbv1.ExecutionState) ([]*eventv1.Event, error) {
+	return DecideWith(c, st, Inputs{})
+}
+
+// NeededCollections returns the references of the loop collections a decision on st may
+// read: those of running loops with iterations left to issue, in step name order.
+func NeededCollections(st *sbv1.ExecutionState) []*eventv1.ResultRef {
+	var names []string
+	for name, s := range st.GetSteps() {
+		l := s.GetLoop()
+		if l.GetItemsRef() != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_RUNNING && int(l.GetIssued()) < domain.LoopTotal(l) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	out := make([]*eventv1.ResultRef, 0, len(names))
+	for _, name := range names {
+		out = append(out, st.GetSteps()[name].GetLoop().GetItemsRef())
+	}
+	return out
+}
+
+// DecideWith is Decide with the loop collections held by reference in st.
+func DecideWith(c *Compiled, st *sbv1.ExecutionState, in Inputs) ([]*eventv1.Event, error) {
 	if st.GetStatus() != eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING {
 		return nil, nil
 	}
-	d := &decider{c: c, st: st, status: map[string]eventv1.StepStatus{}, fired: map[string][]string{}, entered: map[string]bool{}, running: st.GetRunning()}
+	d := &decider{c: c, st: st, status: map[string]eventv1.StepStatus{}, fired: map[string][]string{}, entered: map[string]bool{}, running: st.GetRunning(), in: in}
 	if err := domain.DecodeJSON(orEmpty(st.GetWorkloadJson()), &d.workload); err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
@@ -236,9 +275,17 @@ func (d *decider) advanceLoops() error {
 			return err
 		}
 		l := s.GetLoop()
-		total := len(l.GetItemsJson())
+		total := domain.LoopTotal(l)
+		item := func(i int) json.RawMessage { return l.GetItemsJson()[i] }
+		if ref := l.GetItemsRef(); ref != nil {
+			items := d.in.Collections[ref.GetUri()]
+			if len(items) != total {
+				return fmt.Errorf("step %s: %w: %s (%d items, want %d)", name, ErrCollectionMissing, ref.GetUri(), len(items), total)
+			}
+			item = func(i int) json.RawMessage { return items[i] }
+		}
 		for i := int(l.GetIssued()); i < total && i < int(l.GetDone())+limit; i++ {
-			if err := d.issueIteration(ps, s.GetEpoch(), int32(i), l.GetItemsJson()[i], total, s.GetEnterEventId()); err != nil {
+			if err := d.issueIteration(ps, s.GetEpoch(), int32(i), item(i), total, s.GetEnterEventId()); err != nil {
 				return err
 			}
 		}
@@ -270,15 +317,21 @@ func (d *decider) collection(ps *playbook.Step) ([]json.RawMessage, error) {
 		items[i] = b
 		size += len(b) + 1
 		if size > MaxLoopCollectionBytes {
-			return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.in: the collection exceeds %d bytes (at item %d of %d); it travels in the step.enter event, so loop over ids or pages instead", MaxLoopCollectionBytes, i, len(list))}
+			return nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.in: the collection exceeds %d bytes (at item %d of %d); loop over ids or pages instead", MaxLoopCollectionBytes, i, len(list))}
 		}
 	}
 	return items, nil
 }
 
-// MaxLoopCollectionBytes bounds a loop's rendered collection, which travels in its
-// step.enter event (events stay far below the 256 KiB message limit).
-const MaxLoopCollectionBytes = 192 << 10
+// MaxLoopCollectionBytes bounds a loop's rendered collection. One up to
+// InlineCollectionMax travels in its step.enter event and stays in the state; a larger one
+// is stored once in the resultstore by the orchestrator and the state keeps its reference
+// and length (the decision holds it in memory while rendering it).
+const MaxLoopCollectionBytes = 32 << 20
+
+// InlineCollectionMax is the largest rendered collection (the JSON array) that travels
+// inline in step.enter; the orchestrator stores a larger one by reference.
+const InlineCollectionMax = 64 << 10
 
 // maxInFlight is how many iterations of a loop may run at once.
 func (d *decider) maxInFlight(ps *playbook.Step) (int, error) {

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -80,12 +81,18 @@ func TestFoldAndDecideProperties(t *testing.T) {
 		}
 		apply(&eventv1.Event{EventId: "start", ExecutionId: "x", Type: domain.EventPlaybookStarted, PayloadJson: []byte(`{"path":"t/p","version":1,"workload":` + workload + `}`)})
 		var pending []*eventv1.Event
+		// Loop collections travel inline or, as the engine does for large ones, by reference.
+		refs := rapid.Bool().Draw(t, "collections by reference")
+		in := Inputs{Collections: map[string][]json.RawMessage{}}
 		for round := 0; round < 500 && !domain.IsTerminalStatus(st.GetStatus()); round++ {
-			evs, err := Decide(c, st)
+			evs, err := DecideWith(c, st, in)
 			if err != nil {
 				t.Fatalf("decide: %v", err)
 			}
-			again, _ := Decide(c, st)
+			if refs {
+				byRef(t, evs, &in)
+			}
+			again, _ := DecideWith(c, st, in)
 			if len(again) != len(evs) {
 				t.Fatalf("decide is not deterministic")
 			}

@@ -71,6 +71,8 @@ type Engine struct {
 
 	// wake tells the timer loop the due time of a timer this replica scheduled.
 	wake chan time.Time
+	// collections caches loop collections held by reference (collections.go).
+	collections *collectionCache
 }
 
 // New builds an engine.
@@ -96,6 +98,7 @@ func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateS
 	}
 	e.fired = prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_orchestrator_timers_fired_total", Help: "Durable timers fired."})
 	e.wake = make(chan time.Time, 64)
+	e.collections = newCollectionCache(collectionCacheBytes)
 	e.redrives = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_reconcile_redrives_total", Help: "Stalled executions re-driven, by what was done."}, []string{"action"})
 	reg.MustRegister(e.decisions, e.latency, e.fired, e.redrives)
 	return e
@@ -305,7 +308,11 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 		}
 		return 0, err
 	}
-	events, err := decide.Decide(cp, st)
+	in, err := e.collectionsFor(ctx, st.GetTenant(), decide.NeededCollections(st))
+	if err != nil {
+		return 0, err
+	}
+	events, err := decide.DecideWith(cp, st, in)
 	if err != nil {
 		return 0, err
 	}
@@ -317,6 +324,9 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 		return st.GetSeq(), nil
 	}
 	annotate(ctx, events)
+	if err := e.offloadCollections(ctx, events); err != nil {
+		return 0, err
+	}
 	if err := e.offloadContexts(ctx, events); err != nil {
 		return 0, err
 	}

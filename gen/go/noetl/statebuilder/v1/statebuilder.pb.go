@@ -500,8 +500,21 @@ type LoopState struct {
 	Issued int32 `protobuf:"varint,3,opt,name=issued,proto3" json:"issued,omitempty"`
 	// Iterations completed.
 	Done int32 `protobuf:"varint,4,opt,name=done,proto3" json:"done,omitempty"`
-	// Result of each iteration as JSON text, index-aligned with items_json (empty until done).
-	ResultsJson   [][]byte `protobuf:"bytes,5,rep,name=results_json,json=resultsJson,proto3" json:"results_json,omitempty"`
+	// Result of each iteration as JSON text, index-aligned with the collection (empty until
+	// done); unset when results_omitted.
+	ResultsJson [][]byte `protobuf:"bytes,5,rep,name=results_json,json=resultsJson,proto3" json:"results_json,omitempty"`
+	// Number of items in the collection (len(items_json) when items are inline; states
+	// written before this field existed leave it zero, meaning len(items_json)).
+	Total int32 `protobuf:"varint,6,opt,name=total,proto3" json:"total,omitempty"`
+	// The collection by reference, when it is too large to travel inline; items_json is then
+	// empty and the orchestrator reads items from the resultstore.
+	ItemsRef *v1.ResultRef `protobuf:"bytes,7,opt,name=items_ref,json=itemsRef,proto3" json:"items_ref,omitempty"`
+	// Whether the list of iteration results is not kept because it would exceed the inline
+	// budget: the step's result is then a summary, and each iteration's result stays in its
+	// call.done event.
+	ResultsOmitted bool `protobuf:"varint,8,opt,name=results_omitted,json=resultsOmitted,proto3" json:"results_omitted,omitempty"`
+	// Encoded size of the kept iteration results, measured against the inline budget.
+	ResultsBytes  int64 `protobuf:"varint,9,opt,name=results_bytes,json=resultsBytes,proto3" json:"results_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -569,6 +582,34 @@ func (x *LoopState) GetResultsJson() [][]byte {
 		return x.ResultsJson
 	}
 	return nil
+}
+
+func (x *LoopState) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *LoopState) GetItemsRef() *v1.ResultRef {
+	if x != nil {
+		return x.ItemsRef
+	}
+	return nil
+}
+
+func (x *LoopState) GetResultsOmitted() bool {
+	if x != nil {
+		return x.ResultsOmitted
+	}
+	return false
+}
+
+func (x *LoopState) GetResultsBytes() int64 {
+	if x != nil {
+		return x.ResultsBytes
+	}
+	return 0
 }
 
 // GetStateRequest asks for an execution's state.
@@ -1324,14 +1365,18 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"failedTime\x12&\n" +
 	"\x0ffailed_event_id\x18\x04 \x01(\tR\rfailedEventId\x12\x19\n" +
 	"\btimer_id\x18\x05 \x01(\tR\atimerId\x12\x14\n" +
-	"\x05fired\x18\x06 \x01(\bR\x05fired\"\x95\x01\n" +
+	"\x05fired\x18\x06 \x01(\bR\x05fired\"\xb1\x02\n" +
 	"\tLoopState\x12\x1d\n" +
 	"\n" +
 	"items_json\x18\x01 \x03(\fR\titemsJson\x12\x1a\n" +
 	"\biterator\x18\x02 \x01(\tR\biterator\x12\x16\n" +
 	"\x06issued\x18\x03 \x01(\x05R\x06issued\x12\x12\n" +
 	"\x04done\x18\x04 \x01(\x05R\x04done\x12!\n" +
-	"\fresults_json\x18\x05 \x03(\fR\vresultsJson\"e\n" +
+	"\fresults_json\x18\x05 \x03(\fR\vresultsJson\x12\x14\n" +
+	"\x05total\x18\x06 \x01(\x05R\x05total\x126\n" +
+	"\titems_ref\x18\a \x01(\v2\x19.noetl.event.v1.ResultRefR\bitemsRef\x12'\n" +
+	"\x0fresults_omitted\x18\b \x01(\bR\x0eresultsOmitted\x12#\n" +
+	"\rresults_bytes\x18\t \x01(\x03R\fresultsBytes\"e\n" +
 	"\x0fGetStateRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\amin_seq\x18\x02 \x01(\x03R\x06minSeq\x12\x16\n" +
@@ -1438,31 +1483,32 @@ var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
 	3,  // 8: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
 	2,  // 9: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
 	17, // 10: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
-	0,  // 11: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	20, // 12: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	15, // 13: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	17, // 14: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	17, // 15: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	15, // 16: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	17, // 17: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	8,  // 18: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	17, // 19: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	11, // 20: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	17, // 21: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	1,  // 22: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	4,  // 23: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	6,  // 24: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	9,  // 25: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	12, // 26: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	5,  // 27: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	7,  // 28: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	10, // 29: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	13, // 30: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	27, // [27:31] is the sub-list for method output_type
-	23, // [23:27] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 11: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
+	0,  // 12: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	20, // 13: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	15, // 14: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	17, // 15: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	17, // 16: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	15, // 17: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	17, // 18: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	8,  // 19: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	17, // 20: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	11, // 21: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	17, // 22: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	1,  // 23: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	4,  // 24: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	6,  // 25: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	9,  // 26: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	12, // 27: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	5,  // 28: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	7,  // 29: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	10, // 30: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	13, // 31: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	28, // [28:32] is the sub-list for method output_type
+	24, // [24:28] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
