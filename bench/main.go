@@ -64,24 +64,6 @@ func chain(name string, n int) string {
 	return b.String()
 }
 
-// longloop is one step looping over n items, 64 iterations in flight: about 4n events in
-// one execution.
-func longloop(name string, n int) string {
-	return fmt.Sprintf(`apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: %s, path: bench/%s}
-workload:
-  n: %d
-workflow:
-  - step: start
-    loop:
-      in: "{{ range(workload.n) | list }}"
-      iterator: i
-      spec: {mode: parallel, max_in_flight: 64}
-    tool: {kind: noop}
-`, name, name, n)
-}
-
 // rssSamples records the resident set every second while a workload runs, to show whether
 // memory stays flat as an execution's log grows.
 type rssSamples struct {
@@ -172,7 +154,7 @@ func run(workload string, n, executions, steps int, gateway string) error {
 	case "fanout":
 		content = fanout(name, n)
 	case "longloop":
-		content = longloop(name, n)
+		return runLongloop(ctx, cat, exe, n) // bench/longloop.go
 	default:
 		return fmt.Errorf("unknown workload %q (chain, concurrent, fanout)", workload)
 	}
@@ -217,17 +199,6 @@ func run(workload string, n, executions, steps int, gateway string) error {
 	}
 	wall := time.Since(start)
 	total := perExec * count
-	if workload == "longloop" {
-		return json.NewEncoder(os.Stdout).Encode(map[string]any{
-			"workload":     workload,
-			"iterations":   n,
-			"events":       4*n + 4,
-			"wall_ms":      float64(wall.Microseconds()) / 1000,
-			"events_per_s": float64(4*n+4) / wall.Seconds(),
-			"peak_rss_mb":  peakRSSMB(),
-			"rss_mb_at":    samples.get(),
-		})
-	}
 	if workload == "fanout" {
 		return json.NewEncoder(os.Stdout).Encode(map[string]any{
 			"workload":    workload,

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+)
+
+// memprofile is the heap profile path of the longloop workload, written at its end.
+var memprofile = flag.String("memprofile", "", "longloop: write a heap profile at the end of the run to this file")
+
+// longloopAt10k is the log length at which the longloop workload takes its first memory
+// reading.
+const longloopAt10k = 10_000
+
+// longloop is one step looping sequentially over n items: about 4n events in one execution.
+func longloop(name string, n int) string {
+	return fmt.Sprintf(`apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: %s, path: bench/%s}
+workload:
+  n: %d
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(workload.n) | list }}"
+      iterator: i
+      spec: {mode: sequential}
+    tool: {kind: noop}
+`, name, name, n)
+}
+
+// memReading is the memory of this process at one point of a run. The mesh runs in-process
+// (orchestrator, statebuilder, materializer, worker, resultstore, gateway and embedded NATS
+// share it; Postgres does not), so the resident set is the whole mesh's.
+type memReading struct {
+	seq       int64
+	rssMB     float64 // VmRSS
+	peakRSSMB float64 // VmHWM
+	heapMB    float64 // live heap objects after a GC
+	goTotalMB float64 // all memory mapped by the Go runtime
+	// servicesMB is the live heap allocated under orchestrator or statebuilder code, natsMB
+	// under the embedded NATS server's (from the heap profile, scaled for sampling).
+	servicesMB, natsMB float64
+}
+
+// longloopProfileRate is the heap profile sampling rate of the longloop workload, fine
+// enough to attribute a few MB to the services that hold them.
+const longloopProfileRate = 16 << 10
+
+func readMem(seq int64) memReading {
+	runtime.GC()
+	runtime.GC() // the heap profile reflects the last completed cycle
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/total:bytes"}}
+	metrics.Read(s)
+	r := memReading{seq: seq, rssMB: currentRSSMB(), peakRSSMB: peakRSSMB(),
+		heapMB: float64(s[0].Value.Uint64()) / (1 << 20), goTotalMB: float64(s[1].Value.Uint64()) / (1 << 20)}
+	r.servicesMB, r.natsMB = heapByOwner()
+	return r
+}
+
+// heapByOwner sums the live heap whose allocation stack runs through orchestrator or
+// statebuilder code, and through the embedded NATS server, in MB.
+func heapByOwner() (services, nats float64) {
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, true)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+64)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, true); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	rate := float64(runtime.MemProfileRate)
+	for i := range recs {
+		r := &recs[i]
+		if r.InUseBytes() == 0 || r.AllocObjects == 0 {
+			continue
+		}
+		avg := float64(r.AllocBytes) / float64(r.AllocObjects)
+		bytes := float64(r.InUseBytes()) / (1 - math.Exp(-avg/rate))
+		frames := runtime.CallersFrames(r.Stack())
+		for {
+			f, more := frames.Next()
+			if strings.HasPrefix(f.Function, "github.com/noetl/noetl/services/orchestrator") || strings.HasPrefix(f.Function, "github.com/noetl/noetl/services/statebuilder") {
+				services += bytes
+				break
+			}
+			if strings.HasPrefix(f.Function, "github.com/nats-io/nats-server") {
+				nats += bytes
+				break
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return services / (1 << 20), nats / (1 << 20)
+}
+
+// runLongloop runs the longloop workload: after a small warm-up execution, one execution
+// of a sequential loop of n noop iterations. It reads memory when the log reaches 10,000
+// events and at the end, then reads the log back and measures each iteration's latency as
+// the commit-time distance between its command.completed and the previous iteration's
+// (the first one's: from step.enter), which covers the decision, the materializer's
+// commits and the worker.
+func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.ExecutionServiceClient, n int) error {
+	runtime.MemProfileRate = longloopProfileRate
+	warm, err := cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: longloop("longloop_warmup", 100)})
+	if err != nil {
+		return err
+	}
+	if err := once(ctx, exe, warm.GetPlaybook().GetPath()); err != nil {
+		return err
+	}
+	reg, err := cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: longloop(fmt.Sprintf("longloop_%d", n), n)})
+	if err != nil {
+		return err
+	}
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	sctx, stopSamples := context.WithCancel(ctx)
+	defer stopSamples()
+	go samples.run(sctx)
+
+	start := time.Now()
+	resp, err := exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: reg.GetPlaybook().GetPath()})
+	if err != nil {
+		return err
+	}
+	id := resp.GetExecutionId()
+	// Watch the log grow to take the reading at 10,000 events.
+	at10k := make(chan memReading, 1)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			}
+			g, err := exe.GetExecution(wctx, &apiv1.GetExecutionRequest{ExecutionId: id})
+			if err != nil {
+				continue
+			}
+			if seq := g.GetExecution().GetLastSeq(); seq >= longloopAt10k {
+				at10k <- readMem(seq)
+				return
+			}
+		}
+	}()
+	final, err := wait(ctx, exe, id)
+	if err != nil {
+		return err
+	}
+	wall := time.Since(start)
+	end := readMem(final.GetLastSeq())
+	stopWatch()
+	var first memReading
+	select {
+	case first = <-at10k:
+	default:
+		first = end // the log never reached 10,000 events
+	}
+	if *memprofile != "" {
+		f, err := os.Create(*memprofile)
+		if err != nil {
+			return err
+		}
+		err = pprof.WriteHeapProfile(f)
+		_ = f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	lat, events, err := iterationLatencies(ctx, exe, id, n)
+	if err != nil {
+		return err
+	}
+	k := min(1000, len(lat))
+	out := map[string]any{
+		"workload":           "longloop",
+		"iterations":         n,
+		"events":             events,
+		"wall_ms":            float64(wall.Microseconds()) / 1000,
+		"events_per_s":       float64(events) / wall.Seconds(),
+		"rss_mb_at_10k":      round1(first.peakRSSMB),
+		"rss_mb_end":         round1(end.peakRSSMB),
+		"rss_ratio":          round3(end.peakRSSMB / first.peakRSSMB),
+		"current_rss_mb":     []float64{round1(first.rssMB), round1(end.rssMB)},
+		"heap_mb":            []float64{round1(first.heapMB), round1(end.heapMB)},
+		"go_total_mb":        []float64{round1(first.goTotalMB), round1(end.goTotalMB)},
+		"services_heap_mb":   []float64{round1(first.servicesMB), round1(end.servicesMB)},
+		"nats_heap_mb":       []float64{round1(first.natsMB), round1(end.natsMB)},
+		"at_seq":             []int64{first.seq, end.seq},
+		"median_ms_first_1k": round3(median(lat[:k])),
+		"median_ms_last_1k":  round3(median(lat[len(lat)-k:])),
+		"latency_ratio":      round3(median(lat[len(lat)-k:]) / median(lat[:k])),
+		"rss_mb_samples":     samples.get(),
+		"memory_scope":       "rss_mb_* are the peak resident set (VmHWM) of the bench process, which runs the whole mesh in-process (orchestrator, statebuilder, materializer, worker, resultstore, gateway, embedded NATS; not Postgres); heap_mb is the live Go heap after a GC, go_total_mb all memory of the Go runtime, services_heap_mb the live heap allocated under orchestrator or statebuilder code and nats_heap_mb under the embedded NATS server (heap profile, scaled), each at 10k events and at the end",
+		"latency_scope":      "per-iteration latency: commit time of an iteration's command.completed minus the previous iteration's (step.enter for the first), read back from the event log",
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+// wait waits for an execution to end and requires it to complete.
+func wait(ctx context.Context, exe apiv1.ExecutionServiceClient, id string) (*apiv1.Execution, error) {
+	for {
+		g, err := exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: id, Timeout: durationpb.New(time.Minute)})
+		if err != nil {
+			return nil, err
+		}
+		x := g.GetExecution()
+		switch x.GetStatus() {
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED:
+			// WaitExecution's view may predate the projection's last seq; read it again.
+			gx, err := exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: id})
+			if err != nil {
+				return nil, err
+			}
+			return gx.GetExecution(), nil
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
+			return nil, fmt.Errorf("execution %s ended %s: %s", id, x.GetStatus(), x.GetError().GetMessage())
+		}
+	}
+}
+
+// iterationLatencies reads an execution's log and returns, in iteration order, each loop
+// iteration's latency in ms, and the number of events.
+func iterationLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, n int) ([]float64, int, error) {
+	done := make([]time.Time, n)
+	var enter time.Time
+	events, token := 0, ""
+	for {
+		page, err := exe.ListExecutionEvents(ctx, &apiv1.ListExecutionEventsRequest{ExecutionId: id, PageSize: 1000, PageToken: token})
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, ev := range page.GetEvents() {
+			events++
+			switch ev.GetType() {
+			case "step.enter":
+				enter = ev.GetCommitTime().AsTime()
+			case "command.completed":
+				if i := ev.GetIteration().GetIndex(); i >= 0 && int(i) < n {
+					done[i] = ev.GetCommitTime().AsTime()
+				}
+			}
+		}
+		if token = page.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	lat := make([]float64, n)
+	prev := enter
+	for i, t := range done {
+		if t.IsZero() {
+			return nil, 0, fmt.Errorf("iteration %d has no command.completed in the log", i)
+		}
+		lat[i] = float64(t.Sub(prev).Microseconds()) / 1000
+		prev = t
+	}
+	return lat, events, nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func round1(x float64) float64 { return float64(int64(x*10+0.5)) / 10 }
+func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
