@@ -89,6 +89,8 @@ type Mesh struct {
 	OrchestratorAddr string
 	// StatebuilderAddr and ResultstoreAddr are the other internal gRPC addresses.
 	StatebuilderAddr, ResultstoreAddr string
+	// FlightAddr is the resultstore's Arrow Flight address.
+	FlightAddr string
 	// MaterializerAdminAddr is the materializer's admin HTTP address (/livez, /readyz,
 	// /metrics).
 	MaterializerAdminAddr string
@@ -211,6 +213,11 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	}
 	sbAddr, orAddr, rsAddr := lis[0].Addr().String(), lis[1].Addr().String(), lis[2].Addr().String()
 	m.OrchestratorAddr, m.StatebuilderAddr, m.ResultstoreAddr = orAddr, sbAddr, rsAddr
+	flightLis, err := listen("")
+	if err != nil {
+		return nil, err
+	}
+	m.FlightAddr = flightLis.Addr().String()
 	m.AdminAddrs = map[string]string{"statebuilder": lis[3].Addr().String(), "resultstore": lis[4].Addr().String(), "materializer": lis[5].Addr().String(),
 		"orchestrator": lis[6].Addr().String(), "worker": lis[7].Addr().String(), "gateway": lis[8].Addr().String()}
 	m.MaterializerAdminAddr = m.AdminAddrs["materializer"]
@@ -218,7 +225,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[0], AdminListener: lis[3]}, log)
 	})
 	run("resultstore", func(ctx context.Context) error {
-		return resultstore.Run(ctx, resultstore.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[2], AdminListener: lis[4]}, log)
+		return resultstore.Run(ctx, resultstore.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[2], AdminListener: lis[4], FlightListener: flightLis}, log)
 	})
 	run("materializer", func(ctx context.Context) error {
 		return materializer.Run(ctx, materializer.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, Partitions: cfg.Partitions, Trace: cfg.Trace,

@@ -127,10 +127,14 @@ func (t *Trust) Verify(method string, md metadata.MD) (*Principal, error) {
 	return &p, nil
 }
 
+// FlightDoGet is the Arrow Flight method that authenticates with a signed ticket
+// (VerifyTicket) instead of a principal: Flight clients outside the mesh call it directly.
+const FlightDoGet = "/arrow.flight.protocol.FlightService/DoGet"
+
 // Exempt reports whether method is served without a principal: health (probes, readiness
-// checks of other services) and reflection.
+// checks of other services), reflection, and Flight DoGet, whose ticket is its credential.
 func Exempt(method string) bool {
-	return strings.HasPrefix(method, "/grpc.health.v1.Health/") || strings.HasPrefix(method, "/grpc.reflection.")
+	return strings.HasPrefix(method, "/grpc.health.v1.Health/") || strings.HasPrefix(method, "/grpc.reflection.") || method == FlightDoGet
 }
 
 // ServerOptions returns the interceptors that admit an RPC only with a principal signed by

@@ -1,14 +1,19 @@
 // Package store keeps results in Postgres as chunked bytea rows, addressed by
-// noetl://results/<tenant>/<execution_id>/<id> URIs, with the digest verified on read.
+// noetl://results/<tenant>/<execution_id>/<id> URIs, with the digest verified on read,
+// and serves them over gRPC (ResultStoreService) and Apache Arrow Flight (flight.go).
+// Results expire after a retention period and a sweeper deletes them.
 package store
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,12 +34,14 @@ type Store struct {
 	DB *pgxpool.Pool
 	// Metrics, when set, counts the bytes and streams served.
 	Metrics *Metrics
+	// TTL is how long a stored result is kept; zero keeps results until deleted.
+	TTL time.Duration
 }
 
 // Metrics counts what the store moves.
 type Metrics struct {
-	bytesIn, bytesOut prometheus.Counter
-	streams           *prometheus.GaugeVec
+	bytesIn, bytesOut, swept prometheus.Counter
+	streams                  *prometheus.GaugeVec
 }
 
 // NewMetrics registers the store's metrics on reg.
@@ -42,9 +49,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		bytesIn:  prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_resultstore_bytes_in_total", Help: "Result bytes received and stored."}),
 		bytesOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_resultstore_bytes_out_total", Help: "Result bytes read and sent."}),
+		swept:    prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_resultstore_swept_total", Help: "Expired results deleted by the sweeper."}),
 		streams:  prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "noetl_resultstore_streams_in_flight", Help: "Result streams open, by direction (put, get)."}, []string{"direction"}),
 	}
-	reg.MustRegister(m.bytesIn, m.bytesOut, m.streams)
+	reg.MustRegister(m.bytesIn, m.bytesOut, m.swept, m.streams)
 	return m
 }
 
@@ -75,14 +83,120 @@ func URI(tenant, executionID, id string) string {
 	return fmt.Sprintf("noetl://results/%s/%s/%s", tenant, executionID, id)
 }
 
-// parse returns the result id of a URI or bare id.
-func parse(uri string) string {
+// ParseURI returns the tenant (empty for a bare id) and result id of a URI or bare id.
+func ParseURI(uri string) (tenant, id string) {
 	if rest, ok := strings.CutPrefix(uri, "noetl://results/"); ok {
 		parts := strings.Split(rest, "/")
-		return parts[len(parts)-1]
+		return parts[0], parts[len(parts)-1]
 	}
-	return uri
+	return "", uri
 }
+
+// parse returns the result id of a URI or bare id.
+func parse(uri string) string {
+	_, id := ParseURI(uri)
+	return id
+}
+
+// live is the SQL condition of a result that has not expired.
+const live = `(expires_at IS NULL OR expires_at > now())`
+
+// blobWriter stores one result: chunks go to Postgres as they fill, inside one
+// transaction, so a failed or abandoned upload leaves nothing behind.
+type blobWriter struct {
+	s      *Store
+	ctx    context.Context
+	tx     pgx.Tx
+	h      *rsv1.PutResultHeader
+	buf    []byte
+	idx    int
+	size   int64
+	digest hash.Hash
+}
+
+// create starts storing a result described by h (content type defaulted to JSON),
+// replacing any earlier result of the same id.
+func (s *Store) create(ctx context.Context, h *rsv1.PutResultHeader) (*blobWriter, error) {
+	if h == nil || h.GetResultId() == "" || h.GetTenant() == "" || h.GetExecutionId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "header: tenant, execution_id and result_id are required in the first message")
+	}
+	if h.GetContentType() == "" {
+		h.ContentType = "application/json"
+	}
+	tx, err := s.DB.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM noetl.result_chunk WHERE tenant=$1 AND result_id=$2`, h.GetTenant(), h.GetResultId()); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	return &blobWriter{s: s, ctx: ctx, tx: tx, h: h, buf: make([]byte, 0, ChunkSize), digest: sha256.New()}, nil
+}
+
+// Write implements io.Writer.
+func (w *blobWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	w.digest.Write(p)
+	w.size += int64(n)
+	for len(p) > 0 {
+		k := min(ChunkSize-len(w.buf), len(p))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == ChunkSize {
+			if err := w.flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
+}
+
+func (w *blobWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	if _, err := w.tx.Exec(w.ctx, `INSERT INTO noetl.result_chunk (tenant, result_id, idx, data) VALUES ($1,$2,$3,$4)`, w.h.GetTenant(), w.h.GetResultId(), w.idx, w.buf); err != nil {
+		return err
+	}
+	w.idx++
+	w.buf = w.buf[:0]
+	return nil
+}
+
+// commit records the result and returns its reference; schemaJSON describes a table.
+func (w *blobWriter) commit(rowCount int64, schemaJSON string) (*eventv1.ResultRef, error) {
+	defer func() { _ = w.tx.Rollback(w.ctx) }()
+	if err := w.flush(); err != nil {
+		return nil, err
+	}
+	sum := hex.EncodeToString(w.digest.Sum(nil))
+	var expires *time.Time
+	if w.s.TTL > 0 {
+		t := time.Now().Add(w.s.TTL)
+		expires = &t
+	}
+	h := w.h
+	_, err := w.tx.Exec(w.ctx, `INSERT INTO noetl.result (tenant, result_id, execution_id, step, content_type, size, sha256, row_count, extracted, schema_json, expires_at)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
+		ON CONFLICT (tenant, result_id) DO UPDATE SET content_type=EXCLUDED.content_type, size=EXCLUDED.size, sha256=EXCLUDED.sha256,
+			row_count=EXCLUDED.row_count, extracted=EXCLUDED.extracted, schema_json=EXCLUDED.schema_json, created_at=now(), expires_at=EXCLUDED.expires_at`,
+		h.GetTenant(), h.GetResultId(), h.GetExecutionId(), h.GetStep(), h.GetContentType(), w.size, sum, rowCount, h.GetExtractedJson(), schemaJSON, expires)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.tx.Commit(w.ctx); err != nil {
+		return nil, err
+	}
+	w.s.Metrics.in(int(w.size))
+	return &eventv1.ResultRef{
+		Uri: URI(h.GetTenant(), h.GetExecutionId(), h.GetResultId()), Size: w.size, ContentType: h.GetContentType(),
+		Sha256: sum, RowCount: rowCount, ExtractedJson: h.GetExtractedJson(), SchemaJson: schemaJSON,
+	}, nil
+}
+
+// abort drops what was written.
+func (w *blobWriter) abort() { _ = w.tx.Rollback(w.ctx) }
 
 // PutResult stores a streamed result.
 func (s *Store) PutResult(stream rsv1.ResultStoreService_PutResultServer) error {
@@ -92,115 +206,205 @@ func (s *Store) PutResult(stream rsv1.ResultStoreService_PutResultServer) error 
 	if err != nil {
 		return err
 	}
-	h := first.GetHeader()
-	if h == nil || h.GetResultId() == "" || h.GetTenant() == "" || h.GetExecutionId() == "" {
-		return status.Error(codes.InvalidArgument, "header: tenant, execution_id and result_id are required in the first message")
-	}
-	ct := h.GetContentType()
-	if ct == "" {
-		ct = "application/json"
-	}
-	digest := sha256.New()
-	var size int64
-	err = pgx.BeginFunc(ctx, s.DB, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM noetl.result_chunk WHERE tenant=$1 AND result_id=$2`, h.GetTenant(), h.GetResultId()); err != nil {
-			return err
-		}
-		idx := 0
-		buf := make([]byte, 0, ChunkSize)
-		flush := func() error {
-			if len(buf) == 0 {
-				return nil
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO noetl.result_chunk (tenant, result_id, idx, data) VALUES ($1,$2,$3,$4)`, h.GetTenant(), h.GetResultId(), idx, buf); err != nil {
-				return err
-			}
-			idx++
-			buf = buf[:0]
-			return nil
-		}
-		msg := first
-		for {
-			data := msg.GetChunk()
-			digest.Write(data)
-			size += int64(len(data))
-			for len(data) > 0 {
-				n := min(ChunkSize-len(buf), len(data))
-				buf = append(buf, data[:n]...)
-				data = data[n:]
-				if len(buf) == ChunkSize {
-					if err := flush(); err != nil {
-						return err
-					}
-				}
-			}
-			msg, err = stream.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if err := flush(); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO noetl.result (tenant, result_id, execution_id, step, content_type, size, sha256, row_count, extracted)
-			VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)
-			ON CONFLICT (tenant, result_id) DO UPDATE SET content_type=EXCLUDED.content_type, size=EXCLUDED.size, sha256=EXCLUDED.sha256, row_count=EXCLUDED.row_count, extracted=EXCLUDED.extracted`,
-			h.GetTenant(), h.GetResultId(), h.GetExecutionId(), h.GetStep(), ct, size, hex.EncodeToString(digest.Sum(nil)), h.GetRowCount(), h.GetExtractedJson())
-		return err
-	})
+	w, err := s.create(ctx, first.GetHeader())
 	if err != nil {
 		return err
 	}
-	s.Metrics.in(int(size))
-	return stream.SendAndClose(&rsv1.PutResultResponse{Ref: &eventv1.ResultRef{
-		Uri: URI(h.GetTenant(), h.GetExecutionId(), h.GetResultId()), Size: size, ContentType: ct,
-		Sha256: hex.EncodeToString(digest.Sum(nil)), RowCount: h.GetRowCount(), ExtractedJson: h.GetExtractedJson(),
-	}})
+	defer w.abort()
+	msg := first
+	for {
+		if _, err := w.Write(msg.GetChunk()); err != nil {
+			return err
+		}
+		msg, err = stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	ref, err := w.commit(first.GetHeader().GetRowCount(), "")
+	if err != nil {
+		return err
+	}
+	return stream.SendAndClose(&rsv1.PutResultResponse{Ref: ref})
+}
+
+// describe returns the reference of a live result of tenant by id.
+func (s *Store) describe(ctx context.Context, tenant, uri string) (*eventv1.ResultRef, string, error) {
+	id := parse(uri)
+	if id == "" {
+		return nil, "", status.Error(codes.InvalidArgument, "uri: required")
+	}
+	ref := &eventv1.ResultRef{}
+	var execID string
+	err := s.DB.QueryRow(ctx, `SELECT execution_id, content_type, size, sha256, row_count, extracted, schema_json FROM noetl.result WHERE tenant=$1 AND result_id=$2 AND `+live, tenant, id).
+		Scan(&execID, &ref.ContentType, &ref.Size, &ref.Sha256, &ref.RowCount, &ref.ExtractedJson, &ref.SchemaJson)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", status.Errorf(codes.NotFound, "result %s not found", uri)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	ref.Uri = URI(tenant, execID, id)
+	return ref, id, nil
+}
+
+// DescribeResult returns a result's reference, by URI or by execution and step.
+func (s *Store) DescribeResult(ctx context.Context, req *rsv1.DescribeResultRequest) (*rsv1.DescribeResultResponse, error) {
+	if req.GetTenant() == "" {
+		return nil, status.Error(codes.InvalidArgument, "tenant: required")
+	}
+	if req.GetUri() != "" {
+		ref, _, err := s.describe(ctx, req.GetTenant(), req.GetUri())
+		if err != nil {
+			return nil, err
+		}
+		return &rsv1.DescribeResultResponse{Ref: ref}, nil
+	}
+	if req.GetExecutionId() == "" || req.GetStep() == "" {
+		return nil, status.Error(codes.InvalidArgument, "uri, or execution_id and step: required")
+	}
+	var id string
+	err := s.DB.QueryRow(ctx, `SELECT result_id FROM noetl.result WHERE tenant=$1 AND execution_id=$2 AND step=$3 AND `+live+` ORDER BY created_at DESC LIMIT 1`,
+		req.GetTenant(), req.GetExecutionId(), req.GetStep()).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, status.Errorf(codes.NotFound, "no stored result for step %s of execution %s", req.GetStep(), req.GetExecutionId())
+	}
+	if err != nil {
+		return nil, err
+	}
+	ref, _, err := s.describe(ctx, req.GetTenant(), id)
+	if err != nil {
+		return nil, err
+	}
+	return &rsv1.DescribeResultResponse{Ref: ref}, nil
+}
+
+// blobReader reads a stored result chunk by chunk and fails at the end, with DataLoss,
+// when the digest does not match.
+type blobReader struct {
+	s       *Store
+	ctx     context.Context
+	tenant  string
+	id, uri string
+	want    string
+	idx     int
+	cur     []byte
+	digest  hash.Hash
+	done    bool
+}
+
+func (s *Store) open(ctx context.Context, tenant, id string, ref *eventv1.ResultRef) *blobReader {
+	return &blobReader{s: s, ctx: ctx, tenant: tenant, id: id, uri: ref.GetUri(), want: ref.GetSha256(), digest: sha256.New()}
+}
+
+// next returns the next chunk, or io.EOF after the last one.
+func (r *blobReader) next() ([]byte, error) {
+	if r.done {
+		return nil, io.EOF
+	}
+	var data []byte
+	err := r.s.DB.QueryRow(r.ctx, `SELECT data FROM noetl.result_chunk WHERE tenant=$1 AND result_id=$2 AND idx=$3`, r.tenant, r.id, r.idx).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		r.done = true
+		if got := hex.EncodeToString(r.digest.Sum(nil)); got != r.want {
+			return nil, status.Errorf(codes.DataLoss, "result %s: digest mismatch", r.uri)
+		}
+		return nil, io.EOF
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.idx++
+	r.digest.Write(data)
+	r.s.Metrics.out(len(data))
+	return data, nil
+}
+
+// Read implements io.Reader.
+func (r *blobReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		data, err := r.next()
+		if err != nil {
+			return 0, err
+		}
+		r.cur = data
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
 }
 
 // GetResult streams a stored result; a digest mismatch fails the stream.
 func (s *Store) GetResult(req *rsv1.GetResultRequest, stream rsv1.ResultStoreService_GetResultServer) error {
 	defer s.Metrics.stream("get")()
 	ctx := stream.Context()
-	id := parse(req.GetUri())
-	if id == "" {
-		return status.Error(codes.InvalidArgument, "uri: required")
-	}
-	ref := &eventv1.ResultRef{}
-	var execID string
-	err := s.DB.QueryRow(ctx, `SELECT execution_id, content_type, size, sha256, row_count, extracted FROM noetl.result WHERE tenant=$1 AND result_id=$2`, req.GetTenant(), id).
-		Scan(&execID, &ref.ContentType, &ref.Size, &ref.Sha256, &ref.RowCount, &ref.ExtractedJson)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return status.Errorf(codes.NotFound, "result %s not found", req.GetUri())
-	}
+	ref, id, err := s.describe(ctx, req.GetTenant(), req.GetUri())
 	if err != nil {
 		return err
 	}
-	ref.Uri = URI(req.GetTenant(), execID, id)
 	if err := stream.Send(&rsv1.GetResultResponse{Ref: ref}); err != nil {
 		return err
 	}
-	digest := sha256.New()
-	for idx := 0; ; idx++ {
-		var data []byte
-		err := s.DB.QueryRow(ctx, `SELECT data FROM noetl.result_chunk WHERE tenant=$1 AND result_id=$2 AND idx=$3`, req.GetTenant(), id, idx).Scan(&data)
-		if errors.Is(err, pgx.ErrNoRows) {
-			break
+	r := s.open(ctx, req.GetTenant(), id, ref)
+	for {
+		data, err := r.next()
+		if err == io.EOF {
+			return nil
 		}
 		if err != nil {
 			return err
 		}
-		digest.Write(data)
 		if err := stream.Send(&rsv1.GetResultResponse{Chunk: data}); err != nil {
 			return err
 		}
-		s.Metrics.out(len(data))
 	}
-	if got := hex.EncodeToString(digest.Sum(nil)); got != ref.GetSha256() {
-		return status.Errorf(codes.DataLoss, "result %s: digest mismatch", req.GetUri())
+}
+
+// Sweep deletes up to limit expired results with their chunks and returns how many.
+func (s *Store) Sweep(ctx context.Context, limit int) (int64, error) {
+	tag, err := s.DB.Exec(ctx, `WITH gone AS (
+			DELETE FROM noetl.result WHERE (tenant, result_id) IN (
+				SELECT tenant, result_id FROM noetl.result WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)
+			RETURNING tenant, result_id),
+		chunks AS (DELETE FROM noetl.result_chunk c USING gone WHERE c.tenant = gone.tenant AND c.result_id = gone.result_id)
+		SELECT 1 FROM gone`, limit)
+	if err != nil {
+		return 0, err
 	}
-	return nil
+	n := tag.RowsAffected()
+	if s.Metrics != nil {
+		s.Metrics.swept.Add(float64(n))
+	}
+	return n, nil
+}
+
+// RunSweeper sweeps expired results every period until ctx ends, in batches of 1000.
+func (s *Store) RunSweeper(ctx context.Context, period time.Duration, onError func(error)) {
+	if period <= 0 {
+		return
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			n, err := s.Sweep(ctx, 1000)
+			if err != nil {
+				if ctx.Err() == nil && onError != nil {
+					onError(err)
+				}
+				break
+			}
+			if n < 1000 {
+				break
+			}
+		}
+	}
 }
