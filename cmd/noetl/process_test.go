@@ -38,7 +38,7 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 	pg := testkit.StartPostgres(t)
 	natsURL := testkit.StartNATS(t)
 	port := func() string { return fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)) }
-	sb, rs, or, gwHTTP, gwGRPC := port(), port(), port(), port(), port()
+	sb, rs, or, gwHTTP, gwGRPC, fl := port(), port(), port(), port(), port(), port()
 	adminKey, _, _, err := auth.NewAPIKey()
 	require.NoError(t, err)
 	env := []string{
@@ -48,6 +48,7 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 		"NOETL_RESULTSTORE_GRPC=" + rs, "NOETL_RESULTSTORE_ADDR=" + rs,
 		"NOETL_ORCHESTRATOR_GRPC=" + or, "NOETL_ORCHESTRATOR_ADDR=" + or,
 		"NOETL_GATEWAY_HTTP=" + gwHTTP, "NOETL_GATEWAY_GRPC=" + gwGRPC,
+		"NOETL_RESULTSTORE_FLIGHT=" + fl, "NOETL_RESULTSTORE_FLIGHT_ADDR=" + fl, "NOETL_RESULTSTORE_FLIGHT_LOCATION=grpc://" + fl,
 	}
 	for _, s := range services {
 		cmd := exec.Command(filepath.Join(bin, s), "--admin", port())

@@ -201,6 +201,19 @@ func (r *Renderer) render(st *state, v any, depth int) (any, error) {
 	return v, nil
 }
 
+// isLookup reports whether e only reads the context: a name, an attribute or an item.
+func isLookup(e nodes.Expression) bool {
+	switch x := e.(type) {
+	case *nodes.Name:
+		return true
+	case *nodes.GetAttribute:
+		return isLookup(x.Node)
+	case *nodes.GetItem:
+		return isLookup(x.Node)
+	}
+	return false
+}
+
 func isTemplate(s string) bool {
 	return strings.Contains(s, "{{") || strings.Contains(s, "{%")
 }
@@ -217,8 +230,13 @@ func (r *Renderer) renderString(st *state, s string) (any, error) {
 				return nil, wrapErr(s, err)
 			}
 			v = export(v)
-			if err := st.account(v); err != nil {
-				return nil, wrapErr(s, err)
+			// A lookup passes on a value the context already holds (a large result
+			// loaded by reference, say) and builds nothing: only computed values are
+			// charged to the output budget.
+			if !isLookup(c.single.Expression) {
+				if err := st.account(v); err != nil {
+					return nil, wrapErr(s, err)
+				}
 			}
 			return v, nil
 		}

@@ -331,11 +331,13 @@ func TestRenderLimits(t *testing.T) {
 			require.ErrorIs(t, err, ErrOutputLimit)
 		})
 	}
-	// The output budget covers a whole Render call.
+	// The output budget covers what a whole Render call computes; lookups build nothing.
 	big := strings.Repeat("y", MaxOutput/2+1)
-	_, err := r.Render([]any{"{{ v }}", "{{ v }}"}, map[string]any{"v": big})
+	_, err := r.Render([]any{"{{ v ~ '' }}", "{{ v ~ '' }}"}, map[string]any{"v": big})
 	require.ErrorIs(t, err, ErrOutputLimit)
-	_, err = r.Render([]any{"{{ v }}"}, map[string]any{"v": big})
+	_, err = r.Render([]any{"{{ v ~ '' }}"}, map[string]any{"v": big})
+	require.NoError(t, err)
+	_, err = r.Render([]any{"{{ v }}", "{{ v }}", "{{ v }}"}, map[string]any{"v": big})
 	require.NoError(t, err)
 
 	slow := NewRenderer()
@@ -428,5 +430,23 @@ func TestPyFloat(t *testing.T) {
 	cases := map[float64]string{1: "1.0", 1e16: "1e+16", 1e15: "1000000000000000.0", 1e-5: "1e-05", 0.0001: "0.0001", 0.1: "0.1", 123.456: "123.456", -2: "-2.0", 1.5e300: "1.5e+300"}
 	for f, want := range cases {
 		require.Equal(t, want, pyFloat(f), "%v", f)
+	}
+}
+
+func TestLookupsPassLargeValuesThroughButComputedValuesAreBounded(t *testing.T) {
+	r := NewRenderer()
+	big := strings.Repeat("x", 2*MaxOutput)
+	rows := make([]any, 100000)
+	for i := range rows {
+		rows[i] = map[string]any{"id": i, "name": "some name"}
+	}
+	ctx := map[string]any{"s": map[string]any{"blob": big, "rows": rows}}
+	for _, tmpl := range []string{"{{ s.blob }}", "{{ s['blob'] }}", "{{ s.rows }}", "{{ s }}"} {
+		_, err := r.Render(tmpl, ctx)
+		require.NoError(t, err, tmpl)
+	}
+	for _, tmpl := range []string{"{{ s.blob ~ '' }}", "{{ s.rows | list }}", "x{{ s.blob }}"} {
+		_, err := r.Render(tmpl, ctx)
+		require.ErrorIs(t, err, ErrOutputLimit, tmpl)
 	}
 }

@@ -31,7 +31,6 @@ func WriteIPC(w io.Writer, t *Table, batchRows int) (int64, error) {
 
 // column writes the JSON form of one cell.
 type column struct {
-	key  []byte // JSON-encoded name
 	arr  arrow.Array
 	json bool
 }

@@ -77,6 +77,10 @@ type Config struct {
 	TenantBurst    int
 	TenantInFlight int
 
+	// FlightLocation is the resultstore's Arrow Flight URI, handed to clients with tickets.
+	FlightLocation string
+	// TicketTTL is how long the Flight tickets the gateway signs are accepted.
+	TicketTTL time.Duration
 	// Trace chooses where spans go.
 	Trace telemetry.Config
 
@@ -94,6 +98,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address")
 	fs.String(&c.StatebuilderAddr, "statebuilder", "NOETL_STATEBUILDER_ADDR", "127.0.0.1:50062", "statebuilder gRPC address")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
+	fs.String(&c.FlightLocation, "flight-location", "NOETL_RESULTSTORE_FLIGHT_LOCATION", "grpc://127.0.0.1:50066", "the resultstore's Arrow Flight location given to clients with their tickets")
+	fs.Duration(&c.TicketTTL, "ticket-ttl", "NOETL_FLIGHT_TICKET_TTL", auth.DefaultTicketTTL, "how long a Flight ticket signed by the gateway is accepted")
 	fs.Int(&c.MaxBodyBytes, "max-body", "NOETL_GATEWAY_MAX_BODY", 2<<20, "largest REST request body in bytes")
 	fs.Bool(&c.Insecure, "insecure", "NOETL_GATEWAY_INSECURE", false, "turn authentication off: every caller is an admin of tenant default (development only)")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
@@ -149,7 +155,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer func() { _ = rc.Close() }()
 	keys := orchv1.NewApiKeyServiceClient(oc)
 	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), Credentials: orchv1.NewCredentialServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc), Keys: keys,
-		Watch: orchv1.NewWatchServiceClient(oc), Stopping: ctx.Done()}
+		Watch: orchv1.NewWatchServiceClient(oc), Stopping: ctx.Done(), Tickets: trust, TicketTTL: cfg.TicketTTL, FlightLocation: cfg.FlightLocation}
 	authenticator, err := authn.New(authn.Config{
 		Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, KeyCacheSize: cfg.KeyCacheSize,
 		JWT: authn.JWTConfig{

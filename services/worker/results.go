@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,9 +11,14 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"google.golang.org/protobuf/proto"
+
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/tabular"
 )
 
 // maxExtractedBytes bounds the extracted summary carried by a ResultRef.
@@ -21,35 +27,182 @@ const maxExtractedBytes = 4 << 10
 // putChunk is the size of one chunk streamed to the resultstore.
 const putChunk = 256 << 10
 
-// offload stores a result too large to travel inline and returns its reference. The
-// result id is the command id, so a re-run of the command overwrites the same entry.
-func (w *Worker) offload(ctx context.Context, cmd *eventv1.Command, result any, body []byte) (*eventv1.ResultRef, error) {
-	extracted := extract(result, cmd.GetOutputSelect())
-	stream, err := w.results.PutResult(ctx)
-	if err != nil {
-		return nil, err
-	}
-	header := &rsv1.PutResultHeader{
-		Tenant: cmd.GetTenant(), ExecutionId: cmd.GetExecutionId(), Step: cmd.GetStep(),
-		ResultId: cmd.GetCommandId(), ContentType: "application/json", ExtractedJson: extracted,
-	}
-	first := true
-	for off := 0; off < len(body) || first; off += putChunk {
-		end := min(off+putChunk, len(body))
-		req := &rsv1.PutResultRequest{Chunk: body[off:end]}
-		if first {
-			req.Header = header
-			first = false
+// storeResult encodes a tool's result: inline when its JSON fits the inline budget, else
+// in the resultstore, returning the reference. A table (records, or {columns, rows}) goes
+// up as Arrow record batches over Flight DoPut; anything else is streamed as JSON in
+// chunks, so beyond the result itself the worker holds at most the inline budget plus a
+// chunk. The result id is the command id, so a re-run of the command overwrites the same
+// entry. Errors that are the store's are *storeError (retryable); the others mean the
+// result cannot be encoded.
+func (w *Worker) storeResult(ctx context.Context, cmd *eventv1.Command, result any) ([]byte, *eventv1.ResultRef, error) {
+	header := func(contentType string) *rsv1.PutResultHeader {
+		return &rsv1.PutResultHeader{
+			Tenant: cmd.GetTenant(), ExecutionId: cmd.GetExecutionId(), Step: cmd.GetStep(),
+			ResultId: cmd.GetCommandId(), ContentType: contentType, ExtractedJson: extract(result, cmd.GetOutputSelect()),
 		}
-		if err := stream.Send(req); err != nil {
+	}
+	if t, ok := tabular.Detect(result); ok {
+		var inline limitBuffer
+		inline.max = w.cfg.InlineMaxBytes
+		if _, err := tabular.WriteJSON(&inline, result); err == nil {
+			return inline.b, nil, nil
+		} else if !errors.Is(err, errOverBudget) {
+			return nil, nil, err
+		}
+		ref, err := w.putTable(ctx, t, header(tabular.ContentType))
+		if err != nil {
+			return nil, nil, &storeError{err}
+		}
+		return nil, ref, nil
+	}
+	sw := &spillWriter{ctx: ctx, w: w, max: w.cfg.InlineMaxBytes, header: func() *rsv1.PutResultHeader { return header("application/json") }}
+	if _, err := tabular.WriteJSON(sw, result); err != nil {
+		sw.abort()
+		if sw.err != nil {
+			return nil, nil, &storeError{sw.err}
+		}
+		return nil, nil, err
+	}
+	if sw.stream == nil {
+		return sw.buf, nil, nil
+	}
+	ref, err := sw.close()
+	if err != nil {
+		return nil, nil, &storeError{err}
+	}
+	return nil, ref, nil
+}
+
+// storeError is a failure of the resultstore while storing a result.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+var errOverBudget = errors.New("over the inline budget")
+
+// limitBuffer collects at most max bytes and fails past them.
+type limitBuffer struct {
+	b   []byte
+	max int
+}
+
+func (l *limitBuffer) Write(p []byte) (int, error) {
+	if len(l.b)+len(p) > l.max {
+		return 0, errOverBudget
+	}
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+// spillWriter buffers up to max bytes; past them it opens a PutResult stream, sends the
+// buffer and streams every later write in chunks of putChunk.
+type spillWriter struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	w      *Worker
+	max    int
+	header func() *rsv1.PutResultHeader
+	buf    []byte
+	stream rsv1.ResultStoreService_PutResultClient
+	sent   bool
+	err    error
+}
+
+func (s *spillWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	s.buf = append(s.buf, p...)
+	if s.stream == nil {
+		if len(s.buf) <= s.max {
+			return len(p), nil
+		}
+		ctx, cancel := context.WithCancel(s.ctx)
+		st, err := s.w.results.PutResult(ctx)
+		if err != nil {
+			cancel()
+			s.err = err
+			return 0, err
+		}
+		s.stream, s.cancel = st, cancel
+	}
+	for len(s.buf) >= putChunk {
+		if err := s.send(s.buf[:putChunk]); err != nil {
+			return 0, err
+		}
+		s.buf = append(s.buf[:0], s.buf[putChunk:]...)
+	}
+	return len(p), nil
+}
+
+func (s *spillWriter) send(chunk []byte) error {
+	req := &rsv1.PutResultRequest{Chunk: chunk}
+	if !s.sent {
+		req.Header = s.header()
+		s.sent = true
+	}
+	if err := s.stream.Send(req); err != nil {
+		s.err = err
+		return err
+	}
+	return nil
+}
+
+// close sends what is buffered and returns the stored reference.
+func (s *spillWriter) close() (*eventv1.ResultRef, error) {
+	defer s.cancel()
+	if len(s.buf) > 0 || !s.sent {
+		if err := s.send(s.buf); err != nil {
 			return nil, err
 		}
 	}
-	resp, err := stream.CloseAndRecv()
+	resp, err := s.stream.CloseAndRecv()
 	if err != nil {
 		return nil, err
 	}
 	return resp.GetRef(), nil
+}
+
+// abort abandons an open stream: the resultstore rolls the upload back.
+func (s *spillWriter) abort() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+}
+
+// putTable uploads a table as Arrow record batches with Flight DoPut.
+func (w *Worker) putTable(ctx context.Context, t *tabular.Table, h *rsv1.PutResultHeader) (*eventv1.ResultRef, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := w.flight.DoPut(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := proto.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	fw := flight.NewRecordWriter(stream, ipc.WithSchema(t.Schema()))
+	fw.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: cmd})
+	if err := t.Batches(nil, tabular.DefaultBatchRows, fw.Write); err != nil {
+		return nil, err
+	}
+	if err := fw.Close(); err != nil {
+		return nil, err
+	}
+	if err := stream.CloseSend(); err != nil {
+		return nil, err
+	}
+	res, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	ref := &eventv1.ResultRef{}
+	if err := proto.Unmarshal(res.GetAppMetadata(), ref); err != nil {
+		return nil, fmt.Errorf("DoPut: malformed reference: %w", err)
+	}
+	return ref, nil
 }
 
 // extract builds the bounded summary of a result: the output_select fields when the step
@@ -101,12 +254,12 @@ func summarise(v any, depth int) any {
 		}
 		return map[string]any{"_summary": "string", "length": len(x)}
 	case []any:
-		if b, _ := json.Marshal(x); len(b) <= 256 {
+		if len(x) <= 32 && fits(x, 256) {
 			return x
 		}
 		return map[string]any{"_summary": "array", "length": len(x)}
 	case map[string]any:
-		if b, _ := json.Marshal(x); len(b) <= 256 {
+		if len(x) <= 32 && fits(x, 256) {
 			return x
 		}
 		if depth <= 0 {
@@ -122,23 +275,44 @@ func summarise(v any, depth int) any {
 	}
 }
 
-// fetch reads a stored result and decodes it.
+// fits reports whether v's JSON is at most n bytes, without encoding more than n+1.
+func fits(v any, n int) bool {
+	l := limitBuffer{max: n}
+	_, err := tabular.WriteJSON(&l, v)
+	return err == nil
+}
+
+// fetch reads a stored result as JSON: a table stored as Arrow comes back as the JSON it
+// was made from.
 func (w *Worker) fetch(ctx context.Context, tenant, uri string) ([]byte, error) {
 	stream, err := w.results.GetResult(ctx, &rsv1.GetResultRequest{Tenant: tenant, Uri: uri})
 	if err != nil {
 		return nil, err
 	}
 	var data []byte
+	var ref *eventv1.ResultRef
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return data, nil
+			break
 		}
 		if err != nil {
 			return nil, err
 		}
+		if m.GetRef() != nil {
+			ref = m.GetRef()
+			data = make([]byte, 0, ref.GetSize())
+		}
 		data = append(data, m.GetChunk()...)
 	}
+	if ref.GetContentType() != tabular.ContentType {
+		return data, nil
+	}
+	var out bytes.Buffer
+	if _, err := tabular.ToJSON(bytes.NewReader(data), &out); err != nil {
+		return nil, fmt.Errorf("decode table %s: %w", uri, err)
+	}
+	return out.Bytes(), nil
 }
 
 var pathPattern = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*`)

@@ -16,11 +16,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -55,6 +58,8 @@ type Config struct {
 	AllowPrivateHTTP bool
 	// ResultstoreAddr is where results over the inline budget are stored.
 	ResultstoreAddr string
+	// FlightAddr is the resultstore's Arrow Flight address, where tables are uploaded.
+	FlightAddr string
 	// InlineMaxBytes is the inline result budget; larger results travel by reference.
 	InlineMaxBytes int
 	// InternalSecret signs the worker's calls to the orchestrator and the resultstore
@@ -80,6 +85,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.ID, "id", "NOETL_WORKER_ID", "", "worker id reported in events (default: host name)")
 	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address (credential resolution)")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
+	fs.String(&c.FlightAddr, "flight", "NOETL_RESULTSTORE_FLIGHT_ADDR", "127.0.0.1:50066", "resultstore Arrow Flight address (tables are uploaded there)")
 	fs.Int(&c.InlineMaxBytes, "inline-max", "NOETL_INLINE_RESULT_MAX_BYTES", 64<<10, "largest result carried inline in events; larger ones go to the resultstore")
 	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "let the http tool reach loopback and private addresses")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
@@ -152,6 +158,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer func() { _ = rconn.Close() }()
+	fclient, err := flight.NewClientWithMiddleware(cfg.FlightAddr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(trust.Service("worker")), tel.DialOption(),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = fclient.Close() }()
 	pg := &tools.Postgres{Resolve: resolve}
 	defer pg.Close()
 	httpTool := &tools.HTTP{AllowPrivate: cfg.AllowPrivateHTTP, Resolve: resolve}
@@ -162,6 +175,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		nc:       nc,
 		js:       js,
 		results:  rsv1.NewResultStoreServiceClient(rconn),
+		flight:   fclient,
 		renderer: playbook.NewRenderer(),
 		tools: tools.Registry{
 			"noop":     tools.Noop{},
@@ -195,6 +209,7 @@ type Worker struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	results  rsv1.ResultStoreServiceClient
+	flight   flight.Client
 	renderer *playbook.Renderer
 	tools    tools.Registry
 	runs     *prometheus.CounterVec
@@ -393,16 +408,14 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		}
 		done.PayloadJson = p
 	}
-	b, merr := json.Marshal(out.result)
-	if merr != nil {
-		info := &eventv1.ErrorInfo{Code: "tool_error", Message: "result is not JSON-encodable: " + merr.Error()}
-		return fail(info)
-	}
-	if len(b) > w.cfg.InlineMaxBytes {
-		ref, err := w.offload(ctx, cmd, out.result, b)
-		if err != nil {
-			return fail(&eventv1.ErrorInfo{Code: "result_store_error", Message: fmt.Sprintf("step %s: store result of %d bytes: %v", cmd.GetStep(), len(b), err), Retryable: true})
-		}
+	b, ref, serr := w.storeResult(ctx, cmd, out.result)
+	var se *storeError
+	switch {
+	case errors.As(serr, &se):
+		return fail(&eventv1.ErrorInfo{Code: "result_store_error", Message: fmt.Sprintf("step %s: store the result: %v", cmd.GetStep(), se.err), Retryable: true})
+	case serr != nil:
+		return fail(&eventv1.ErrorInfo{Code: "tool_error", Message: "result is not JSON-encodable: " + serr.Error()})
+	case ref != nil:
 		done.ResultRef = ref
 		return []*eventv1.Event{started, done, mk(domain.EventCommandCompleted)}
 	}

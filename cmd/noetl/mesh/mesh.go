@@ -235,13 +235,13 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	run("worker", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[7]}, log)
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[7]}, log)
 	})
 	run("worker-system", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminAddr: "127.0.0.1:0"}, log)
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminAddr: "127.0.0.1:0"}, log)
 	})
 	run("gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, Trace: cfg.Trace, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)
+		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, Trace: cfg.Trace, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightLocation: "grpc://" + m.FlightAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)
 	})
 	go func() {
 		m.wg.Wait()

@@ -3,16 +3,16 @@ package api
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -41,6 +41,12 @@ type Server struct {
 	Keys         orchv1.ApiKeyServiceClient
 	// Watch streams executions' committed events (WatchExecution).
 	Watch orchv1.WatchServiceClient
+	// Tickets signs Arrow Flight tickets (the internal secret's Trust).
+	Tickets *auth.Trust
+	// TicketTTL is how long a signed ticket is accepted.
+	TicketTTL time.Duration
+	// FlightLocation is the resultstore's Flight URI given to clients.
+	FlightLocation string
 	// Stopping, when closed, ends open watches (the gateway is shutting down).
 	Stopping <-chan struct{}
 }
@@ -243,40 +249,51 @@ func eventOf(ev *eventv1.Event) *apiv1.Event {
 		Payload: jsonValue(ev.GetPayloadJson()), Result: jsonValue(ev.GetResultJson()), ResultRef: ev.GetResultRef(), Error: ev.GetError(), Producer: ev.GetProducer(), ProduceTime: ev.GetProduceTime(), CommitTime: ev.GetCommitTime()}
 }
 
-// GetResult implements ResultService.
-func (s *Server) GetResult(ctx context.Context, req *apiv1.GetResultRequest) (*apiv1.GetResultResponse, error) {
-	id := req.GetResultId()
+// resultID is the result id of a request: a bare id or a URL-encoded URI.
+func resultID(raw string) (string, error) {
+	id := raw
 	if u, err := url.PathUnescape(id); err == nil {
 		id = u
 	}
 	if strings.TrimSpace(id) == "" {
-		return nil, status.Error(codes.InvalidArgument, "result_id: required")
+		return "", status.Error(codes.InvalidArgument, "result_id: required")
 	}
-	stream, err := s.Results.GetResult(ctx, &rsv1.GetResultRequest{Tenant: tenant(ctx), Uri: id})
+	return id, nil
+}
+
+// GetResult implements ResultService: the result as JSON, or the part a JSON pointer
+// selects, or a page of a table; at most 8 MiB (larger: a pointer, or Flight).
+func (s *Server) GetResult(ctx context.Context, req *apiv1.GetResultRequest) (*apiv1.GetResultResponse, error) {
+	id, err := resultID(req.GetResultId())
 	if err != nil {
 		return nil, err
 	}
-	out := &apiv1.GetResultResponse{}
-	var data []byte
-	for {
-		m, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		if m.GetRef() != nil {
-			out.Ref = m.GetRef()
-		}
-		data = append(data, m.GetChunk()...)
-		if len(data) > 64<<20 {
-			return nil, status.Error(codes.FailedPrecondition, "result larger than 64 MiB: fetch it over Arrow Flight")
-		}
+	if req.GetOffset() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "offset: must not be negative")
 	}
-	if !json.Valid(data) {
-		return nil, status.Error(codes.FailedPrecondition, "result is not JSON: fetch it over Arrow Flight")
+	if req.GetLimit() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "limit: must not be negative")
 	}
-	out.Value = jsonValue(data)
-	return out, nil
+	r, err := s.Results.ReadResult(ctx, &rsv1.ReadResultRequest{Tenant: tenant(ctx), Uri: id, Pointer: req.GetPointer(), Offset: req.GetOffset(), Limit: req.GetLimit()})
+	if err != nil {
+		return nil, err
+	}
+	return &apiv1.GetResultResponse{Ref: r.GetRef(), Value: jsonValue(r.GetJson()), TotalRows: r.GetTotalRows()}, nil
+}
+
+// GetResultFlightInfo implements ResultService: the resultstore's Flight location and a
+// ticket for the result, signed here for the caller's tenant and valid for TicketTTL.
+func (s *Server) GetResultFlightInfo(ctx context.Context, req *apiv1.GetResultFlightInfoRequest) (*apiv1.GetResultFlightInfoResponse, error) {
+	id, err := resultID(req.GetResultId())
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.Results.DescribeResult(ctx, &rsv1.DescribeResultRequest{Tenant: tenant(ctx), Uri: id})
+	if err != nil {
+		return nil, err
+	}
+	rid := d.GetRef().GetUri()
+	rid = rid[strings.LastIndex(rid, "/")+1:]
+	ticket, exp := s.Tickets.SignTicket(tenant(ctx), rid, s.TicketTTL)
+	return &apiv1.GetResultFlightInfoResponse{Ref: d.GetRef(), Location: s.FlightLocation, Ticket: ticket, ExpireTime: timestamppb.New(exp)}, nil
 }
