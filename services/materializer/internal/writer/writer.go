@@ -60,7 +60,7 @@ type Writer struct {
 	Now func() time.Time
 }
 
-// Commit writes evs in one statement: noetl.append_events (migration 00002) dedupes, locks
+// Commit writes evs in one statement: noetl.append_events (set-based since migration 00008) dedupes, locks
 // and sequences the whole batch server-side, so a commit costs one round trip.
 func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, error) {
 	now := time.Now

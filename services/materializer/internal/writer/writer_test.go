@@ -79,3 +79,46 @@ func TestCommitDedupesSequencesAndRejects(t *testing.T) {
 	require.NoError(t, db.QueryRow(ctx, `SELECT status FROM noetl.execution WHERE execution_id = 'a'`).Scan(&status))
 	require.Equal(t, int16(eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED), status)
 }
+
+// TestCommitTerminalInsideBatchAndTimers checks what one batch decides about an execution
+// that ends inside it: events after the terminal event are refused, a duplicate of the
+// terminal event is a duplicate, and a timer scheduled before the end is retired with it.
+func TestCommitTerminalInsideBatchAndTimers(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	w := &Writer{DB: db}
+
+	timer := func(exec, id, typ, timerID string) *eventv1.Event {
+		e := ev(exec, id, typ)
+		e.PayloadJson = []byte(`{"timer_id":"` + timerID + `","due_at":"2030-01-01T00:00:00Z"}`)
+		return e
+	}
+	res, err := w.Commit(ctx, []*eventv1.Event{
+		ev("c", "c1", domain.EventPlaybookStarted),
+		timer("c", "c2", domain.EventTimerScheduled, "t1"),
+		timer("c", "c3", domain.EventTimerScheduled, "t2"),
+		timer("c", "c4", domain.EventTimerFired, "t2"),
+		ev("c", "c5", domain.EventPlaybookFailed),
+		ev("c", "c6", domain.EventStepEnter), // after the terminal event
+		ev("c", "c5", domain.EventPlaybookFailed),
+		ev("c", "c2", domain.EventTimerScheduled),
+	})
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Committed, Committed, Committed, Committed, Committed, Rejected, Duplicate, Duplicate}, res.Outcomes)
+	require.Len(t, res.Notices, 1)
+	require.Equal(t, int64(5), res.Notices[0].GetSeq())
+	require.True(t, res.Notices[0].GetTerminal())
+	var status int16
+	var ended bool
+	require.NoError(t, db.QueryRow(ctx, `SELECT status, ended_at IS NOT NULL FROM noetl.execution WHERE execution_id = 'c'`).Scan(&status, &ended))
+	require.Equal(t, int16(eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED), status)
+	require.True(t, ended)
+	var pending int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM noetl.timer WHERE execution_id = 'c' AND NOT fired`).Scan(&pending))
+	require.Zero(t, pending)
+	var timers int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM noetl.timer WHERE execution_id = 'c'`).Scan(&timers))
+	require.Equal(t, 2, timers)
+}
