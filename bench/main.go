@@ -31,7 +31,7 @@ import (
 )
 
 func main() {
-	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop")
+	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop | ingest (the materializer alone against a raw COPY; --ingest-*)")
 	n := flag.Int("n", 200, "steps of the chain workload, iterations of the fanout workload")
 	executions := flag.Int("executions", 50, "executions of the concurrent workload")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
@@ -116,6 +116,9 @@ workflow:
 
 func run(workload string, n, executions, steps int, gateway string) error {
 	ctx := context.Background()
+	if workload == "ingest" {
+		return runIngest(ctx) // bench/ingest.go
+	}
 	key := os.Getenv("NOETL_API_KEY") // for a running gateway
 	if gateway == "" {
 		dir, err := os.MkdirTemp("", "noetl-bench-")
