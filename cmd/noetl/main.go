@@ -62,7 +62,7 @@ func newRoot() *cobra.Command {
 		}
 		return dialAddr(gw, key)
 	}
-	root.AddCommand(devCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial), apikeyCmd(dial))
+	root.AddCommand(devCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial), apikeyCmd(dial), resultCmd(dial))
 	return root
 }
 

@@ -118,6 +118,12 @@ func ToJSON(r io.Reader, w io.Writer) (int64, error) {
 		return 0, err
 	}
 	defer rdr.Release()
+	return RecordsToJSON(rdr, w)
+}
+
+// RecordsToJSON is ToJSON over any record reader (an IPC stream, a Flight DoGet stream)
+// whose schema carries the metadata WriteIPC records.
+func RecordsToJSON(rdr array.RecordReader, w io.Writer) (int64, error) {
 	schema := rdr.Schema()
 	shape, ok := schema.Metadata().GetValue(MetaShape)
 	if !ok {
@@ -251,6 +257,11 @@ func WriteCSV(r io.Reader, w io.Writer) (int64, error) {
 		return 0, err
 	}
 	defer rdr.Release()
+	return RecordsToCSV(rdr, w)
+}
+
+// RecordsToCSV is WriteCSV over any record reader.
+func RecordsToCSV(rdr array.RecordReader, w io.Writer) (int64, error) {
 	cw := csv.NewWriter(w, rdr.Schema(), csv.WithHeader(true), csv.WithNullWriter(""))
 	var rows int64
 	for rdr.Next() {
