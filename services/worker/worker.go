@@ -314,7 +314,14 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(100 * time.Millisecond)
 		return
 	}
-	if err := w.publish(ctx, events); err != nil {
+	err := w.publish(ctx, events)
+	if errors.Is(err, natsx.ErrMessageTooLarge) {
+		// Retrying cannot shrink the outcome: fail the command with a message that fits.
+		w.log.Warn("command outcome too large to publish", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()), slog.String("error", err.Error()))
+		events = failTooLarge(events, err)
+		err = w.publish(ctx, events)
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn("publish outcome failed; command will be redelivered", slog.String("execution_id", cmd.GetExecutionId()), slog.String("error", err.Error()))
 		}
@@ -361,6 +368,7 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 	}
 	started := mk(domain.EventCommandStarted)
 	fail := func(info *eventv1.ErrorInfo) []*eventv1.Event {
+		info.Message = clip(info.GetMessage())
 		callErr := mk(domain.EventCallError)
 		callErr.Error = info
 		failed := mk(domain.EventCommandFailed)
@@ -421,6 +429,35 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 	}
 	done.ResultJson = b
 	return []*eventv1.Event{started, done, mk(domain.EventCommandCompleted)}
+}
+
+// maxErrorMessage bounds the message of an error carried by an event.
+const maxErrorMessage = 16 << 10
+
+// clip keeps the head and the tail of a message longer than maxErrorMessage.
+func clip(msg string) string {
+	if len(msg) <= maxErrorMessage {
+		return msg
+	}
+	half := maxErrorMessage / 2
+	return fmt.Sprintf("%s ... [%d bytes elided] ... %s", strings.ToValidUTF8(msg[:half], ""), len(msg)-2*half, strings.ToValidUTF8(msg[len(msg)-half:], ""))
+}
+
+// failTooLarge replaces a command's outcome that could not be published by call.error and
+// command.failed saying so (command.started is kept).
+func failTooLarge(events []*eventv1.Event, cause error) []*eventv1.Event {
+	started := events[0]
+	info := &eventv1.ErrorInfo{Code: "outcome_too_large", Message: clip(fmt.Sprintf("step %s: its outcome cannot be published: %v; results travel by reference, so this is an oversized error message or policy set", started.GetStep(), cause))}
+	mk := func(typ string) *eventv1.Event {
+		e := &eventv1.Event{
+			EventId: domain.EventID(started.GetCommandId(), typ), ExecutionId: started.GetExecutionId(), Tenant: started.GetTenant(), Type: typ,
+			Step: started.GetStep(), CommandId: started.GetCommandId(), Iteration: started.GetIteration(), Attempt: started.GetAttempt(),
+			ParentExecutionId: started.GetParentExecutionId(), CauseEventId: started.GetCauseEventId(), Producer: started.GetProducer(),
+			ProduceTime: started.GetProduceTime(), Error: info,
+		}
+		return e
+	}
+	return []*eventv1.Event{started, mk(domain.EventCallError), mk(domain.EventCommandFailed)}
 }
 
 // retryRequest ends a command asking the orchestrator to run it again after delay.

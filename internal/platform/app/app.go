@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/noetl/noetl/internal/platform/grpcx"
+	"github.com/noetl/noetl/internal/platform/natsx"
 )
 
 // Check is a readiness check of one real dependency.
@@ -69,7 +70,7 @@ func Listen(l net.Listener, addr string) (net.Listener, error) {
 // each call and continues the caller's trace.
 func NewServer(name string, log *slog.Logger, grpcLis, adminLis net.Listener, opts ...grpc.ServerOption) *Server {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), natsx.RefusedTooLarge)
 	metrics := grpcx.NewServerMetrics(reg)
 	opts = append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(metrics.Unary, grpcx.UnaryErrors(log)),

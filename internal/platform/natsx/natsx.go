@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -37,6 +38,13 @@ const MaxMessageBytes = 256 << 10
 
 // ErrMessageTooLarge is returned when a message exceeds MaxMessageBytes.
 var ErrMessageTooLarge = errors.New("message exceeds 256 KiB")
+
+// RefusedTooLarge counts messages PublishAll refused for exceeding MaxMessageBytes. Every
+// service registers it (app.NewServer); one collector may sit in several registries.
+var RefusedTooLarge = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "noetl_publish_refused_too_large_total",
+	Help: "Events and commands refused at publish for exceeding 256 KiB.",
+})
 
 // Partition maps an execution id to its partition in [0, n).
 func Partition(executionID string, n int) int {
@@ -202,6 +210,7 @@ type Message struct {
 func PublishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) error {
 	for _, m := range msgs {
 		if len(m.Data) > MaxMessageBytes {
+			RefusedTooLarge.Inc()
 			return fmt.Errorf("publish %s (%s): %d bytes: %w", m.Subject, m.MsgID, len(m.Data), ErrMessageTooLarge)
 		}
 	}

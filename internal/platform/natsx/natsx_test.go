@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -220,4 +221,12 @@ func TestEnsureStreamsLeavesUnchangedStreamsAlone(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, created, s.CachedInfo().Created)
 	}
+}
+
+func TestOversizedMessagesAreRefusedAndCounted(t *testing.T) {
+	before := testutil.ToFloat64(natsx.RefusedTooLarge)
+	err := natsx.PublishAll(context.Background(), nil, []natsx.Message{{Subject: "noetl.events.0", MsgID: "m", Data: make([]byte, natsx.MaxMessageBytes+1)}})
+	require.ErrorIs(t, err, natsx.ErrMessageTooLarge)
+	require.Contains(t, err.Error(), "noetl.events.0")
+	require.Equal(t, before+1, testutil.ToFloat64(natsx.RefusedTooLarge))
 }
