@@ -200,11 +200,15 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 			return err
 		}
 	}
-	lat, events, err := iterationLatencies(ctx, exe, id, n)
+	lat, phases, events, err := iterationLatencies(ctx, exe, id, n)
 	if err != nil {
 		return err
 	}
 	k := min(1000, len(lat))
+	phaseMedians := map[string][]float64{}
+	for name, xs := range phases {
+		phaseMedians[name] = []float64{round3(median(xs[:k])), round3(median(xs[len(xs)-k:]))}
+	}
 	out := map[string]any{
 		"workload":           "longloop",
 		"iterations":         n,
@@ -223,9 +227,10 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		"median_ms_first_1k": round3(median(lat[:k])),
 		"median_ms_last_1k":  round3(median(lat[len(lat)-k:])),
 		"latency_ratio":      round3(median(lat[len(lat)-k:]) / median(lat[:k])),
+		"phase_median_ms":    phaseMedians,
 		"rss_mb_samples":     samples.get(),
 		"memory_scope":       "rss_mb_* are the peak resident set (VmHWM) of the bench process, which runs the whole mesh in-process (orchestrator, statebuilder, materializer, worker, resultstore, gateway, embedded NATS; not Postgres); heap_mb is the live Go heap after a GC, go_total_mb all memory of the Go runtime, services_heap_mb the live heap allocated under orchestrator or statebuilder code and nats_heap_mb under the embedded NATS server (heap profile, scaled), each at 10k events and at the end",
-		"latency_scope":      "per-iteration latency: commit time of an iteration's command.completed minus the previous iteration's (step.enter for the first), read back from the event log",
+		"latency_scope":      "per-iteration latency: commit time of an iteration's command.completed minus the previous iteration's (step.enter for the first), read back from the event log; phase_median_ms splits it (first 1k, last 1k): decide = previous command.completed to this command.issued (commit, notice, decision, publish, commit), dispatch = command.issued to command.started (command publish, worker claim, commit), run = command.started to command.completed",
 	}
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
@@ -253,41 +258,54 @@ func wait(ctx context.Context, exe apiv1.ExecutionServiceClient, id string) (*ap
 }
 
 // iterationLatencies reads an execution's log and returns, in iteration order, each loop
-// iteration's latency in ms, and the number of events.
-func iterationLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, n int) ([]float64, int, error) {
-	done := make([]time.Time, n)
+// iteration's latency in ms and its phases (decide, dispatch, run), and the number of
+// events.
+func iterationLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, n int) ([]float64, map[string][]float64, int, error) {
+	issued, started, done := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 	var enter time.Time
 	events, token := 0, ""
 	for {
 		page, err := exe.ListExecutionEvents(ctx, &apiv1.ListExecutionEventsRequest{ExecutionId: id, PageSize: 1000, PageToken: token})
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		for _, ev := range page.GetEvents() {
 			events++
-			switch ev.GetType() {
-			case "step.enter":
+			i := ev.GetIteration().GetIndex()
+			if ev.GetType() == "step.enter" {
 				enter = ev.GetCommitTime().AsTime()
+			}
+			if i < 0 || int(i) >= n {
+				continue
+			}
+			switch ev.GetType() {
+			case "command.issued":
+				issued[i] = ev.GetCommitTime().AsTime()
+			case "command.started":
+				started[i] = ev.GetCommitTime().AsTime()
 			case "command.completed":
-				if i := ev.GetIteration().GetIndex(); i >= 0 && int(i) < n {
-					done[i] = ev.GetCommitTime().AsTime()
-				}
+				done[i] = ev.GetCommitTime().AsTime()
 			}
 		}
 		if token = page.GetNextPageToken(); token == "" {
 			break
 		}
 	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	lat := make([]float64, n)
+	phases := map[string][]float64{"decide": make([]float64, n), "dispatch": make([]float64, n), "run": make([]float64, n)}
 	prev := enter
 	for i, t := range done {
-		if t.IsZero() {
-			return nil, 0, fmt.Errorf("iteration %d has no command.completed in the log", i)
+		if t.IsZero() || issued[i].IsZero() || started[i].IsZero() {
+			return nil, nil, 0, fmt.Errorf("iteration %d is missing events in the log", i)
 		}
-		lat[i] = float64(t.Sub(prev).Microseconds()) / 1000
+		lat[i] = ms(t.Sub(prev))
+		phases["decide"][i] = ms(issued[i].Sub(prev))
+		phases["dispatch"][i] = ms(started[i].Sub(issued[i]))
+		phases["run"][i] = ms(t.Sub(started[i]))
 		prev = t
 	}
-	return lat, events, nil
+	return lat, phases, events, nil
 }
 
 func median(xs []float64) float64 {
