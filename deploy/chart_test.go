@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"helm.sh/helm/v3/pkg/chart"
@@ -99,6 +101,23 @@ var cases = []testCase{
 		),
 		pools: []string{"shared", "system"},
 	},
+	{
+		// Results over Arrow Flight for clients outside the cluster: the Flight port on a
+		// load balancer behind TLS, admitted from one address block, the gateway from
+		// another.
+		name:  "flight published",
+		files: []string{"values-production.yaml"},
+		overrides: merged(
+			nested(true, "resultstore", "publicService", "enabled"),
+			nested([]any{"203.0.113.0/24"}, "resultstore", "publicService", "loadBalancerSourceRanges"),
+			nested("grpc+tls://flight.example.com:443", "resultstore", "flightLocation"),
+			nested([]any{map[string]any{"ipBlock": map[string]any{"cidr": "203.0.113.0/24"}}}, "networkPolicy", "flightFrom"),
+			nested([]any{map[string]any{"ipBlock": map[string]any{"cidr": "198.51.100.0/24"}}}, "networkPolicy", "gatewayFrom"),
+			nested("0s", "resultstore", "resultTTL"),
+			nested("90s", "resultstore", "ticketTTL"),
+		),
+		pools: []string{"shared", "system"},
+	},
 }
 
 func TestChart(t *testing.T) {
@@ -122,6 +141,7 @@ func TestChart(t *testing.T) {
 			checkNetworkPolicies(t, r)
 			checkSecrets(t, r)
 			checkMigrationJob(t, r)
+			checkFlight(t, r)
 		})
 	}
 }
@@ -164,6 +184,75 @@ func checkMigrationJob(t *testing.T, r *rendered) {
 	}
 }
 
+// checkFlight: the resultstore serves Arrow Flight on a port of its Service; the gateway
+// hands clients the location the resultstore advertises and signs tickets of the same
+// lifetime; durations are ones the services parse (an unparsable one is silently ignored).
+func checkFlight(t *testing.T, r *rendered) {
+	t.Helper()
+	v := r.values["resultstore"].(map[string]any)
+	flightPort := int32(toInt(t, v["flightPort"]))
+	rs := r.deployment(release + "-resultstore")
+	gw := r.deployment(release + "-gateway")
+	require.NotNil(t, rs)
+	require.NotNil(t, gw)
+	rsEnv, gwEnv := containerEnv(rs), containerEnv(gw)
+
+	loc := rsEnv["NOETL_RESULTSTORE_FLIGHT_LOCATION"]
+	require.NotEmpty(t, loc, "the resultstore advertises a Flight location")
+	require.Equal(t, loc, gwEnv["NOETL_RESULTSTORE_FLIGHT_LOCATION"], "the gateway hands out another location than the resultstore's")
+	u, err := url.Parse(loc)
+	require.NoError(t, err, loc)
+	require.Contains(t, []string{"grpc", "grpc+tcp", "grpc+tls"}, u.Scheme, loc)
+	if v["flightLocation"].(string) == "" {
+		// The default: the resultstore's Service, by a name every namespace resolves.
+		require.Equal(t, "grpc", u.Scheme, loc)
+		require.Equal(t, release+"-resultstore."+namespace+".svc", u.Hostname(), loc)
+		require.Equal(t, strconv.Itoa(int(flightPort)), u.Port(), loc)
+		svc := r.service(release + "-resultstore")
+		require.True(t, slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
+			return p.Port == flightPort && p.TargetPort == intstr.FromString("flight")
+		}), "the resultstore's Service does not carry the Flight port")
+	} else {
+		require.Equal(t, v["flightLocation"], loc)
+	}
+
+	require.Equal(t, v["ticketTTL"], rsEnv["NOETL_FLIGHT_TICKET_TTL"])
+	require.Equal(t, rsEnv["NOETL_FLIGHT_TICKET_TTL"], gwEnv["NOETL_FLIGHT_TICKET_TTL"], "ticket lifetimes differ")
+	for env, key := range map[string]string{"NOETL_RESULT_TTL": "resultTTL", "NOETL_RESULT_SWEEP_EVERY": "sweepEvery", "NOETL_FLIGHT_TICKET_TTL": "ticketTTL"} {
+		require.Equal(t, v[key], rsEnv[env], env)
+		d, err := time.ParseDuration(rsEnv[env])
+		require.NoError(t, err, "%s=%q", env, rsEnv[env])
+		require.GreaterOrEqual(t, d, time.Duration(0), env)
+	}
+	for _, d := range r.deployments {
+		if d.Spec.Template.Labels["app.kubernetes.io/component"] == "worker" {
+			require.Equal(t, fmt.Sprintf("%s-resultstore:%d", release, flightPort), containerEnv(d)["NOETL_RESULTSTORE_FLIGHT_ADDR"], d.Name)
+		}
+	}
+
+	// The published Flight Service, when enabled: the Flight port of the resultstore alone.
+	var published []*corev1.Service
+	for _, svc := range r.services {
+		if svc.Spec.Type != corev1.ServiceTypeClusterIP && svc.Spec.Selector["app.kubernetes.io/component"] == "resultstore" {
+			published = append(published, svc)
+		}
+	}
+	ps := v["publicService"].(map[string]any)
+	if !ps["enabled"].(bool) {
+		require.Empty(t, published, "the Flight port is published although resultstore.publicService is off")
+		return
+	}
+	require.Len(t, published, 1)
+	svc := published[0]
+	require.Equal(t, release+"-resultstore-flight", svc.Name)
+	require.Len(t, svc.Spec.Ports, 1, svc.Name)
+	require.Equal(t, flightPort, svc.Spec.Ports[0].Port, svc.Name)
+	require.True(t, labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(rs.Spec.Template.Labels)), svc.Name)
+	var ranges []string
+	remarshal(t, ps["loadBalancerSourceRanges"], &ranges)
+	require.Equal(t, len(ranges), len(svc.Spec.LoadBalancerSourceRanges), svc.Name)
+}
+
 // TestChartRefusesBadValues: settings that would silently misbehave fail the render, by the
 // values schema or by the templates.
 func TestChartRefusesBadValues(t *testing.T) {
@@ -185,6 +274,10 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"encryption key of the wrong size", nested("c2hvcnQ=", "secrets", "encryptionKey"), "exactly 32 bytes", false},
 		{"internal secret too short", nested("short", "secrets", "internalSecret"), "at least 32 bytes", false},
 		{"no Postgres URL", nested("", "postgres", "urlSecret", "name"), "NOETL_PG_URL", false},
+		{"result TTL in days", nested("7d", "resultstore", "resultTTL"), "resultTTL", false},
+		{"ticket TTL without a unit", nested("300", "resultstore", "ticketTTL"), "ticketTTL", false},
+		{"Flight location not gRPC", nested("https://flight.example.com", "resultstore", "flightLocation"), "flightLocation", false},
+		{"Flight port out of range", nested(70000, "resultstore", "flightPort"), "flightPort", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -503,17 +596,25 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 			if p.Name == "http" {
 				requireListen(t, name, "NOETL_GATEWAY_HTTP", env["NOETL_GATEWAY_HTTP"].Value, p.ContainerPort)
 			}
+			if p.Name == "flight" {
+				require.Equal(t, "resultstore", comp, "%s: a Flight port", name)
+				requireListen(t, name, "NOETL_RESULTSTORE_FLIGHT", env["NOETL_RESULTSTORE_FLIGHT"].Value, p.ContainerPort)
+			}
 		}
 		// Addresses of other services resolve to a rendered Service that reaches that
-		// component's gRPC port.
-		for v, target := range map[string]string{
-			"NOETL_ORCHESTRATOR_ADDR": "orchestrator",
-			"NOETL_STATEBUILDER_ADDR": "statebuilder",
-			"NOETL_RESULTSTORE_ADDR":  "resultstore",
+		// component's gRPC (or Flight) port.
+		for v, target := range map[string][2]string{
+			"NOETL_ORCHESTRATOR_ADDR":       {"orchestrator", "grpc"},
+			"NOETL_STATEBUILDER_ADDR":       {"statebuilder", "grpc"},
+			"NOETL_RESULTSTORE_ADDR":        {"resultstore", "grpc"},
+			"NOETL_RESULTSTORE_FLIGHT_ADDR": {"resultstore", "flight"},
 		} {
 			if e, ok := env[v]; ok {
-				requireAddrReaches(t, r, name+" "+v, e.Value, target)
+				requireAddrReaches(t, r, name+" "+v, e.Value, target[0], target[1])
 			}
+		}
+		if comp == "worker" {
+			require.Contains(t, env, "NOETL_RESULTSTORE_FLIGHT_ADDR", "%s: tables go up over Flight", name)
 		}
 		if e, ok := env["NOETL_PARTITIONS"]; ok {
 			partitions[name] = e.Value
@@ -558,7 +659,7 @@ func requireListen(t *testing.T, deployment, variable, value string, port int32)
 	require.Equal(t, strconv.Itoa(int(port)), p, "%s: %s=%q, container port %d", deployment, variable, value, port)
 }
 
-func requireAddrReaches(t *testing.T, r *rendered, what, addr, component string) {
+func requireAddrReaches(t *testing.T, r *rendered, what, addr, component, portName string) {
 	t.Helper()
 	host, portStr, err := net.SplitHostPort(addr)
 	require.NoError(t, err, "%s: %q", what, addr)
@@ -572,7 +673,7 @@ func requireAddrReaches(t *testing.T, r *rendered, what, addr, component string)
 		"%s: Service %s does not select the %s pods", what, host, component)
 	for _, p := range svc.Spec.Ports {
 		if p.Port == int32(port) {
-			require.Equal(t, intstr.FromString("grpc"), p.TargetPort, "%s: Service port %d", what, port)
+			require.Equal(t, intstr.FromString(portName), p.TargetPort, "%s: Service port %d", what, port)
 			return
 		}
 	}
@@ -602,10 +703,14 @@ func checkServices(t *testing.T, r *rendered) {
 	}
 	for _, svc := range r.services {
 		if svc.Spec.Type != corev1.ServiceTypeClusterIP {
-			// Published outside the cluster: the gateway's public ports only.
-			require.Equal(t, "gateway", svc.Spec.Selector["app.kubernetes.io/component"], svc.Name)
+			// Published outside the cluster: the gateway's public ports and the
+			// resultstore's Flight port only.
+			public := map[string][]string{"gateway": {"grpc", "http"}, "resultstore": {"flight"}}
+			comp := svc.Spec.Selector["app.kubernetes.io/component"]
+			require.Contains(t, public, comp, "%s publishes %s", svc.Name, comp)
 			for _, p := range svc.Spec.Ports {
-				require.Contains(t, []string{"grpc", "http"}, p.Name, "%s publishes %s", svc.Name, p.Name)
+				require.Contains(t, public[comp], p.Name, "%s publishes %s", svc.Name, p.Name)
+				require.Equal(t, intstr.FromString(p.Name), p.TargetPort, svc.Name)
 			}
 		}
 	}
@@ -789,7 +894,7 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 	reachPG := map[string]bool{}
 	for _, d := range r.deployments {
 		comp := d.Spec.Template.Labels["app.kubernetes.io/component"]
-		var public bool
+		public := map[string]bool{}
 		for _, p := range r.netpols {
 			if !selects(p, d) {
 				continue
@@ -800,9 +905,18 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 				}
 			}
 			for _, rule := range p.Spec.Ingress {
-				if comp == "gateway" && len(rule.From) == 0 {
-					public = true
-					continue
+				// The public doors (the gateway's API ports, the resultstore's Flight port)
+				// admit exactly the sources their networkPolicy value lists, anyone when
+				// it is empty; nothing else is open beyond the release.
+				if door, ok := publicDoor(t, r, comp, rule.Ports); ok {
+					var want []networkingv1.NetworkPolicyPeer
+					remarshal(t, np[door], &want)
+					if len(rule.From) == 0 || !slices.ContainsFunc(rule.From, isNoetl) {
+						require.True(t, len(want) == len(rule.From) && (len(want) == 0 || equalJSON(t, want, rule.From)),
+							"%s: ingress on its public ports from %+v, networkPolicy.%s is %+v (policy %s)", d.Name, rule.From, door, want, p.Name)
+						public[door] = true
+						continue
+					}
 				}
 				if len(rule.Ports) == 1 && rule.Ports[0].Port != nil && *rule.Ports[0].Port == intstr.FromInt32(adminPort) {
 					// Metrics scraping: from pods of the cluster only, never an address block.
@@ -818,11 +932,55 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 				}
 			}
 		}
-		if comp == "gateway" && len(np["gatewayFrom"].([]any)) == 0 {
-			require.True(t, public, "the gateway is not reachable from outside")
+		switch comp {
+		case "gateway":
+			require.True(t, public["gatewayFrom"], "the gateway is not reachable by its clients")
+		case "resultstore":
+			require.True(t, public["flightFrom"], "the resultstore's Flight port is not reachable by its clients")
 		}
 	}
 	require.Equal(t, postgresOwners, slices.Sorted(maps.Keys(reachPG)), "components with egress to Postgres")
+
+	// The calls the services make are allowed at both ends, and the gateway, which only
+	// signs Flight tickets, has no route to the Flight port.
+	rsv := r.values["resultstore"].(map[string]any)
+	grpcPort := func(comp string) int32 { return int32(toInt(t, r.values[comp].(map[string]any)["grpcPort"])) }
+	flightPort := int32(toInt(t, rsv["flightPort"]))
+	rs := r.deployment(release + "-resultstore")
+	for _, d := range r.deployments {
+		comp := d.Spec.Template.Labels["app.kubernetes.io/component"]
+		var calls []string
+		switch comp {
+		case "gateway":
+			calls = []string{"orchestrator", "statebuilder", "resultstore"}
+			require.False(t, egressAllowed(t, r, d, rs, flightPort), "%s may reach the Flight port", d.Name)
+		case "orchestrator":
+			calls = []string{"statebuilder", "resultstore"}
+		case "worker":
+			calls = []string{"orchestrator", "resultstore"}
+			require.True(t, egressAllowed(t, r, d, rs, flightPort), "%s: no egress to the Flight port", d.Name)
+			require.True(t, ingressAllowed(t, r, d, rs, flightPort), "%s: the resultstore does not admit it on the Flight port", d.Name)
+		}
+		for _, to := range calls {
+			dst := r.deployment(release + "-" + to)
+			require.True(t, egressAllowed(t, r, d, dst, grpcPort(to)), "%s: no egress to %s", d.Name, to)
+			require.True(t, ingressAllowed(t, r, d, dst, grpcPort(to)), "%s: %s does not admit it", d.Name, to)
+		}
+	}
+	// The resultstore's gRPC port never admits the Flight clients' sources.
+	for _, p := range r.netpols {
+		if !selects(p, rs) {
+			continue
+		}
+		for _, rule := range p.Spec.Ingress {
+			if portsInclude(rule.Ports, grpcPort("resultstore")) {
+				require.NotEmpty(t, rule.From, "the resultstore's gRPC port is open to everyone (policy %s)", p.Name)
+				for _, peer := range rule.From {
+					require.True(t, isNoetl(peer), "the resultstore's gRPC port admits %+v (policy %s)", peer, p.Name)
+				}
+			}
+		}
+	}
 
 	// The optional policy on the Postgres pods admits exactly the four owners on its port.
 	if pg["ingressPolicy"].(map[string]any)["enabled"].(bool) {
@@ -856,6 +1014,103 @@ func checkNetworkPolicies(t *testing.T, r *rendered) {
 		}
 		require.True(t, found, "no NetworkPolicy on the Postgres pods")
 	}
+}
+
+// publicDoor: whether ports are all public ports of comp, and the networkPolicy value that
+// lists who may reach them.
+func publicDoor(t *testing.T, r *rendered, comp string, ports []networkingv1.NetworkPolicyPort) (string, bool) {
+	t.Helper()
+	var door string
+	var open []int32
+	switch comp {
+	case "gateway":
+		gw := r.values["gateway"].(map[string]any)
+		door, open = "gatewayFrom", []int32{int32(toInt(t, gw["grpcPort"])), int32(toInt(t, gw["httpPort"]))}
+	case "resultstore":
+		door, open = "flightFrom", []int32{int32(toInt(t, r.values["resultstore"].(map[string]any)["flightPort"]))}
+	default:
+		return "", false
+	}
+	if len(ports) == 0 {
+		return "", false
+	}
+	for _, p := range ports {
+		if p.Port == nil || p.Port.Type != intstr.Int || p.EndPort != nil || !slices.Contains(open, p.Port.IntVal) {
+			return "", false
+		}
+	}
+	return door, true
+}
+
+// egressAllowed: whether the policies selecting from's pods let them open port on to's pods.
+func egressAllowed(t *testing.T, r *rendered, from, to *appsv1.Deployment, port int32) bool {
+	t.Helper()
+	return allowed(t, r, from, to, port, func(p *networkingv1.NetworkPolicy) (bool, [][]networkingv1.NetworkPolicyPeer, [][]networkingv1.NetworkPolicyPort) {
+		var peers [][]networkingv1.NetworkPolicyPeer
+		var ports [][]networkingv1.NetworkPolicyPort
+		for _, rule := range p.Spec.Egress {
+			peers, ports = append(peers, rule.To), append(ports, rule.Ports)
+		}
+		return slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeEgress), peers, ports
+	})
+}
+
+// ingressAllowed: whether the policies selecting to's pods admit from's pods on port.
+func ingressAllowed(t *testing.T, r *rendered, from, to *appsv1.Deployment, port int32) bool {
+	t.Helper()
+	return allowed(t, r, to, from, port, func(p *networkingv1.NetworkPolicy) (bool, [][]networkingv1.NetworkPolicyPeer, [][]networkingv1.NetworkPolicyPort) {
+		var peers [][]networkingv1.NetworkPolicyPeer
+		var ports [][]networkingv1.NetworkPolicyPort
+		for _, rule := range p.Spec.Ingress {
+			peers, ports = append(peers, rule.From), append(ports, rule.Ports)
+		}
+		return slices.Contains(p.Spec.PolicyTypes, networkingv1.PolicyTypeIngress), peers, ports
+	})
+}
+
+// allowed: whether a rule of a policy selecting self's pods (in the direction rules picks)
+// names port and a peer that matches other's pods, in the release's namespace.
+func allowed(t *testing.T, r *rendered, self, other *appsv1.Deployment, port int32, rules func(*networkingv1.NetworkPolicy) (bool, [][]networkingv1.NetworkPolicyPeer, [][]networkingv1.NetworkPolicyPort)) bool {
+	t.Helper()
+	require.NotNil(t, self)
+	require.NotNil(t, other)
+	for _, p := range r.netpols {
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+		require.NoError(t, err)
+		if !sel.Matches(labels.Set(self.Spec.Template.Labels)) {
+			continue
+		}
+		ok, peers, ports := rules(p)
+		if !ok {
+			continue
+		}
+		for i := range peers {
+			if !portsInclude(ports[i], port) {
+				continue
+			}
+			if len(peers[i]) == 0 {
+				return true
+			}
+			for _, peer := range peers[i] {
+				if peer.IPBlock != nil || peer.PodSelector == nil {
+					continue // addresses, or whole namespaces: not how the chart names its own pods
+				}
+				if peer.NamespaceSelector != nil {
+					ns, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+					require.NoError(t, err)
+					if !ns.Matches(labels.Set{"kubernetes.io/metadata.name": namespace}) {
+						continue
+					}
+				}
+				s, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+				require.NoError(t, err)
+				if s.Matches(labels.Set(other.Spec.Template.Labels)) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // egressMayReach: whether an egress rule may let a pod reach Postgres.

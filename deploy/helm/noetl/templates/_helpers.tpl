@@ -79,6 +79,21 @@ podSelector:
 {{- printf "%s:%d" (include "noetl.objname" (dict "root" .root "name" .component)) (int .port) -}}
 {{- end -}}
 
+{{/*
+The resultstore's Arrow Flight location, handed to clients with their tickets by the gateway
+and by the resultstore itself (NOETL_RESULTSTORE_FLIGHT_LOCATION): resultstore.flightLocation
+(rendered with tpl), else its Service's name in the namespace, which every pod of the cluster
+resolves.
+*/}}
+{{- define "noetl.flightLocation" -}}
+{{- $v := .Values.resultstore -}}
+{{- if $v.flightLocation -}}
+{{- tpl $v.flightLocation . -}}
+{{- else -}}
+{{- printf "grpc://%s.%s.svc:%d" (include "noetl.objname" (dict "root" . "name" "resultstore")) .Release.Namespace (int $v.flightPort) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "noetl.secretName" -}}
 {{- default (include "noetl.fullname" .) .Values.secrets.existingSecret -}}
 {{- end -}}
