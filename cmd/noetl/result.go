@@ -28,7 +28,7 @@ const maxFlightMessage = 64 << 20
 
 func resultCmd(dial func() (*client, error)) *cobra.Command {
 	cmd := &cobra.Command{Use: "result", Short: "Read results held by reference"}
-	var format, out, pointer string
+	var format, out, pointer, location string
 	get := &cobra.Command{
 		Use:   "get REF",
 		Short: "Write a stored result (URI or id) as JSON, CSV or Arrow IPC, streamed over Arrow Flight",
@@ -63,7 +63,7 @@ func resultCmd(dial func() (*client, error)) *cobra.Command {
 				}
 				return closeOut()
 			}
-			if err := getResult(cmd.Context(), c, args[0], format, w); err != nil {
+			if err := getResult(cmd.Context(), c, args[0], format, location, w); err != nil {
 				return err
 			}
 			return closeOut()
@@ -72,6 +72,7 @@ func resultCmd(dial func() (*client, error)) *cobra.Command {
 	get.Flags().StringVar(&format, "format", "json", "json | csv | arrow")
 	get.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
 	get.Flags().StringVar(&pointer, "pointer", "", "JSON pointer selecting a part of the result, for example /rows/0")
+	get.Flags().StringVar(&location, "flight-location", os.Getenv("NOETL_FLIGHT_LOCATION"), "reach the resultstore's Flight server here instead of the location the gateway returns, e.g. grpc://127.0.0.1:50066 through a port-forward ($NOETL_FLIGHT_LOCATION)")
 	info := &cobra.Command{
 		Use:   "flight-info REF",
 		Short: "Show a stored result's reference, its Arrow Flight location and a short-lived ticket",
@@ -134,8 +135,8 @@ func flightClient(location string) (flight.Client, error) {
 	return flight.NewClientWithMiddleware(u.Host, nil, nil, creds, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxFlightMessage)))
 }
 
-// getResult streams result ref to w in format.
-func getResult(ctx context.Context, c *client, ref, format string, w io.Writer) error {
+// getResult streams result ref to w in format, from location when set.
+func getResult(ctx context.Context, c *client, ref, format, location string, w io.Writer) error {
 	switch format {
 	case "json", "csv", "arrow":
 	default:
@@ -149,7 +150,10 @@ func getResult(ctx context.Context, c *client, ref, format string, w io.Writer) 
 	if !isTable && format != "json" {
 		return fmt.Errorf("result %s is %s, not a table: use --format json", info.GetRef().GetUri(), info.GetRef().GetContentType())
 	}
-	fc, err := flightClient(info.GetLocation())
+	if location == "" {
+		location = info.GetLocation()
+	}
+	fc, err := flightClient(location)
 	if err != nil {
 		return err
 	}

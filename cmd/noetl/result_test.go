@@ -106,6 +106,13 @@ func TestResultCommands(t *testing.T) {
 	rdr.Release()
 	require.EqualValues(t, 3000, n)
 
+	// The location can be overridden (a port-forward), and a bad one is a clear error.
+	out, err = noetl("get", table, "--flight-location", "grpc://"+m.FlightAddr, "--format", "csv")
+	require.NoError(t, err)
+	require.Equal(t, "id,name", strings.SplitN(out, "\n", 2)[0])
+	_, err = noetl("get", table, "--flight-location", "http://"+m.FlightAddr)
+	require.ErrorContains(t, err, `scheme "http" is not supported`)
+
 	// A JSON result: the bytes as stored, a part by pointer, and no CSV.
 	out, err = noetl("get", doc)
 	require.NoError(t, err)
