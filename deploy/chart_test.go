@@ -266,7 +266,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"pool name not a subject token", nested(map[string]any{}, "workers", "pools", "gpu.large"), "'gpu.large' does not match pattern", false},
 		{"unknown pool setting", nested(8, "workers", "pools", "shared", "concurency"), "'concurency' not allowed", false},
 		{"misspelt component", nested(2, "gatway", "replicas"), "'gatway' not allowed", false},
-		{"misspelt setting", nested(4, "materializer", "keda", "maxReplicas"), "'maxReplicas' not allowed", false},
+		{"misspelt setting", nested(4, "materializer", "replica"), "'replica' not allowed", false},
 		{"container without limits", nested(nil, "resultstore", "resources", "limits"), "limits", false},
 		{"pool name, schema skipped", nested(map[string]any{}, "workers", "pools", "gpu.large"), "a pool name is", true},
 		{"pool setting, schema skipped", nested(8, "workers", "pools", "shared", "concurency"), "unknown setting", true},
@@ -785,10 +785,6 @@ func checkScaling(t *testing.T, r *rendered, tc testCase) {
 			pool := env["NOETL_WORKER_POOL"]
 			require.Equal(t, "NOETL_COMMANDS", tr.Metadata["stream"], so.Metadata.Name)
 			require.Equal(t, "worker-"+pool, tr.Metadata["consumer"], "%s scales pool %s on another consumer", so.Metadata.Name, pool)
-		case "materializer":
-			require.Equal(t, "NOETL_EVENTS", tr.Metadata["stream"], so.Metadata.Name)
-			require.Equal(t, env["NOETL_MATERIALIZER_CONSUMER"], tr.Metadata["consumer"], so.Metadata.Name)
-			require.Equal(t, "materializer", tr.Metadata["consumer"], so.Metadata.Name)
 		default:
 			t.Fatalf("%s scales %s with KEDA", so.Metadata.Name, comp)
 		}
@@ -800,6 +796,10 @@ func checkScaling(t *testing.T, r *rendered, tc testCase) {
 			if r.values[comp].(map[string]any)["autoscaling"].(map[string]any)["enabled"].(bool) {
 				require.Equal(t, "hpa", scaled[d.Name], "%s: no HPA", d.Name)
 			}
+		case comp == "materializer":
+			// Replicas share partitions through leases; there is no one consumer whose lag
+			// KEDA could read.
+			require.Empty(t, scaled[d.Name], "%s: the materializer is not autoscaled", d.Name)
 		case kedaOn:
 			require.Equal(t, "keda", scaled[d.Name], "%s: no ScaledObject of its own", d.Name)
 		}
@@ -811,7 +811,7 @@ func checkScaling(t *testing.T, r *rendered, tc testCase) {
 		}
 	}
 	if kedaOn {
-		require.Len(t, r.scaledObjects, 1+len(tc.pools), "a ScaledObject per pool and one for the materializer")
+		require.Len(t, r.scaledObjects, len(tc.pools), "a ScaledObject per pool")
 	}
 }
 
