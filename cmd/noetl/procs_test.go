@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+// services are the service binaries a process mesh runs, in start order.
+var services = []string{"statebuilder", "resultstore", "materializer", "orchestrator", "worker", "gateway"}
+
+// procMesh is the six services, each built (without -race) and running as its own OS
+// process against a test Postgres database and an embedded NATS server.
+type procMesh struct {
+	// root is the repository root.
+	root string
+	// pgURL is the services' Postgres database.
+	pgURL string
+	// adminKey is the bootstrap admin API key of tenant "default".
+	adminKey string
+	// httpAddr and grpcAddr are the gateway's public addresses; flightAddr the
+	// resultstore's Flight address.
+	httpAddr, grpcAddr, flightAddr string
+	// pids are the process ids by service name.
+	pids map[string]int
+}
+
+// startProcesses builds the service binaries and starts each as its own process; it
+// returns once every service reports ready and the gateway serves the catalog. The
+// processes are stopped, and their logs shown on failure, when the test ends.
+func startProcesses(t *testing.T) *procMesh {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	bin := t.TempDir()
+	for _, s := range services {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, s), "./services/"+s+"/cmd/"+s)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "build %s: %s", s, out)
+	}
+	pg := testkit.StartPostgres(t)
+	natsURL := testkit.StartNATS(t)
+	port := func() string { return fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)) }
+	sb, rs, or, gwHTTP, gwGRPC, fl := port(), port(), port(), port(), port(), port()
+	adminKey, _, _, err := auth.NewAPIKey()
+	require.NoError(t, err)
+	env := []string{
+		"NOETL_INTERNAL_SECRET=process-test-internal-secret-0123456789", "NOETL_BOOTSTRAP_API_KEY=" + adminKey,
+		"NOETL_PG_URL=" + pg, "NOETL_NATS_URL=" + natsURL,
+		"NOETL_STATEBUILDER_GRPC=" + sb, "NOETL_STATEBUILDER_ADDR=" + sb,
+		"NOETL_RESULTSTORE_GRPC=" + rs, "NOETL_RESULTSTORE_ADDR=" + rs,
+		"NOETL_ORCHESTRATOR_GRPC=" + or, "NOETL_ORCHESTRATOR_ADDR=" + or,
+		"NOETL_GATEWAY_HTTP=" + gwHTTP, "NOETL_GATEWAY_GRPC=" + gwGRPC,
+		"NOETL_RESULTSTORE_FLIGHT=" + fl, "NOETL_RESULTSTORE_FLIGHT_ADDR=" + fl, "NOETL_RESULTSTORE_FLIGHT_LOCATION=grpc://" + fl,
+	}
+	p := &procMesh{root: root, pgURL: pg, adminKey: adminKey, httpAddr: gwHTTP, grpcAddr: gwGRPC, flightAddr: fl, pids: map[string]int{}}
+	// The schema first (as a migration Job would), then each service once the ones before
+	// it are ready, so that no client starts in a dial backoff towards a peer still
+	// starting.
+	migrate := exec.Command(filepath.Join(bin, "orchestrator"), "--migrate-only")
+	migrate.Env = append(os.Environ(), env...)
+	out, err := migrate.CombinedOutput()
+	require.NoError(t, err, "migrate: %s", out)
+	for _, s := range services {
+		admin := port()
+		cmd := exec.Command(filepath.Join(bin, s), "--admin", admin)
+		cmd.Env = append(os.Environ(), env...)
+		logs := &syncBuffer{}
+		cmd.Stderr = logs
+		require.NoError(t, cmd.Start())
+		p.pids[s] = cmd.Process.Pid
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(15 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			if t.Failed() {
+				t.Logf("%s logs:\n%s", s, logs.String())
+			}
+		})
+		testkit.WaitFor(t, 60*time.Second, func() error {
+			resp, err := http.Get("http://" + admin + "/readyz")
+			if err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s not ready: %d", s, resp.StatusCode)
+			}
+			return nil
+		})
+	}
+	testkit.WaitFor(t, 60*time.Second, func() error {
+		// Listing the catalog needs the gateway and the orchestrator (after its migrations).
+		resp, err := p.do(http.MethodGet, "/v1/playbooks", nil)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("gateway not ready: %d", resp.StatusCode)
+		}
+		return nil
+	})
+	return p
+}
+
+// do sends a REST request to the gateway as the admin.
+func (p *procMesh) do(method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequest(method, "http://"+p.httpAddr+path, body)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+p.adminKey)
+	return http.DefaultClient.Do(req)
+}
+
+// rssBytes is the resident set of a process (VmRSS in /proc/<pid>/status).
+func rssBytes(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// syncBuffer is a bytes.Buffer safe for a process writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
