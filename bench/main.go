@@ -31,7 +31,7 @@ import (
 )
 
 func main() {
-	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop | ingest (the materializer alone against a raw COPY; --ingest-*)")
+	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop | ingest (the materializer alone against a raw COPY; --ingest-*) | payload (--size-mb) | flight (--rows)")
 	n := flag.Int("n", 200, "steps of the chain workload, iterations of the fanout workload")
 	executions := flag.Int("executions", 50, "executions of the concurrent workload")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
@@ -118,6 +118,12 @@ func run(workload string, n, executions, steps int, gateway string) error {
 	ctx := context.Background()
 	if workload == "ingest" {
 		return runIngest(ctx) // bench/ingest.go
+	}
+	switch workload {
+	case "payload":
+		return runPayload(ctx) // bench/payload.go
+	case "flight":
+		return runFlight(ctx) // bench/flight.go
 	}
 	key := os.Getenv("NOETL_API_KEY") // for a running gateway
 	if gateway == "" {
