@@ -21,7 +21,7 @@ import (
 )
 
 // memprofile is the heap profile path of the longloop workload, written at its end.
-var memprofile = flag.String("memprofile", "", "longloop: write a heap profile at the end of the run to this file")
+var memprofile = flag.String("memprofile", "", "longloop with --procs=false: write a heap profile of the in-process mesh at the end of the run to this file")
 
 // longloopAt10k is the log length at which the longloop workload takes its first memory
 // reading.
@@ -44,9 +44,10 @@ workflow:
 `, name, name, n)
 }
 
-// memReading is the memory of this process at one point of a run. The mesh runs in-process
-// (orchestrator, statebuilder, materializer, worker, resultstore, gateway and embedded NATS
-// share it; Postgres does not), so the resident set is the whole mesh's.
+// memReading is the memory of the mesh at one point of a run. When the mesh runs
+// in-process (orchestrator, statebuilder, materializer, worker, resultstore, gateway and
+// embedded NATS share the bench process; Postgres does not), the resident set is the
+// whole mesh's; when each service runs as its own process, procs holds each one's.
 type memReading struct {
 	seq       int64
 	rssMB     float64 // VmRSS
@@ -56,6 +57,9 @@ type memReading struct {
 	// servicesMB is the live heap allocated under orchestrator or statebuilder code, natsMB
 	// under the embedded NATS server's (from the heap profile, scaled for sampling).
 	servicesMB, natsMB float64
+	// procs is, when each service runs as its own process, each one's memory by name
+	// ("bench" for the bench process, which runs the embedded NATS server).
+	procs map[string]procMem
 }
 
 // longloopProfileRate is the heap profile sampling rate of the longloop workload, fine
@@ -113,14 +117,45 @@ func heapByOwner() (services, nats float64) {
 	return services / (1 << 20), nats / (1 << 20)
 }
 
+// longloopMeter takes the memory readings of the longloop workload.
+type longloopMeter interface {
+	// sampleMB is the resident set (MB) sampled every second while the loop runs.
+	sampleMB() float64
+	// read takes a reading when the execution's log is seq events long.
+	read(seq int64) memReading
+	// report adds the memory fields of the readings at 10,000 events and at the end.
+	report(out map[string]any, first, end memReading)
+}
+
+// inprocMeter reads the memory of the bench process, which runs the whole mesh.
+type inprocMeter struct{}
+
+func (inprocMeter) sampleMB() float64         { return currentRSSMB() }
+func (inprocMeter) read(seq int64) memReading { return readMem(seq) }
+
+func (inprocMeter) report(out map[string]any, first, end memReading) {
+	out["rss_mb_at_10k"] = round1(first.peakRSSMB)
+	out["rss_mb_end"] = round1(end.peakRSSMB)
+	out["rss_ratio"] = round3(end.peakRSSMB / first.peakRSSMB)
+	out["current_rss_mb"] = []float64{round1(first.rssMB), round1(end.rssMB)}
+	out["heap_mb"] = []float64{round1(first.heapMB), round1(end.heapMB)}
+	out["go_total_mb"] = []float64{round1(first.goTotalMB), round1(end.goTotalMB)}
+	out["services_heap_mb"] = []float64{round1(first.servicesMB), round1(end.servicesMB)}
+	out["nats_heap_mb"] = []float64{round1(first.natsMB), round1(end.natsMB)}
+	out["memory_scope"] = "rss_mb_* are the peak resident set (VmHWM) of the bench process, which runs the whole mesh in-process (orchestrator, statebuilder, materializer, worker, resultstore, gateway, embedded NATS; not Postgres); heap_mb is the live Go heap after a GC, go_total_mb all memory of the Go runtime, services_heap_mb the live heap allocated under orchestrator or statebuilder code and nats_heap_mb under the embedded NATS server (heap profile, scaled), each at 10k events and at the end"
+}
+
 // runLongloop runs the longloop workload: after a small warm-up execution, one execution
-// of a sequential loop of n noop iterations. It reads memory when the log reaches 10,000
-// events and at the end, then reads the log back and measures each iteration's latency as
-// the commit-time distance between its command.completed and the previous iteration's
-// (the first one's: from step.enter), which covers the decision, the materializer's
-// commits and the worker.
-func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.ExecutionServiceClient, n int) error {
-	runtime.MemProfileRate = longloopProfileRate
+// of a sequential loop of n noop iterations. It reads memory (through m) when the log
+// reaches 10,000 events and at the end, then reads the log back and measures each
+// iteration's latency as the commit-time distance between its command.completed and the
+// previous iteration's (the first one's: from step.enter), which covers the decision, the
+// materializer's commits and the worker.
+func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.ExecutionServiceClient, n int, m longloopMeter) error {
+	_, inproc := m.(inprocMeter)
+	if inproc {
+		runtime.MemProfileRate = longloopProfileRate
+	}
 	warm, err := cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: longloop("longloop_warmup", 100)})
 	if err != nil {
 		return err
@@ -145,8 +180,24 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 	}
 	sctx, stopSamples := context.WithCancel(ctx)
 	defer stopSamples()
-	go samples.run(sctx)
+	rss := &rssSamples{}
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				v := m.sampleMB()
+				rss.mu.Lock()
+				rss.mbs = append(rss.mbs, round1(v))
+				rss.mu.Unlock()
+			}
+		}
+	}()
 
+	loadStart := loadavg()
 	start := time.Now()
 	resp, err := exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: reg.GetPlaybook().GetPath()})
 	if err != nil {
@@ -171,7 +222,7 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 				continue
 			}
 			if seq := g.GetExecution().GetLastSeq(); seq >= longloopAt10k {
-				at10k <- readMem(seq)
+				at10k <- m.read(seq)
 				return
 			}
 		}
@@ -181,7 +232,8 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		return err
 	}
 	wall := time.Since(start)
-	end := readMem(final.GetLastSeq())
+	end := m.read(final.GetLastSeq())
+	loadEnd := loadavg()
 	stopWatch()
 	var first memReading
 	select {
@@ -189,7 +241,7 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 	default:
 		first = end // the log never reached 10,000 events
 	}
-	if *memprofile != "" {
+	if *memprofile != "" && inproc {
 		f, err := os.Create(*memprofile)
 		if err != nil {
 			return err
@@ -215,24 +267,28 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		"events":             events,
 		"wall_ms":            float64(wall.Microseconds()) / 1000,
 		"events_per_s":       float64(events) / wall.Seconds(),
-		"rss_mb_at_10k":      round1(first.peakRSSMB),
-		"rss_mb_end":         round1(end.peakRSSMB),
-		"rss_ratio":          round3(end.peakRSSMB / first.peakRSSMB),
-		"current_rss_mb":     []float64{round1(first.rssMB), round1(end.rssMB)},
-		"heap_mb":            []float64{round1(first.heapMB), round1(end.heapMB)},
-		"go_total_mb":        []float64{round1(first.goTotalMB), round1(end.goTotalMB)},
-		"services_heap_mb":   []float64{round1(first.servicesMB), round1(end.servicesMB)},
-		"nats_heap_mb":       []float64{round1(first.natsMB), round1(end.natsMB)},
 		"at_seq":             []int64{first.seq, end.seq},
 		"median_ms_first_1k": round3(median(lat[:k])),
 		"median_ms_last_1k":  round3(median(lat[len(lat)-k:])),
 		"latency_ratio":      round3(median(lat[len(lat)-k:]) / median(lat[:k])),
 		"phase_median_ms":    phaseMedians,
-		"rss_mb_samples":     samples.get(),
-		"memory_scope":       "rss_mb_* are the peak resident set (VmHWM) of the bench process, which runs the whole mesh in-process (orchestrator, statebuilder, materializer, worker, resultstore, gateway, embedded NATS; not Postgres); heap_mb is the live Go heap after a GC, go_total_mb all memory of the Go runtime, services_heap_mb the live heap allocated under orchestrator or statebuilder code and nats_heap_mb under the embedded NATS server (heap profile, scaled), each at 10k events and at the end",
+		"rss_mb_samples":     rss.get(),
+		"loadavg":            []string{loadStart, loadEnd},
 		"latency_scope":      "per-iteration latency: commit time of an iteration's command.completed minus the previous iteration's (step.enter for the first), read back from the event log; phase_median_ms splits it (first 1k, last 1k): decide = previous command.completed to this command.issued (commit, notice, decision, publish, commit), dispatch = command.issued to command.started (command publish, worker claim, commit), run = command.started to command.completed",
 	}
+	m.report(out, first, end)
 	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+// loadavg is the machine's 1, 5 and 15 minute load averages (/proc/loadavg), since other
+// work on the machine moves the latencies.
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // wait waits for an execution to end and requires it to complete.

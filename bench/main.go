@@ -36,9 +36,17 @@ func main() {
 	executions := flag.Int("executions", 50, "executions of the concurrent workload")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
 	gateway := flag.String("gateway", "", "use a running gateway (gRPC address, API key in $NOETL_API_KEY) instead of an in-process mesh")
+	procs := flag.Bool("procs", true, "longloop: run each service as its own OS process (built from ./services) against a private Postgres and an embedded NATS server, and measure the orchestrator's and statebuilder's RSS; --procs=false runs the mesh in-process")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured phase (in-process mesh included) to this file")
 	flag.Parse()
 	profile = *cpuprofile
+	if *workload == "longloop" && *procs && *gateway == "" {
+		if err := runLongloopProcs(context.Background(), *n); err != nil { // bench/procs.go
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*workload, *n, *executions, *steps, *gateway); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
@@ -163,7 +171,7 @@ func run(workload string, n, executions, steps int, gateway string) error {
 	case "fanout":
 		content = fanout(name, n)
 	case "longloop":
-		return runLongloop(ctx, cat, exe, n) // bench/longloop.go
+		return runLongloop(ctx, cat, exe, n, inprocMeter{}) // bench/longloop.go
 	default:
 		return fmt.Errorf("unknown workload %q (chain, concurrent, fanout)", workload)
 	}

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/internal/platform/grpcx"
+	"github.com/noetl/noetl/internal/platform/natsembed"
+	"github.com/noetl/noetl/internal/platform/pgembed"
+)
+
+// procServices are the service binaries a process mesh runs, in start order.
+var procServices = []string{"statebuilder", "resultstore", "materializer", "orchestrator", "worker", "gateway"}
+
+// procStopTimeout bounds the wait for a service process to exit after SIGTERM before it
+// is killed.
+const procStopTimeout = 15 * time.Second
+
+// procMesh is the six services, each built from ./services and running as its own OS
+// process against a private Postgres and an embedded NATS server that runs in the bench
+// process, so that each service's memory can be read from /proc/<pid>/status.
+type procMesh struct {
+	// GRPCAddr is the gateway's gRPC address; AdminKey the bootstrap admin API key.
+	GRPCAddr, AdminKey string
+
+	dir   string
+	pg    *pgembed.Cluster
+	nats  *natsembed.Server
+	procs []*serviceProc
+}
+
+// serviceProc is one running service process.
+type serviceProc struct {
+	name  string
+	cmd   *exec.Cmd
+	admin string // admin HTTP address (/readyz, /metrics)
+	logf  *os.File
+	done  chan struct{} // closed once the process has been reaped
+}
+
+// startProcMesh builds the service binaries into a temporary directory and starts each as
+// its own process, the next once the one before reports ready; it returns once the gateway
+// serves the catalog. Stop stops everything it started.
+func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "noetl-bench-procs-")
+	if err != nil {
+		return nil, err
+	}
+	p = &procMesh{dir: dir}
+	defer func() {
+		if err != nil {
+			p.Stop()
+		}
+	}()
+	// The private Postgres runs as the postgres user when we are root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "bin")
+	for _, s := range procServices {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, s), "./services/"+s+"/cmd/"+s)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build %s: %w: %s", s, err, out)
+		}
+	}
+	pgURL := os.Getenv("NOETL_PG_URL")
+	if pgURL == "" {
+		if p.pg, err = pgembed.Start(ctx, pgembed.Options{Dir: filepath.Join(dir, "postgres"), Fast: true, Logger: log}); err != nil {
+			return nil, err
+		}
+		pgURL = p.pg.URL()
+	}
+	if p.nats, err = natsembed.Start(natsembed.Options{StoreDir: filepath.Join(dir, "nats"), Logger: log}); err != nil {
+		return nil, err
+	}
+	var ports [6]string
+	for i := range ports {
+		if ports[i], err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	sb, rs, or, gwHTTP, gwGRPC, fl := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	if p.AdminKey, _, _, err = auth.NewAPIKey(); err != nil {
+		return nil, err
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	p.GRPCAddr = gwGRPC
+	env := append(os.Environ(),
+		"NOETL_INTERNAL_SECRET="+hex.EncodeToString(secret), "NOETL_BOOTSTRAP_API_KEY="+p.AdminKey,
+		"NOETL_PG_URL="+pgURL, "NOETL_NATS_URL="+p.nats.ClientURL(),
+		"NOETL_STATEBUILDER_GRPC="+sb, "NOETL_STATEBUILDER_ADDR="+sb,
+		"NOETL_RESULTSTORE_GRPC="+rs, "NOETL_RESULTSTORE_ADDR="+rs,
+		"NOETL_ORCHESTRATOR_GRPC="+or, "NOETL_ORCHESTRATOR_ADDR="+or,
+		"NOETL_GATEWAY_HTTP="+gwHTTP, "NOETL_GATEWAY_GRPC="+gwGRPC,
+		"NOETL_RESULTSTORE_FLIGHT="+fl, "NOETL_RESULTSTORE_FLIGHT_ADDR="+fl, "NOETL_RESULTSTORE_FLIGHT_LOCATION=grpc://"+fl,
+	)
+	// The schema first (as a migration Job would), then each service once the ones before
+	// it are ready, so that no client starts in a dial backoff towards a peer still starting.
+	migrate := exec.CommandContext(ctx, filepath.Join(bin, "orchestrator"), "--migrate-only")
+	migrate.Env = env
+	if out, err := migrate.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("migrate: %w: %s", err, out)
+	}
+	for _, s := range procServices {
+		admin, err := freeAddr()
+		if err != nil {
+			return nil, err
+		}
+		logf, err := os.Create(filepath.Join(dir, s+".log"))
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(filepath.Join(bin, s), "--admin", admin)
+		cmd.Env = env
+		cmd.Stdout, cmd.Stderr = logf, logf
+		// The service dies with the bench process should the bench be killed.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			_ = logf.Close()
+			return nil, fmt.Errorf("start %s: %w", s, err)
+		}
+		sp := &serviceProc{name: s, cmd: cmd, admin: admin, logf: logf, done: make(chan struct{})}
+		go func() { _ = cmd.Wait(); close(sp.done) }()
+		p.procs = append(p.procs, sp)
+		if err := waitUntil(ctx, 60*time.Second, func() error {
+			select {
+			case <-sp.done:
+				return errExited
+			default:
+			}
+			resp, err := http.Get("http://" + admin + "/readyz")
+			if err != nil {
+				return err
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("readyz: %d", resp.StatusCode)
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("%s not ready: %w; log:\n%s", s, err, p.logTail(s))
+		}
+	}
+	// Listing the catalog needs the gateway and the orchestrator.
+	if err := waitUntil(ctx, 60*time.Second, func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+gwHTTP+"/v1/playbooks", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+p.AdminKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("gateway: %d", resp.StatusCode)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// errExited is a service process that exited while it was awaited.
+var errExited = errors.New("process exited")
+
+// Stop stops every service process (SIGTERM, then SIGKILL after procStopTimeout) in
+// reverse start order, then NATS and Postgres, and removes the temporary directory.
+func (p *procMesh) Stop() {
+	for i := len(p.procs) - 1; i >= 0; i-- {
+		sp := p.procs[i]
+		_ = sp.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-sp.done:
+		case <-time.After(procStopTimeout):
+			_ = sp.cmd.Process.Kill()
+			<-sp.done
+		}
+		_ = sp.logf.Close()
+	}
+	p.procs = nil
+	if p.nats != nil {
+		p.nats.Shutdown()
+	}
+	if p.pg != nil {
+		_ = p.pg.Stop()
+	}
+	_ = os.RemoveAll(p.dir)
+}
+
+// proc is the running service named name, nil if none.
+func (p *procMesh) proc(name string) *serviceProc {
+	for _, sp := range p.procs {
+		if sp.name == name {
+			return sp
+		}
+	}
+	return nil
+}
+
+// logTail is the end of a service's log.
+func (p *procMesh) logTail(name string) string {
+	b, _ := os.ReadFile(filepath.Join(p.dir, name+".log"))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// rssMB is a process's resident set (VmRSS) and its peak (VmHWM) in MB.
+func (sp *serviceProc) rssMB() (rss, hwm float64) {
+	return pidStatusMB(sp.cmd.Process.Pid, "VmRSS:"), pidStatusMB(sp.cmd.Process.Pid, "VmHWM:")
+}
+
+// heapInuseMB is the service's go_memstats_heap_inuse_bytes from its /metrics, in MB
+// (0 when it cannot be read).
+func (sp *serviceProc) heapInuseMB() float64 {
+	resp, err := http.Get("http://" + sp.admin + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = resp.Body.Close() }()
+	s := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v / (1 << 20)
+		}
+	}
+	return 0
+}
+
+// pidStatusMB reads a kB field of /proc/<pid>/status in MB (0 when it cannot be read).
+func pidStatusMB(pid int, field string) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer func() { _ = f.Close() }()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), field); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// repoRoot is the directory holding go.work, searched upwards from the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.work above the working directory: run the bench from the repository")
+		}
+		dir = parent
+	}
+}
+
+// freeAddr is a free TCP address on 127.0.0.1.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}
+
+// waitUntil retries f every 50 ms until it succeeds, returns errExited, or d passes.
+func waitUntil(ctx context.Context, d time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		err := f()
+		if err == nil || errors.Is(err, errExited) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// procMem is one process's memory at one point of a run, in MB.
+type procMem struct {
+	rss, hwm  float64 // VmRSS, VmHWM
+	heapInuse float64 // go_memstats_heap_inuse_bytes (0 for the bench process)
+}
+
+// measured are the services whose memory the longloop workload's rss fields sum.
+var measured = []string{"orchestrator", "statebuilder"}
+
+// procMeter reads the memory of a process mesh's services: the rss fields are the sum of
+// the orchestrator's and the statebuilder's.
+type procMeter struct{ p *procMesh }
+
+func (m procMeter) sampleMB() float64 {
+	var sum float64
+	for _, s := range measured {
+		rss, _ := m.p.proc(s).rssMB()
+		sum += rss
+	}
+	return sum
+}
+
+func (m procMeter) read(seq int64) memReading {
+	r := memReading{seq: seq, procs: map[string]procMem{}}
+	for _, sp := range m.p.procs {
+		var pm procMem
+		pm.rss, pm.hwm = sp.rssMB()
+		pm.heapInuse = sp.heapInuseMB()
+		r.procs[sp.name] = pm
+	}
+	r.procs["bench"] = procMem{rss: currentRSSMB(), hwm: peakRSSMB()}
+	return r
+}
+
+func (m procMeter) report(out map[string]any, first, end memReading) {
+	var hwm, rss [2]float64
+	for _, s := range measured {
+		hwm[0] += first.procs[s].hwm
+		hwm[1] += end.procs[s].hwm
+		rss[0] += first.procs[s].rss
+		rss[1] += end.procs[s].rss
+	}
+	out["rss_of"] = strings.Join(measured, "+")
+	out["rss_mb_at_10k"] = round1(hwm[0])
+	out["rss_mb_end"] = round1(hwm[1])
+	out["rss_ratio"] = round3(hwm[1] / hwm[0])
+	out["current_rss_mb"] = []float64{round1(rss[0]), round1(rss[1])}
+	by := map[string]any{}
+	others := map[string]float64{}
+	for name, e := range end.procs {
+		f := first.procs[name]
+		by[name] = map[string][]float64{
+			"rss":        {round1(f.rss), round1(e.rss)},
+			"peak_rss":   {round1(f.hwm), round1(e.hwm)},
+			"heap_inuse": {round1(f.heapInuse), round1(e.heapInuse)},
+		}
+		if name != "orchestrator" && name != "statebuilder" {
+			others[name] = round1(e.hwm)
+		}
+	}
+	out["by_process_mb"] = by
+	out["other_peak_rss_mb_end"] = others
+	out["memory_scope"] = "each service runs as its own OS process (built from ./services); rss_mb_at_10k and rss_mb_end are the peak resident set (VmHWM, /proc/<pid>/status) of the orchestrator plus the statebuilder process when the log passed 10,000 events and at the end, current_rss_mb their VmRSS then, rss_mb_samples their VmRSS every second; by_process_mb gives each process's rss, peak_rss and heap_inuse (go_memstats_heap_inuse_bytes from its /metrics) at 10k events and at the end, \"bench\" being the bench process, which runs the embedded NATS server; other_peak_rss_mb_end is the other processes' peak at the end, for context (Postgres not included)"
+}
+
+// runLongloopProcs runs the longloop workload against a process mesh.
+func runLongloopProcs(ctx context.Context, n int) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	p, err := startProcMesh(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer p.Stop()
+	conn, err := grpcx.DialSigned(p.GRPCAddr, auth.Bearer(p.AdminKey))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	err = runLongloop(ctx, apiv1.NewCatalogServiceClient(conn), apiv1.NewExecutionServiceClient(conn), n, procMeter{p})
+	if err != nil {
+		for _, s := range procServices {
+			fmt.Fprintf(os.Stderr, "--- %s log (tail):\n%s\n", s, p.logTail(s))
+		}
+	}
+	return err
+}
