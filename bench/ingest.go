@@ -176,7 +176,9 @@ func ingestWorkload(execs, n int) (started, events []*eventv1.Event) {
 
 // publishEvents publishes evs to NOETL_EVENTS and waits for the stream's acks.
 func publishEvents(ctx context.Context, js jetstream.JetStream, evs []*eventv1.Event) error {
-	const window = 4096
+	// Below the JetStream client's 4,000 unacknowledged async publishes, past which a
+	// loaded machine makes PublishMsgAsync fail with "stalled".
+	const window = 1000
 	for len(evs) > 0 {
 		chunk := evs[:min(window, len(evs))]
 		evs = evs[len(chunk):]

@@ -2,9 +2,10 @@
 // log. It consumes the partitions of NOETL_EVENTS it holds leases on (all of them when it
 // runs alone), commits each batch in one transaction, then forwards committed commands to
 // NOETL_COMMANDS and commit notices to NOETL_COMMITTED, and only then moves the
-// partition's cursor past the batch. A crash anywhere in between loses nothing (the next
-// owner reads the batch again from the cursor) and duplicates nothing (the log dedupes by
-// event id), and neither does a second replica consuming a partition by mistake.
+// partition's cursor past the batch (in the next batch's transaction, or on its own when
+// the partition has nothing more to commit). A crash anywhere in between loses nothing
+// (the next owner reads the batch again from the cursor) and duplicates nothing (the log
+// dedupes by event id), and neither does a second replica consuming a partition by mistake.
 package materializer
 
 import (
@@ -255,6 +256,28 @@ func (l *loop) consume(ctx context.Context, p int) error {
 		return fmt.Errorf("partition %d consume: %w", p, err)
 	}
 	defer cc.Stop()
+	// unrecorded is the stream sequence of the last batch committed and forwarded, when the
+	// cursor is not there yet: the next batch's transaction moves it (a commit saved), or,
+	// when no batch follows at once, a write of its own. A cursor left behind only makes the
+	// next owner read some events again (they are duplicates then).
+	var unrecorded uint64
+	record := func(ctx context.Context) {
+		if unrecorded == 0 {
+			return
+		}
+		if err := lease.Advance(ctx, l.db, l.cfg.Consumer, p, unrecorded); err != nil {
+			if ctx.Err() == nil {
+				l.log.Warn("partition cursor not advanced", slog.Int("partition", p), slog.String("error", err.Error()))
+			}
+			return
+		}
+		unrecorded = 0
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		record(sctx)
+	}()
 	batch := make([]jetstream.Msg, 0, l.cfg.BatchSize)
 	for {
 		batch = batch[:0]
@@ -278,18 +301,27 @@ func (l *loop) consume(ctx context.Context, p int) error {
 				return nil // stopping: the next owner reads the batch again from the cursor
 			}
 		}
-		if err := l.process(ctx, p, batch); err != nil {
+		last, err := l.process(ctx, p, batch, unrecorded)
+		if err != nil {
 			return nil // stopping
 		}
 		held.Add(-int64(len(batch)))
+		if last > 0 {
+			unrecorded = last
+		}
+		if len(ch) == 0 {
+			record(ctx)
+		}
 	}
 }
 
-// process commits one batch of partition p, forwards what it caused and advances the
-// partition's cursor past it, retrying until it succeeds or ctx ends.
-func (l *loop) process(ctx context.Context, p int, msgs []jetstream.Msg) error {
+// process commits one batch of partition p (moving the partition's cursor to cursor in the
+// same transaction) and forwards what it caused, retrying until it succeeds or ctx ends.
+// It returns the batch's last stream sequence, for the cursor.
+func (l *loop) process(ctx context.Context, p int, msgs []jetstream.Msg, cursor uint64) (uint64, error) {
 	evs := make([]*eventv1.Event, 0, len(msgs))
 	keep := make([]jetstream.Msg, 0, len(msgs))
+	bodies := make([][]byte, 0, len(msgs))
 	for _, m := range msgs {
 		ev := &eventv1.Event{}
 		if err := proto.Unmarshal(m.Data(), ev); err != nil || ev.GetExecutionId() == "" || ev.GetEventId() == "" {
@@ -299,14 +331,16 @@ func (l *loop) process(ctx context.Context, p int, msgs []jetstream.Msg) error {
 		}
 		evs = append(evs, ev)
 		keep = append(keep, m)
+		bodies = append(bodies, m.Data())
 	}
 	var last uint64
 	if md, err := msgs[len(msgs)-1].Metadata(); err == nil {
 		last = md.Sequence.Stream
 	}
+	cur := &writer.Cursor{Group: l.cfg.Consumer, Partition: p, StreamSeq: cursor}
 	backoff := 100 * time.Millisecond
 	for {
-		err := l.commit(ctx, evs, keep)
+		err := l.commit(ctx, evs, bodies, keep, cur)
 		if err == nil {
 			break
 		}
@@ -315,33 +349,26 @@ func (l *loop) process(ctx context.Context, p int, msgs []jetstream.Msg) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return 0, ctx.Err()
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
-	if last > 0 {
-		// A cursor left behind only makes the next owner read some events again (they are
-		// duplicates then), so a failure here is logged and the partition goes on.
-		if err := lease.Advance(ctx, l.db, l.cfg.Consumer, p, last); err != nil && ctx.Err() == nil {
-			l.log.Warn("partition cursor not advanced", slog.Int("partition", p), slog.String("error", err.Error()))
-		}
-	}
 	l.sat.advanced(p)
-	return nil
+	return last, nil
 }
 
 // commit writes evs in one transaction, then forwards the committed commands and the
 // commit notices. An error means the batch must be processed again (as after a crash):
 // whatever was committed comes back as duplicates, whose commands and notices are
 // forwarded again.
-func (l *loop) commit(ctx context.Context, evs []*eventv1.Event, msgs []jetstream.Msg) error {
+func (l *loop) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte, msgs []jetstream.Msg, cursor *writer.Cursor) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	spans := l.startSpans(ctx, evs, msgs)
 	start := time.Now()
-	res, err := l.w.Commit(ctx, evs)
+	res, err := l.w.Commit(ctx, evs, bodies, cursor)
 	if err != nil {
 		spans.end(err)
 		return fmt.Errorf("commit: %w", err)

@@ -184,6 +184,34 @@ func TestLeasesBalanceAndTakeOver(t *testing.T) {
 	waitCommitted(t, e, pub.count)
 }
 
+// TestCursorsReachTheLastEvent checks that once a replica has committed and forwarded
+// everything, each partition's cursor is at the partition's last event (a batch's cursor
+// is written by the next batch's transaction, or on its own when none follows).
+func TestCursorsReachTheLastEvent(t *testing.T) {
+	t.Parallel()
+	const parts = 4
+	e := newEnv(t)
+	e.start(t, Config{Partitions: parts, ReplicaID: "a", BatchSize: 8})
+	pub := newPublisher(t, e.js, parts)
+	pub.executions(t, "cursor", 8, 20)
+	waitCommitted(t, e, pub.count)
+	ctx := context.Background()
+	stream, err := e.js.Stream(ctx, natsx.StreamEvents)
+	require.NoError(t, err)
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		for p := range parts {
+			last, err := stream.GetLastMsgForSubject(ctx, partitionSubject(p))
+			require.NoError(t, err)
+			var seq int64
+			require.NoError(t, e.db.QueryRow(ctx, `SELECT stream_seq FROM noetl.materializer_partition WHERE consumer = 'materializer' AND partition = $1`, p).Scan(&seq))
+			if uint64(seq) != last.Sequence {
+				return fmt.Errorf("partition %d: cursor %d, last event %d", p, seq, last.Sequence)
+			}
+		}
+		return nil
+	})
+}
+
 // TestTwoOwnersOfOnePartitionKeepTheLogIdentical makes two replicas of one group consume
 // every partition at once (as if both believed they held the leases) while every event
 // is published twice, duplicates arriving late and executions interleaved; some events

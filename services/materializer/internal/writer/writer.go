@@ -1,11 +1,12 @@
 // Package writer is the materializer's commit path: it turns a batch of transported events
 // into one Postgres transaction that dedupes them, assigns each execution a gap-free seq,
-// inserts them with COPY and updates the execution projection.
+// inserts them and updates the projections (execution summary, timers).
 package writer
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -48,9 +49,13 @@ type Result struct {
 	Cancelled []string
 }
 
-// querier is a pool or a transaction.
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+// Cursor is a partition cursor moved in the same transaction as a batch: the stream
+// sequence up to which every event of the partition has been committed and forwarded
+// (noetl.materializer_partition.stream_seq, never moved back).
+type Cursor struct {
+	Group     string
+	Partition int
+	StreamSeq uint64
 }
 
 // Writer commits event batches.
@@ -60,16 +65,78 @@ type Writer struct {
 	Now func() time.Time
 }
 
-// Commit writes evs in one statement: noetl.append_events (set-based since migration 00008) dedupes, locks
-// and sequences the whole batch server-side, so a commit costs one round trip.
-func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, error) {
+// The transaction's statements. Every read is by key, for about a thousand keys per batch:
+// an index probe is always right whatever the statistics say (a log that grew since the
+// last ANALYZE looks small and would be scanned whole per batch), and compiling a plan is
+// never worth it.
+const (
+	sqlSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+		set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)`
+	sqlStart = `INSERT INTO noetl.execution (execution_id, tenant, playbook_path, playbook_version, parent_execution_id, started_at)
+		SELECT r.ex, r.tn, r.path, r.ver, r.parent, $6
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) AS r(ex, tn, path, ver, parent)
+		ON CONFLICT (execution_id) DO NOTHING`
+	// The lock serialises writers per execution, in one order (no deadlock), and returns
+	// each row's latest version whoever committed it.
+	sqlLock = `SELECT execution_id, tenant, last_seq, status FROM noetl.execution
+		WHERE execution_id = ANY ($1::text[]) ORDER BY execution_id FOR UPDATE`
+	// The dedupe probe runs after the lock is granted, so its snapshot holds every event a
+	// writer that held the lock before committed. LATERAL with LIMIT keeps it a keyed
+	// probe per event.
+	sqlLogged = `SELECT r.i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS r(ex, ev, i)
+		CROSS JOIN LATERAL (SELECT 1 FROM noetl.event e WHERE e.execution_id = r.ex AND e.event_id = r.ev LIMIT 1) AS hit`
+	sqlInsert = `INSERT INTO noetl.event (execution_id, seq, event_id, tenant, type, step, command_id, committed_at, body)
+		SELECT r.ex, r.seq, r.ev, r.tn, r.ty, r.st, r.cmd, $8, r.body
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $9::bytea[])
+		  AS r(ex, seq, ev, tn, ty, st, cmd, body)`
+	sqlProject = `UPDATE noetl.execution x
+		SET last_seq = a.seq, status = a.status, updated_at = $5, ended_at = CASE WHEN a.ended THEN $5 ELSE x.ended_at END
+		FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::bool[]) AS a(ex, seq, status, ended)
+		WHERE x.execution_id = a.ex`
+	sqlTimerScheduled = `INSERT INTO noetl.timer (execution_id, timer_id, tenant, due_at, step)
+		SELECT r.ex, r.timer, r.tn, r.due, r.st
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) WITH ORDINALITY AS r(ex, timer, tn, due, st, k)
+		ORDER BY r.k
+		ON CONFLICT (execution_id, timer_id) DO NOTHING`
+	sqlTimerFired = `UPDATE noetl.timer t SET fired = true
+		FROM unnest($1::text[], $2::text[]) AS r(ex, timer)
+		WHERE t.execution_id = r.ex AND t.timer_id = r.timer`
+	sqlTimerRetired = `UPDATE noetl.timer SET fired = true WHERE execution_id = ANY ($1::text[]) AND NOT fired`
+	sqlCursor       = `UPDATE noetl.materializer_partition SET stream_seq = greatest(stream_seq, $3)
+		WHERE consumer = $1 AND partition = $2`
+)
+
+// execState is an execution's row as locked, and as the batch leaves it.
+type execState struct {
+	known   bool
+	tenant  string
+	lastSeq int64 // before the batch
+	status  int16 // before the batch
+	seq     int64 // after the batch
+	after   int16 // status after the batch
+	// present: a row of the execution was not rejected; decide: one of them asks the
+	// orchestrator to decide.
+	present, decide bool
+}
+
+// Commit writes evs in one transaction; cursor, when not nil, is moved in it too. The
+// transaction costs two round trips: the first creates the executions the batch starts,
+// locks the batch's executions (in id order) and finds which events are already logged;
+// the second inserts the new events, updates the projections and commits. Between them
+// the batch is classified here, under the locks: dedupe by (execution_id, event_id),
+// refusal after the terminal event (a duplicate of the terminal event is a duplicate) or
+// for an unknown execution or another tenant, and each execution's next seqs.
+//
+// bodies, when not nil, holds each event as published (index-aligned with evs): an event
+// published without seq and commit time is stored as those bytes, not marshalled again.
+func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte, cursor *Cursor) (*Result, error) {
 	now := time.Now
 	if w.Now != nil {
 		now = w.Now
 	}
 	res := &Result{Outcomes: make([]Outcome, len(evs))}
 	if len(evs) == 0 {
-		return res, nil
+		return res, nil // and the cursor stays: a batch without events moves it by itself
 	}
 	commitTime := now().UTC()
 	// Group by execution, keeping each execution's arrival order.
@@ -78,114 +145,194 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, err
 		order[i] = i
 	}
 	sort.SliceStable(order, func(a, b int) bool { return evs[order[a]].GetExecutionId() < evs[order[b]].GetExecutionId() })
-	n := len(evs)
-	execs, ids, tenants, types, steps, cmds := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	paths, parents, timers := make([]string, n), make([]string, n), make([]string, n)
-	dues := make([]*time.Time, n)
-	versions := make([]int64, n)
-	bodies := make([][]byte, n)
-	for k, i := range order {
+	// Copies of one event (same execution, id and tenant) share the first one's fate: only
+	// distinct rows go to Postgres. copyOf[i] is the input index of i's first copy, or -1.
+	copyOf := make([]int, len(evs))
+	firstOf := make(map[[3]string]int, len(evs))
+	var distinct []int // input indices, grouped by execution
+	var execs []string // distinct, ascending
+	for _, i := range order {
 		ev := evs[i]
-		execs[k], ids[k], tenants[k], types[k], steps[k], cmds[k] = ev.GetExecutionId(), ev.GetEventId(), ev.GetTenant(), ev.GetType(), ev.GetStep(), ev.GetCommandId()
-		parents[k] = ev.GetParentExecutionId()
-		switch ev.GetType() {
-		case domain.EventPlaybookStarted:
-			if p, err := startedOf(ev); err == nil {
-				paths[k], versions[k] = p.Path, p.Version
-			}
-		case domain.EventTimerScheduled, domain.EventTimerFired:
-			var p domain.TimerPayload
-			if err := json.Unmarshal(ev.GetPayloadJson(), &p); err == nil {
-				due := p.DueAt
-				timers[k], dues[k] = p.TimerID, &due
-			}
+		key := [3]string{ev.GetExecutionId(), ev.GetEventId(), ev.GetTenant()}
+		if f, ok := firstOf[key]; ok {
+			copyOf[i] = f
+			continue
 		}
-		// seq and commit time live in columns; the stored body is the event as published.
-		ev.Seq, ev.CommitTime = 0, nil
-		b, err := proto.Marshal(ev)
-		if err != nil {
-			return nil, err
+		firstOf[key], copyOf[i] = i, -1
+		distinct = append(distinct, i)
+		if n := len(execs); n == 0 || execs[n-1] != ev.GetExecutionId() {
+			execs = append(execs, ev.GetExecutionId())
 		}
-		bodies[k] = b
 	}
-	// One statement in autocommit is one round trip. Under tests with failpoints the same
-	// statement runs in an explicit transaction so a crash between insert and commit can
-	// be simulated.
-	var q querier = w.DB
-	var tx pgx.Tx
-	if failpoint.Active() {
-		t, err := w.DB.Begin(ctx)
-		if err != nil {
-			return nil, err
-		}
-		defer func() { _ = t.Rollback(context.WithoutCancel(ctx)) }()
-		q, tx = t, t
-	}
-	rows, err := q.Query(ctx, `SELECT o_idx, o_seq, o_outcome, o_exec_seq, o_exec_status FROM noetl.append_events($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)`,
-		execs, ids, tenants, types, steps, cmds, bodies, paths, versions, parents, commitTime, timers, dues)
+
+	conn, err := w.DB.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("append events: %w", err)
 	}
-	type execAfter struct {
-		seq     int64
-		status  int16
-		tenant  string
-		decide  bool
-		present bool
+	defer conn.Release()
+	open := false
+	defer func() {
+		if open { // the pool drops the connection if this fails too
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+		}
+	}()
+
+	// Round trip 1: start the executions, lock them, probe the log.
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	open = true
+	b.Queue(sqlSettings)
+	started := w.queueStarts(b, evs, distinct, commitTime)
+	b.Queue(sqlLock, execs)
+	probeExec, probeID := make([]string, len(distinct)), make([]string, len(distinct))
+	for k, i := range distinct {
+		probeExec[k], probeID[k] = evs[i].GetExecutionId(), evs[i].GetEventId()
 	}
-	after := map[string]*execAfter{}
-	var seen []string
-	for rows.Next() {
-		var idx int32
-		var seq, execSeq int64
-		var outcome, status int16
-		if err := rows.Scan(&idx, &seq, &outcome, &execSeq, &status); err != nil {
-			rows.Close()
-			return nil, err
+	b.Queue(sqlLogged, probeExec, probeID)
+	state := make(map[string]*execState, len(execs))
+	logged := map[int]bool{} // input indices
+	err = w.run(ctx, conn, b, func(br pgx.BatchResults) error {
+		for range 2 + started {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
-		i := order[idx-1]
-		ev := evs[i]
-		res.Outcomes[i] = Outcome(outcome)
-		if outcome != int16(Rejected) && ev.GetType() == domain.EventPlaybookCancelled {
-			res.Cancelled = append(res.Cancelled, ev.GetExecutionId())
+		rows, err := br.Query()
+		if err != nil {
+			return err
 		}
-		if outcome == int16(Committed) {
-			ev.Seq = seq
-			ev.CommitTime = timestamppb.New(commitTime)
-			res.Committed++
+		for rows.Next() {
+			s := &execState{known: true}
+			var id string
+			if err := rows.Scan(&id, &s.tenant, &s.lastSeq, &s.status); err != nil {
+				rows.Close()
+				return err
+			}
+			state[id] = s
 		}
-		a := after[ev.GetExecutionId()]
-		if a == nil {
-			a = &execAfter{}
-			after[ev.GetExecutionId()] = a
-			seen = append(seen, ev.GetExecutionId())
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
 		}
-		a.seq, a.status = execSeq, status
-		if outcome != int16(Rejected) {
-			a.present = true
-			a.tenant = ev.GetTenant()
-			a.decide = a.decide || !domain.IsDecisionOutput(ev.GetType())
+		rows, err = br.Query()
+		if err != nil {
+			return err
 		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		for rows.Next() {
+			var k int64
+			if err := rows.Scan(&k); err != nil {
+				rows.Close()
+				return err
+			}
+			logged[distinct[k-1]] = true
+		}
+		rows.Close()
+		return rows.Err()
+	})
+	if err != nil {
 		return nil, fmt.Errorf("append events: %w", err)
 	}
-	if tx != nil {
+
+	// Classify, execution by execution in arrival order.
+	seqs := make([]int64, len(evs))
+	for _, id := range execs {
+		if state[id] == nil {
+			state[id] = &execState{}
+		}
+		s := state[id]
+		s.seq, s.after = s.lastSeq, s.status
+	}
+	for _, i := range distinct {
+		ev := evs[i]
+		s := state[ev.GetExecutionId()]
+		switch {
+		case !s.known || s.tenant != ev.GetTenant():
+			res.Outcomes[i] = Rejected
+		case logged[i]:
+			res.Outcomes[i] = Duplicate
+		case domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after)):
+			res.Outcomes[i] = Rejected
+		default:
+			res.Outcomes[i] = Committed
+			s.seq++
+			seqs[i] = s.seq
+			if st, ok := terminalStatus(ev.GetType()); ok {
+				s.after = st
+			}
+		}
+	}
+	for _, i := range order {
+		if f := copyOf[i]; f >= 0 {
+			res.Outcomes[i] = Duplicate
+			if res.Outcomes[f] == Rejected {
+				res.Outcomes[i] = Rejected
+			}
+		}
+		ev := evs[i]
+		if res.Outcomes[i] == Rejected {
+			continue
+		}
+		s := state[ev.GetExecutionId()]
+		s.present = true
+		s.decide = s.decide || !domain.IsDecisionOutput(ev.GetType())
+		if ev.GetType() == domain.EventPlaybookCancelled {
+			res.Cancelled = append(res.Cancelled, ev.GetExecutionId())
+		}
+	}
+
+	// Round trip 2: insert, project, commit.
+	b = &pgx.Batch{}
+	if err := w.queueWrites(b, evs, bodies, distinct, res.Outcomes, seqs, execs, state, commitTime); err != nil {
+		return nil, err
+	}
+	if cursor != nil && cursor.StreamSeq > 0 {
+		b.Queue(sqlCursor, cursor.Group, cursor.Partition, int64(cursor.StreamSeq))
+	}
+	// Under tests with failpoints the commit is a statement of its own, so a crash between
+	// insert and commit can be simulated.
+	split := failpoint.Active()
+	if !split {
+		b.Queue("COMMIT")
+	}
+	if b.Len() > 0 {
+		err = w.run(ctx, conn, b, func(br pgx.BatchResults) error {
+			for range b.Len() {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("append events: %w", err)
+		}
+	}
+	if split {
 		if err := failpoint.Eval(failpoint.MaterializerAfterInsert); err != nil {
 			return nil, err // the deferred rollback undoes the insert
 		}
-		if err := tx.Commit(ctx); err != nil {
+		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 			return nil, fmt.Errorf("commit: %w", err)
 		}
 	}
-	for _, id := range seen {
-		a := after[id]
-		if !a.present || a.seq == 0 {
+	open = false
+
+	for i, ev := range evs {
+		ev.Seq, ev.CommitTime = 0, nil
+		if res.Outcomes[i] == Committed {
+			ev.Seq, ev.CommitTime = seqs[i], timestamppb.New(commitTime)
+			res.Committed++
+		}
+	}
+	for _, id := range execs {
+		s := state[id]
+		if !s.present || s.seq == 0 {
 			continue
 		}
-		ended := domain.IsTerminalStatus(eventv1.ExecutionStatus(a.status))
-		res.Notices = append(res.Notices, &eventv1.CommitNotice{ExecutionId: id, Tenant: a.tenant, Seq: a.seq, Terminal: ended, NeedsDecision: a.decide && !ended})
+		ended := domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after))
+		res.Notices = append(res.Notices, &eventv1.CommitNotice{ExecutionId: id, Tenant: s.tenant, Seq: s.seq, Terminal: ended, NeedsDecision: s.decide && !ended})
 	}
 	for i, ev := range evs {
 		if ev.GetType() == domain.EventCommandIssued && ev.GetCommand() != nil && res.Outcomes[i] != Rejected {
@@ -195,10 +342,119 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event) (*Result, err
 	return res, nil
 }
 
-func startedOf(ev *eventv1.Event) (*domain.StartedPayload, error) {
-	var p domain.StartedPayload
-	if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
-		return nil, err
+// run sends b and reads its results with read.
+func (w *Writer) run(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	br := conn.SendBatch(ctx, b)
+	err := read(br)
+	return errors.Join(err, br.Close())
+}
+
+// queueStarts queues the creation of the executions whose playbook.started is in the
+// batch and returns how many statements it queued.
+func (w *Writer) queueStarts(b *pgx.Batch, evs []*eventv1.Event, distinct []int, at time.Time) int {
+	var ex, tn, path, parent []string
+	var ver []int64
+	for _, i := range distinct {
+		ev := evs[i]
+		if ev.GetType() != domain.EventPlaybookStarted {
+			continue
+		}
+		var p domain.StartedPayload
+		_ = json.Unmarshal(ev.GetPayloadJson(), &p) // a malformed payload starts it unnamed
+		ex, tn, path, ver, parent = append(ex, ev.GetExecutionId()), append(tn, ev.GetTenant()), append(path, p.Path), append(ver, p.Version), append(parent, ev.GetParentExecutionId())
 	}
-	return &p, nil
+	if len(ex) == 0 {
+		return 0
+	}
+	b.Queue(sqlStart, ex, tn, path, ver, parent, at)
+	return 1
+}
+
+// queueWrites queues the insert of the committed events and the projection updates.
+func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte, distinct []int, outcomes []Outcome, seqs []int64,
+	execs []string, state map[string]*execState, at time.Time) error {
+	var ex, ev, tn, ty, st, cmd []string
+	var seq []int64
+	var body [][]byte
+	var tEx, tID, tTn, tStep, fEx, fID, retired []string
+	var tDue []time.Time
+	for _, i := range distinct {
+		e := evs[i]
+		if outcomes[i] != Committed {
+			continue
+		}
+		// seq and commit time live in columns; the stored body is the event as published.
+		var bb []byte
+		if bodies != nil && e.GetSeq() == 0 && e.GetCommitTime() == nil {
+			bb = bodies[i]
+		} else {
+			e.Seq, e.CommitTime = 0, nil // restored when committed
+			var err error
+			if bb, err = proto.Marshal(e); err != nil {
+				return err
+			}
+		}
+		ex, seq, ev, tn, ty, st, cmd = append(ex, e.GetExecutionId()), append(seq, seqs[i]), append(ev, e.GetEventId()),
+			append(tn, e.GetTenant()), append(ty, e.GetType()), append(st, e.GetStep()), append(cmd, e.GetCommandId())
+		body = append(body, bb)
+		switch e.GetType() {
+		case domain.EventTimerScheduled, domain.EventTimerFired:
+			var p domain.TimerPayload
+			if err := json.Unmarshal(e.GetPayloadJson(), &p); err != nil || p.TimerID == "" {
+				break // no timer to schedule or fire
+			}
+			if e.GetType() == domain.EventTimerScheduled {
+				tEx, tID, tTn, tDue, tStep = append(tEx, e.GetExecutionId()), append(tID, p.TimerID), append(tTn, e.GetTenant()), append(tDue, p.DueAt), append(tStep, e.GetStep())
+			} else {
+				fEx, fID = append(fEx, e.GetExecutionId()), append(fID, p.TimerID)
+			}
+		case domain.EventPlaybookCompleted, domain.EventPlaybookFailed, domain.EventPlaybookCancelled:
+			retired = append(retired, e.GetExecutionId())
+		}
+	}
+	if len(ex) > 0 {
+		b.Queue(sqlInsert, ex, seq, ev, tn, ty, st, cmd, at, body)
+	}
+	// The projection: each execution's counters after the batch.
+	var pEx []string
+	var pSeq []int64
+	var pStatus []int16
+	var pEnded []bool
+	for _, id := range execs {
+		s := state[id]
+		if !s.known || s.seq == s.lastSeq {
+			continue
+		}
+		pEx, pSeq, pStatus = append(pEx, id), append(pSeq, s.seq), append(pStatus, s.after)
+		pEnded = append(pEnded, s.after != s.status && domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after)))
+	}
+	if len(pEx) > 0 {
+		b.Queue(sqlProject, pEx, pSeq, pStatus, pEnded, at)
+	}
+	// Timers: timer.scheduled inserts its row, timer.fired marks it fired, a terminal event
+	// retires the execution's pending ones (in that order, so a timer scheduled and fired
+	// or retired in one batch ends fired).
+	if len(tEx) > 0 {
+		b.Queue(sqlTimerScheduled, tEx, tID, tTn, tDue, tStep)
+	}
+	if len(fEx) > 0 {
+		b.Queue(sqlTimerFired, fEx, fID)
+	}
+	if len(retired) > 0 {
+		b.Queue(sqlTimerRetired, retired)
+	}
+	return nil
+}
+
+// terminalStatus is the execution status a terminal event type ends an execution with.
+func terminalStatus(eventType string) (int16, bool) {
+	switch eventType {
+	case domain.EventPlaybookCompleted:
+		return int16(eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED), true
+	case domain.EventPlaybookFailed:
+		return int16(eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED), true
+	case domain.EventPlaybookCancelled:
+		return int16(eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED), true
+	}
+	return 0, false
 }

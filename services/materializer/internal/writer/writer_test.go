@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
@@ -39,7 +40,7 @@ func TestCommitDedupesSequencesAndRejects(t *testing.T) {
 		wrongTenant,
 		ev("zzz", "z1", domain.EventStepEnter), // unknown execution
 		ev("b", "b2", domain.EventCommandCompleted),
-	})
+	}, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Committed, Committed, Committed, Duplicate, Rejected, Rejected, Committed}, res.Outcomes)
 	require.Equal(t, 4, res.Committed)
@@ -50,19 +51,19 @@ func TestCommitDedupesSequencesAndRejects(t *testing.T) {
 	}
 
 	// A redelivery of the whole batch changes nothing but still re-sends notices.
-	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a1", domain.EventPlaybookStarted), ev("a", "a2", domain.EventStepEnter)})
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a1", domain.EventPlaybookStarted), ev("a", "a2", domain.EventStepEnter)}, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Duplicate, Duplicate}, res.Outcomes)
 	require.Len(t, res.Notices, 1)
 	require.Equal(t, int64(2), res.Notices[0].GetSeq())
 
 	// After the terminal event only its duplicate is accepted (as a duplicate).
-	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted), ev("a", "a10", domain.EventStepEnter)})
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted), ev("a", "a10", domain.EventStepEnter)}, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Committed, Rejected}, res.Outcomes)
 	require.True(t, res.Notices[0].GetTerminal())
 	require.False(t, res.Notices[0].GetNeedsDecision())
-	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted)})
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted)}, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Duplicate}, res.Outcomes)
 
@@ -104,7 +105,7 @@ func TestCommitTerminalInsideBatchAndTimers(t *testing.T) {
 		ev("c", "c6", domain.EventStepEnter), // after the terminal event
 		ev("c", "c5", domain.EventPlaybookFailed),
 		ev("c", "c2", domain.EventTimerScheduled),
-	})
+	}, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Committed, Committed, Committed, Committed, Committed, Rejected, Duplicate, Duplicate}, res.Outcomes)
 	require.Len(t, res.Notices, 1)
@@ -121,4 +122,42 @@ func TestCommitTerminalInsideBatchAndTimers(t *testing.T) {
 	var timers int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM noetl.timer WHERE execution_id = 'c'`).Scan(&timers))
 	require.Equal(t, 2, timers)
+}
+
+// TestCommitMovesTheCursorAndKeepsBodies checks that a batch moves its partition's cursor
+// in its own transaction (never back), and stores events as published when given.
+func TestCommitMovesTheCursorAndKeepsBodies(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	w := &Writer{DB: db}
+	_, err = db.Exec(ctx, `INSERT INTO noetl.materializer_partition (consumer, partition) VALUES ('g', 3)`)
+	require.NoError(t, err)
+	cursor := func() int64 {
+		var seq int64
+		require.NoError(t, db.QueryRow(ctx, `SELECT stream_seq FROM noetl.materializer_partition WHERE consumer = 'g' AND partition = 3`).Scan(&seq))
+		return seq
+	}
+
+	started := ev("d", "d1", domain.EventPlaybookStarted)
+	published, err := proto.Marshal(started)
+	require.NoError(t, err)
+	res, err := w.Commit(ctx, []*eventv1.Event{started}, [][]byte{published}, &Cursor{Group: "g", Partition: 3, StreamSeq: 42})
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Committed}, res.Outcomes)
+	require.Equal(t, int64(1), started.GetSeq())
+	require.Equal(t, int64(42), cursor())
+	var body []byte
+	require.NoError(t, db.QueryRow(ctx, `SELECT body FROM noetl.event WHERE execution_id = 'd' AND seq = 1`).Scan(&body))
+	require.Equal(t, published, body)
+
+	// A batch of duplicates moves it too; a cursor behind the stored one does not move it.
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("d", "d1", domain.EventPlaybookStarted)}, nil, &Cursor{Group: "g", Partition: 3, StreamSeq: 50})
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Duplicate}, res.Outcomes)
+	require.Equal(t, int64(50), cursor())
+	_, err = w.Commit(ctx, []*eventv1.Event{ev("d", "d2", domain.EventStepEnter)}, nil, &Cursor{Group: "g", Partition: 3, StreamSeq: 7})
+	require.NoError(t, err)
+	require.Equal(t, int64(50), cursor())
 }
