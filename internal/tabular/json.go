@@ -6,7 +6,12 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 )
+
+// stringPiece is the length from which a string is escaped piece by piece, so that a long
+// string is never held a second time whole in its escaped form.
+const stringPiece = 64 << 10
 
 // WriteJSON writes v to w as json.Marshal would, without building the whole text in
 // memory: maps, lists and scalars of decoded JSON are written piece by piece (other types
@@ -46,6 +51,8 @@ func writeValue(w *bufio.Writer, v any) error {
 	case int:
 		_, err := w.WriteString(strconv.Itoa(x))
 		return err
+	case string:
+		return writeString(w, x, stringPiece)
 	case map[string]any:
 		if x == nil {
 			_, err := w.WriteString("null")
@@ -96,4 +103,31 @@ func writeMarshal(w *bufio.Writer, v any) error {
 	}
 	_, err = w.Write(b)
 	return err
+}
+
+// writeString writes s as json.Marshal would, escaping at most about piece bytes at a
+// time. Pieces are cut before a byte that starts a rune (a continuation byte never
+// belongs to one), so each piece escapes exactly as it does within the whole string.
+func writeString(w *bufio.Writer, s string, piece int) error {
+	if len(s) <= piece {
+		return writeMarshal(w, s)
+	}
+	if err := w.WriteByte('"'); err != nil {
+		return err
+	}
+	for len(s) > 0 {
+		n := min(len(s), piece)
+		for n < len(s) && !utf8.RuneStart(s[n]) {
+			n++
+		}
+		b, err := json.Marshal(s[:n])
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(b[1 : len(b)-1]); err != nil {
+			return err
+		}
+		s = s[n:]
+	}
+	return w.WriteByte('"')
 }

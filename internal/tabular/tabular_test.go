@@ -1,6 +1,7 @@
 package tabular
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"strings"
@@ -145,6 +146,20 @@ func TestWriteJSONMatchesMarshal(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(want), b.String())
 		require.EqualValues(t, len(want), n)
+	})
+}
+
+func TestWriteStringInPiecesMatchesMarshal(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		// Bytes, not only valid UTF-8: invalid sequences, U+2028 and <>& escape as a whole.
+		parts := rapid.SliceOf(rapid.SampledFrom([]string{"a", "é", "€", "𝄞", "\u2028", "<", "&", "\"", "\\", "\n", "\x00", "\xe2\x80", "\xff", "\x80"})).Draw(t, "parts")
+		s := strings.Join(parts, "")
+		want, _ := json.Marshal(s)
+		var b bytes.Buffer
+		bw := bufio.NewWriter(&b)
+		require.NoError(t, writeString(bw, s, rapid.IntRange(1, 8).Draw(t, "piece")))
+		require.NoError(t, bw.Flush())
+		require.Equal(t, string(want), b.String())
 	})
 }
 
