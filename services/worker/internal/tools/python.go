@@ -1,17 +1,20 @@
 package tools
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/noetl/noetl/internal/tabular"
 )
 
 //go:embed runner.py
@@ -71,12 +74,17 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 		input = map[string]any{}
 	}
 	libs, _ := c.Config["libs"].(map[string]any)
-	in, err := json.Marshal(map[string]any{"input": input, "libs": libs})
-	if err != nil {
-		return nil, &Error{Msg: "python: input is not JSON-encodable: " + err.Error()}
-	}
+	// The input is encoded as the interpreter reads it, never held whole a second time.
+	stdin, feed := io.Pipe()
+	encoded := make(chan error, 1)
+	go func() {
+		_, err := tabular.WriteJSON(feed, map[string]any{"input": input, "libs": libs})
+		_ = feed.CloseWithError(err)
+		encoded <- err
+	}()
+	defer func() { _ = stdin.Close() }()
 	cmd := exec.CommandContext(ctx, interp, runner, userCode, resultFile)
-	cmd.Stdin = bytes.NewReader(in)
+	cmd.Stdin = stdin
 	cmd.Dir = dir
 	env := os.Environ()
 	if e, ok := c.Config["env"].(map[string]any); ok {
@@ -99,7 +107,12 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Run(); err != nil {
+	runErr := cmd.Run()
+	_ = stdin.Close()
+	if err := <-encoded; err != nil && !errors.Is(err, io.ErrClosedPipe) {
+		return nil, &Error{Msg: "python: input is not JSON-encodable: " + err.Error()}
+	}
+	if err := runErr; err != nil {
 		switch ctx.Err() {
 		case context.DeadlineExceeded:
 			return nil, &Error{Msg: fmt.Sprintf("python: timed out after %s", timeout), Retryable: true}
