@@ -74,6 +74,7 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.Retry = nil
 		if p.Loop != nil {
 			s.Loop = newLoopState(p.Loop)
+			s.Loop.EnterSeq = ev.GetSeq()
 			if s.Loop.Total == 0 {
 				// An empty collection completes the step at once.
 				st.Running--
@@ -179,12 +180,14 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 				if int(s.Loop.Done) < LoopTotal(s.Loop) {
 					return nil
 				}
-				res, err := loopResult(s.Loop)
-				if err != nil {
-					return err
-				}
-				s.ResultJson = res
+				// A list too large for the state has no result yet: the orchestrator
+				// assembles it by reference and the step.exit that routes the loop
+				// carries it (LoopResultsPending).
+				s.ResultJson = nil
 				s.ResultRef = nil
+				if !s.Loop.GetResultsOmitted() {
+					s.ResultJson = joinResults(s.Loop.GetResultsJson())
+				}
 			}
 		} else if ev.GetCommandId() != s.CommandId || s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
 			return nil
@@ -214,6 +217,10 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		}
 	case EventStepExit:
 		s := step()
+		if LoopResultsPending(s) && ev.GetResultRef() != nil {
+			s.ResultRef = ev.GetResultRef()
+			s.ResultJson = nil
+		}
 		s.Routed = true
 		s.Fired = nil
 		if len(ev.GetPayloadJson()) > 0 {
@@ -282,9 +289,9 @@ func mergeCtx(st *sbv1.ExecutionState, values map[string]any) error {
 
 // LoopResultsInlineMax is the inline budget of a loop's list of iteration results (the
 // JSON array it joins into). A loop whose list would exceed it does not keep the list in
-// its state: the step's result is then a summary (see OmittedLoopResult), and each
-// iteration's result stays in its call.done event. This keeps a state's size independent of
-// the number of iterations.
+// its state: each iteration's result stays in its call.done event, and when the loop
+// completes the orchestrator assembles the list into the resultstore (LoopResultsPending).
+// This keeps a state's size independent of the number of iterations.
 const LoopResultsInlineMax = 64 << 10
 
 // nullCost is the size of an iteration result that is not there yet in the joined list
@@ -297,6 +304,48 @@ func LoopTotal(l *sbv1.LoopState) int {
 		return int(l.GetTotal())
 	}
 	return len(l.GetItemsJson()) // a state written before Total existed
+}
+
+// LoopResultsPending reports whether s is a loop step that completed with its list of
+// iteration results too large for the state, and whose result (that list, by reference)
+// is not folded yet: the decision that routes it needs the list's reference as an input,
+// and its step.exit carries that reference.
+func LoopResultsPending(s *sbv1.StepState) bool {
+	return s.GetLoop().GetResultsOmitted() && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_COMPLETED && !s.GetRouted()
+}
+
+// LoopResultsID is the resultstore id of the assembled list of iteration results of the
+// loop epoch started by step.enter event enterEventID: deciding again rewrites the same
+// entry.
+func LoopResultsID(enterEventID string) string { return enterEventID + "-results" }
+
+// LoopResultsExtracted is the extracted summary of an assembled list of n iteration
+// results.
+func LoopResultsExtracted(n int) []byte {
+	return []byte(fmt.Sprintf(`{"_summary":"array","length":%d}`, n))
+}
+
+// IterationResult returns the element an iteration's call.done contributes to its loop's
+// list of results: the inline result, or for a result held by reference the value a
+// step's reference shows in a scope (its extracted summary with _ref), never the payload.
+func IterationResult(ev *eventv1.Event) ([]byte, error) {
+	if r := ev.GetResultRef(); r != nil {
+		return json.Marshal(StepResult{Ref: RefViewOf(r)}.Value())
+	}
+	return ev.GetResultJson(), nil
+}
+
+// IsIterationResult reports whether ev is the call.done of an iteration of the loop epoch
+// (step, epoch) of total items, and if so its index.
+func IsIterationResult(ev *eventv1.Event, step string, epoch int32, total int) (int, bool) {
+	if ev.GetType() != EventCallDone || ev.GetStep() != step || ev.GetIteration().GetEpoch() != epoch {
+		return 0, false
+	}
+	i := ev.GetIteration().GetIndex()
+	if i < 0 || int(i) >= total {
+		return 0, false
+	}
+	return int(i), true
 }
 
 // newLoopState starts a loop's state from its step.enter payload. Results are kept only
@@ -328,15 +377,11 @@ func keepResult(l *sbv1.LoopState, i int, ev *eventv1.Event) error {
 	if l.ResultsOmitted || i >= len(l.ResultsJson) {
 		return nil
 	}
-	b := ev.GetResultJson()
-	if r := ev.GetResultRef(); r != nil {
-		// A large iteration result stays by reference: the step's list holds the
-		// reference's view, never the payload.
-		v, err := json.Marshal(StepResult{Ref: RefViewOf(r)}.Value())
-		if err != nil {
-			return err
-		}
-		b = v
+	// A large iteration result stays by reference: the step's list holds the reference's
+	// view, never the payload.
+	b, err := IterationResult(ev)
+	if err != nil {
+		return err
 	}
 	l.ResultsBytes += resultCost(b) - resultCost(l.ResultsJson[i])
 	if l.ResultsBytes > LoopResultsInlineMax {
@@ -350,27 +395,8 @@ func keepResult(l *sbv1.LoopState, i int, ev *eventv1.Event) error {
 
 func resultCost(b []byte) int64 { return max(int64(len(b)), 4) + 1 }
 
-// loopResult is a finished loop's result: the list of its iteration results, or the
-// summary of an omitted list.
-func loopResult(l *sbv1.LoopState) ([]byte, error) {
-	if l.GetResultsOmitted() {
-		return json.Marshal(OmittedLoopResult(LoopTotal(l)))
-	}
-	return joinResults(l.GetResultsJson())
-}
-
-// OmittedLoopResult is the result of a loop whose list of iteration results exceeds
-// LoopResultsInlineMax: its count, a flag and the reason.
-func OmittedLoopResult(count int) map[string]any {
-	return map[string]any{
-		"count":           count,
-		"results_omitted": true,
-		"reason":          fmt.Sprintf("the list of %d iteration results exceeds the inline budget of %d bytes; each iteration's result is in its call.done event", count, LoopResultsInlineMax),
-	}
-}
-
 // joinResults builds the JSON array of a loop's iteration results (null for an empty one).
-func joinResults(parts [][]byte) ([]byte, error) {
+func joinResults(parts [][]byte) []byte {
 	b := make([]byte, 0, 2+len(parts)*8)
 	b = append(b, '[')
 	for i, p := range parts {
@@ -382,5 +408,5 @@ func joinResults(parts [][]byte) ([]byte, error) {
 		}
 		b = append(b, p...)
 	}
-	return append(b, ']'), nil
+	return append(b, ']')
 }

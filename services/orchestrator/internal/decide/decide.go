@@ -107,17 +107,62 @@ type decider struct {
 }
 
 // Inputs are the immutable data a decision reads besides the state: the loop collections
-// that the state holds by reference, loaded by the caller (the decision itself does no
-// I/O). Content behind a reference never changes, so deciding stays deterministic.
+// that the state holds by reference, and the lists of iteration results of completed loops
+// too large for the state, both prepared by the caller (the decision itself does no I/O).
+// Content behind a reference never changes, so deciding stays deterministic.
 type Inputs struct {
 	// Collections maps a collection's reference URI to its items.
 	Collections map[string][]json.RawMessage
+	// LoopResults maps the step.enter event id of a completed loop epoch (see
+	// NeededLoopResults) to the reference of its stored list of iteration results.
+	LoopResults map[string]*eventv1.ResultRef
 }
 
 // ErrCollectionMissing is returned when a decision needs a loop collection held by
 // reference that the caller did not load (see NeededCollections); the caller loads it and
 // decides again.
 var ErrCollectionMissing = errors.New("loop collection not loaded")
+
+// ErrLoopResultsMissing is returned when a decision routes a completed loop whose list of
+// iteration results is not in the state and the caller did not provide its reference (see
+// NeededLoopResults); the caller stores the list and decides again.
+var ErrLoopResultsMissing = errors.New("loop results not assembled")
+
+// LoopResults names a completed loop epoch whose list of iteration results the caller must
+// assemble (from the iterations' call.done events, in index order) and store before the
+// decision that routes it.
+type LoopResults struct {
+	// Step is the loop step.
+	Step string
+	// Epoch is the loop's epoch; its iterations' events carry it.
+	Epoch int32
+	// EnterEventID is the id of the epoch's step.enter: the key of Inputs.LoopResults and
+	// the cause the stored list's id derives from (domain.LoopResultsID).
+	EnterEventID string
+	// EnterSeq is the seq of that step.enter: the iterations' events come after it (zero
+	// when unknown: from the start of the log).
+	EnterSeq int64
+	// Total is the number of iterations.
+	Total int
+}
+
+// NeededLoopResults returns the completed loop epochs whose lists of iteration results a
+// decision on st routes and the state does not hold, in step name order.
+func NeededLoopResults(st *sbv1.ExecutionState) []LoopResults {
+	var names []string
+	for name, s := range st.GetSteps() {
+		if domain.LoopResultsPending(s) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	out := make([]LoopResults, 0, len(names))
+	for _, name := range names {
+		s := st.GetSteps()[name]
+		out = append(out, LoopResults{Step: name, Epoch: s.GetEpoch(), EnterEventID: s.GetEnterEventId(), EnterSeq: s.GetLoop().GetEnterSeq(), Total: domain.LoopTotal(s.GetLoop())})
+	}
+	return out
+}
 
 // Decide returns the events that follow st. It returns nothing for a terminal execution or
 // when the execution waits on running commands.
@@ -143,10 +188,17 @@ func NeededCollections(st *sbv1.ExecutionState) []*eventv1.ResultRef {
 	return out
 }
 
-// DecideWith is Decide with the loop collections held by reference in st.
+// DecideWith is Decide with the inputs a decision on st reads besides the state: the loop
+// collections held by reference (NeededCollections) and the references of completed loops'
+// lists of results (NeededLoopResults).
 func DecideWith(c *Compiled, st *sbv1.ExecutionState, in Inputs) ([]*eventv1.Event, error) {
 	if st.GetStatus() != eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING {
 		return nil, nil
+	}
+	for _, n := range NeededLoopResults(st) {
+		if in.LoopResults[n.EnterEventID] == nil {
+			return nil, fmt.Errorf("step %s: %w (epoch %d)", n.Step, ErrLoopResultsMissing, n.Epoch)
+		}
 	}
 	d := &decider{c: c, st: st, status: map[string]eventv1.StepStatus{}, fired: map[string][]string{}, entered: map[string]bool{}, running: st.GetRunning(), in: in}
 	if err := domain.DecodeJSON(orEmpty(st.GetWorkloadJson()), &d.workload); err != nil {
@@ -410,7 +462,23 @@ func (d *decider) emit(ev *eventv1.Event) {
 
 func (d *decider) route(name string) error {
 	s := d.st.GetSteps()[name]
-	return d.routeFinished(name, s.GetStatus(), s.GetDoneEventId(), domain.StepResult{Status: "completed", Result: s.GetResultJson(), Ref: domain.RefViewOf(s.GetResultRef())})
+	return d.routeFinished(name, s.GetStatus(), s.GetDoneEventId(), d.result(s))
+}
+
+// result is a completed step's result: from the state, or for a loop whose list of
+// results is assembled by reference (domain.LoopResultsPending), that reference from the
+// inputs.
+func (d *decider) result(s *sbv1.StepState) domain.StepResult {
+	res, ref := d.rawResult(s)
+	return domain.StepResult{Status: "completed", Result: res, Ref: domain.RefViewOf(ref)}
+}
+
+// rawResult is result as the inline JSON or the reference an event carries.
+func (d *decider) rawResult(s *sbv1.StepState) ([]byte, *eventv1.ResultRef) {
+	if domain.LoopResultsPending(s) {
+		return nil, d.in.LoopResults[s.GetEnterEventId()]
+	}
+	return s.GetResultJson(), s.GetResultRef()
 }
 
 // routeFinished evaluates the arcs of a step that finished with status; cause is the event
@@ -419,7 +487,7 @@ func (d *decider) routeFinished(name string, status eventv1.StepStatus, cause st
 	ps := d.c.Playbook.Step(name)
 	if status == eventv1.StepStatus_STEP_STATUS_FAILED || ps == nil {
 		// A failed step does not route through its arcs.
-		return d.exit(name, cause, nil)
+		return d.exit(name, cause, nil, nil)
 	}
 	vars := d.vars(ps)
 	out := res.Value()
@@ -493,7 +561,12 @@ func (d *decider) routeFinished(name string, status eventv1.StepStatus, cause st
 			return err
 		}
 	}
-	return d.exit(name, cause, targets)
+	// A loop's list of results assembled by reference becomes its result with step.exit.
+	var ref *eventv1.ResultRef
+	if s := d.st.GetSteps()[name]; domain.LoopResultsPending(s) {
+		ref = d.in.LoopResults[s.GetEnterEventId()]
+	}
+	return d.exit(name, cause, targets, ref)
 }
 
 // arrive handles the evaluation of an arc src->dst (fired or not) and enters or skips dst
@@ -576,7 +649,9 @@ func (d *decider) skip(dst, cause string) error {
 	return nil
 }
 
-func (d *decider) exit(name, cause string, fired []string) error {
+// exit emits step.exit for a step routed to fired; ref, when set, is the result of a loop
+// whose list of results is held by reference.
+func (d *decider) exit(name, cause string, fired []string, ref *eventv1.ResultRef) error {
 	payload, err := json.Marshal(domain.ExitPayload{Fired: fired})
 	if err != nil {
 		return err
@@ -587,6 +662,7 @@ func (d *decider) exit(name, cause string, fired []string) error {
 		Step:         name,
 		CauseEventId: cause,
 		PayloadJson:  payload,
+		ResultRef:    ref,
 	})
 	if fired == nil {
 		fired = []string{}
@@ -743,7 +819,7 @@ func (d *decider) scope(ps *playbook.Step) *domain.Scope {
 		if s == nil || s.GetStatus() != eventv1.StepStatus_STEP_STATUS_COMPLETED {
 			return
 		}
-		sc.Steps[name] = domain.StepResult{Status: "completed", Result: s.GetResultJson(), Ref: domain.RefViewOf(s.GetResultRef())}
+		sc.Steps[name] = d.result(s)
 	}
 	if ps == nil {
 		return sc
@@ -833,7 +909,7 @@ func (d *decider) finish() error {
 func (d *decider) finalResult() ([]byte, *eventv1.ResultRef) {
 	steps := d.st.GetSteps()
 	if s := steps["end"]; s != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_COMPLETED {
-		return s.GetResultJson(), s.GetResultRef()
+		return d.rawResult(s)
 	}
 	var names []string
 	for name, s := range steps {
@@ -848,8 +924,7 @@ func (d *decider) finalResult() ([]byte, *eventv1.ResultRef) {
 	if len(names) == 0 {
 		return nil, nil
 	}
-	s := steps[names[0]]
-	return s.GetResultJson(), s.GetResultRef()
+	return d.rawResult(steps[names[0]])
 }
 
 func (d *decider) terminal(typ string, e *eventv1.ErrorInfo, failed []string, res []byte, ref *eventv1.ResultRef) *eventv1.Event {

@@ -3,6 +3,7 @@ package decide
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -164,7 +165,13 @@ func TestLateEventsOfAnOldEpochAreIgnored(t *testing.T) {
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
 
 func TestOversizedLoopCollectionFailsInsteadOfStalling(t *testing.T) {
-	s := newSim(t, sprintf(loopBook, "parallel"), `{"items":`+jsonInts(make([]int, 120000))+`}`)
+	// A collection over MaxLoopCollectionBytes: 33 strings of 1 MiB.
+	item := `"` + strings.Repeat("x", 1<<20) + `"`
+	items := make([]string, MaxLoopCollectionBytes>>20+1)
+	for i := range items {
+		items[i] = item
+	}
+	s := newSim(t, sprintf(loopBook, "parallel"), `{"items":[`+strings.Join(items, ",")+`]}`)
 	evs, err := Decide(s.c, s.st)
 	require.NoError(t, err)
 	last := evs[len(evs)-1]

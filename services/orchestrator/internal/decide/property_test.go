@@ -2,6 +2,7 @@ package decide
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -83,8 +84,21 @@ func TestFoldAndDecideProperties(t *testing.T) {
 		var pending []*eventv1.Event
 		// Loop collections travel inline or, as the engine does for large ones, by reference.
 		refs := rapid.Bool().Draw(t, "collections by reference")
-		in := Inputs{Collections: map[string][]json.RawMessage{}}
+		// Iteration results are small, or large enough that a loop's list of them goes past
+		// the inline budget and the engine assembles it by reference.
+		resultPad := rapid.SampledFrom([]int{0, 30 << 10}).Draw(t, "result size")
+		in := Inputs{Collections: map[string][]json.RawMessage{}, LoopResults: map[string]*eventv1.ResultRef{}}
 		for round := 0; round < 500 && !domain.IsTerminalStatus(st.GetStatus()); round++ {
+			for _, n := range NeededLoopResults(st) {
+				if _, err := DecideWith(c, st, in); !errors.Is(err, ErrLoopResultsMissing) {
+					t.Fatalf("decide without a loop's list of results: %v", err)
+				}
+				body, ref := assembleLoopResults(t, log, n)
+				var list []json.RawMessage
+				require.NoError(t, json.Unmarshal(body, &list))
+				require.Len(t, list, n.Total)
+				in.LoopResults[n.EnterEventID] = ref
+			}
 			evs, err := DecideWith(c, st, in)
 			if err != nil {
 				t.Fatalf("decide: %v", err)
@@ -125,7 +139,7 @@ func TestFoldAndDecideProperties(t *testing.T) {
 				apply(e)
 			} else {
 				d := mk(domain.EventCallDone)
-				d.ResultJson = []byte(`{"ok":true}`)
+				d.ResultJson = []byte(`{"ok":true,"pad":"` + strings.Repeat("x", resultPad) + `"}`)
 				apply(d)
 				apply(mk(domain.EventCommandCompleted))
 			}
@@ -144,6 +158,12 @@ func TestFoldAndDecideProperties(t *testing.T) {
 		}
 		if terminals != 1 {
 			t.Fatalf("%d terminal events", terminals)
+		}
+		// A loop's list of results is in the state or, assembled, in its step.exit.
+		for name, s := range st.GetSteps() {
+			if s.GetLoop().GetResultsOmitted() && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_COMPLETED && s.GetResultRef() == nil {
+				t.Fatalf("loop %s completed without its list of results", name)
+			}
 		}
 		// From zero equals incremental.
 		scratch := domain.NewState("x")

@@ -73,6 +73,10 @@ type Engine struct {
 	wake chan time.Time
 	// collections caches loop collections held by reference (collections.go).
 	collections *collectionCache
+	// loopResults caches the references of assembled lists of loop results, and
+	// loopBuffer bounds the results held while assembling one (loopresults.go).
+	loopResults refCache
+	loopBuffer  int64
 }
 
 // New builds an engine.
@@ -99,6 +103,7 @@ func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateS
 	e.fired = prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_orchestrator_timers_fired_total", Help: "Durable timers fired."})
 	e.wake = make(chan time.Time, 64)
 	e.collections = newCollectionCache(collectionCacheBytes)
+	e.loopBuffer = loopResultsBufferBytes
 	e.redrives = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_reconcile_redrives_total", Help: "Stalled executions re-driven, by what was done."}, []string{"action"})
 	reg.MustRegister(e.decisions, e.latency, e.fired, e.redrives)
 	return e
@@ -310,6 +315,9 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 	}
 	in, err := e.collectionsFor(ctx, st.GetTenant(), decide.NeededCollections(st))
 	if err != nil {
+		return 0, err
+	}
+	if in.LoopResults, err = e.loopResultsFor(ctx, st, decide.NeededLoopResults(st)); err != nil {
 		return 0, err
 	}
 	events, err := decide.DecideWith(cp, st, in)

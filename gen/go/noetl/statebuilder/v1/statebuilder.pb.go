@@ -510,11 +510,15 @@ type LoopState struct {
 	// empty and the orchestrator reads items from the resultstore.
 	ItemsRef *v1.ResultRef `protobuf:"bytes,7,opt,name=items_ref,json=itemsRef,proto3" json:"items_ref,omitempty"`
 	// Whether the list of iteration results is not kept because it would exceed the inline
-	// budget: the step's result is then a summary, and each iteration's result stays in its
-	// call.done event.
+	// budget: each iteration's result stays in its call.done event, and when the loop
+	// completes the orchestrator assembles the list from them into the resultstore; the
+	// loop's step.exit carries its reference.
 	ResultsOmitted bool `protobuf:"varint,8,opt,name=results_omitted,json=resultsOmitted,proto3" json:"results_omitted,omitempty"`
 	// Encoded size of the kept iteration results, measured against the inline budget.
-	ResultsBytes  int64 `protobuf:"varint,9,opt,name=results_bytes,json=resultsBytes,proto3" json:"results_bytes,omitempty"`
+	ResultsBytes int64 `protobuf:"varint,9,opt,name=results_bytes,json=resultsBytes,proto3" json:"results_bytes,omitempty"`
+	// Seq of the step.enter event that started this epoch: iteration results are read from
+	// the log after it (zero in states written before this field existed: from the start).
+	EnterSeq      int64 `protobuf:"varint,10,opt,name=enter_seq,json=enterSeq,proto3" json:"enter_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -608,6 +612,13 @@ func (x *LoopState) GetResultsOmitted() bool {
 func (x *LoopState) GetResultsBytes() int64 {
 	if x != nil {
 		return x.ResultsBytes
+	}
+	return 0
+}
+
+func (x *LoopState) GetEnterSeq() int64 {
+	if x != nil {
+		return x.EnterSeq
 	}
 	return 0
 }
@@ -1365,7 +1376,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"failedTime\x12&\n" +
 	"\x0ffailed_event_id\x18\x04 \x01(\tR\rfailedEventId\x12\x19\n" +
 	"\btimer_id\x18\x05 \x01(\tR\atimerId\x12\x14\n" +
-	"\x05fired\x18\x06 \x01(\bR\x05fired\"\xb1\x02\n" +
+	"\x05fired\x18\x06 \x01(\bR\x05fired\"\xce\x02\n" +
 	"\tLoopState\x12\x1d\n" +
 	"\n" +
 	"items_json\x18\x01 \x03(\fR\titemsJson\x12\x1a\n" +
@@ -1376,7 +1387,9 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x05total\x18\x06 \x01(\x05R\x05total\x126\n" +
 	"\titems_ref\x18\a \x01(\v2\x19.noetl.event.v1.ResultRefR\bitemsRef\x12'\n" +
 	"\x0fresults_omitted\x18\b \x01(\bR\x0eresultsOmitted\x12#\n" +
-	"\rresults_bytes\x18\t \x01(\x03R\fresultsBytes\"e\n" +
+	"\rresults_bytes\x18\t \x01(\x03R\fresultsBytes\x12\x1b\n" +
+	"\tenter_seq\x18\n" +
+	" \x01(\x03R\benterSeq\"e\n" +
 	"\x0fGetStateRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x17\n" +
 	"\amin_seq\x18\x02 \x01(\x03R\x06minSeq\x12\x16\n" +

@@ -1,0 +1,232 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/services/orchestrator/internal/decide"
+)
+
+// A loop whose list of iteration results goes past the inline budget does not keep it in
+// the execution state. When the loop completes, the engine assembles the list before the
+// decision that routes it: it reads the iterations' call.done events from the log (after
+// the loop's step.enter, up to the state's seq), writes their results in index order as one
+// JSON array to the resultstore, under an id derived from the step.enter event (deciding
+// again rewrites the same entry with the same bytes), and hands decide the reference, which
+// the loop's step.exit then carries as the step's result.
+//
+// Memory stays bounded: the engine keeps per iteration only the seq of its result's event
+// and that result's size, and at most loopResultsBufferBytes of results at once. A list
+// larger than that is written in windows of consecutive indexes, each read with one more
+// pass over the loop's events.
+
+// loopResultsBufferBytes bounds the iteration results held in memory while assembling.
+const loopResultsBufferBytes = 16 << 20
+
+// loopEventsPage is the page size of the event reads (a page holds call.done events of up
+// to the inline budget each).
+const loopEventsPage = 256
+
+// loopResultsCacheMax bounds the cache of assembled lists' references.
+const loopResultsCacheMax = 4096
+
+// refCache remembers the references of assembled lists by step.enter event id, so a
+// decision retried before the step.exit commits does not assemble again.
+type refCache struct {
+	mu   sync.Mutex
+	refs map[string]*eventv1.ResultRef
+}
+
+func (c *refCache) get(key string) *eventv1.ResultRef {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refs[key]
+}
+
+func (c *refCache) put(key string, ref *eventv1.ResultRef) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refs == nil || len(c.refs) >= loopResultsCacheMax {
+		c.refs = map[string]*eventv1.ResultRef{}
+	}
+	c.refs[key] = ref
+}
+
+// loopResultsFor assembles (or finds) the lists of results of the completed loops a
+// decision on st routes.
+func (e *Engine) loopResultsFor(ctx context.Context, st *sbv1.ExecutionState, needs []decide.LoopResults) (map[string]*eventv1.ResultRef, error) {
+	if len(needs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]*eventv1.ResultRef, len(needs))
+	for _, n := range needs {
+		ref := e.loopResults.get(n.EnterEventID)
+		if ref == nil {
+			var err error
+			if ref, err = e.assembleLoopResults(ctx, st, n, e.loopBuffer); err != nil {
+				return nil, fmt.Errorf("assemble the results of loop %s: %w", n.Step, err)
+			}
+			e.loopResults.put(n.EnterEventID, ref)
+		}
+		out[n.EnterEventID] = ref
+	}
+	return out, nil
+}
+
+// assembleLoopResults writes the list of n's iteration results to the resultstore, holding
+// at most about budget bytes of results at once, and returns its reference.
+func (e *Engine) assembleLoopResults(ctx context.Context, st *sbv1.ExecutionState, n decide.LoopResults, budget int64) (*eventv1.ResultRef, error) {
+	if e.cfg.Results == nil {
+		return nil, fmt.Errorf("no resultstore configured")
+	}
+	// Pass 1: which event holds each index's result (the last one wins, as in the fold),
+	// how large it is, and the results themselves while they fit the budget.
+	last := make([]int64, n.Total)
+	size := make([]int32, n.Total)
+	held := make([][]byte, n.Total)
+	var heldBytes int64
+	err := e.scanIterations(ctx, st, n, func(i int, seq int64, elem []byte) {
+		last[i], size[i] = seq, int32(len(elem))
+		if held == nil {
+			return
+		}
+		heldBytes += int64(len(elem)) - int64(len(held[i]))
+		held[i] = elem
+		if heldBytes > budget {
+			held = nil // too large to hold: write in windows
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // an unfinished upload is rolled back
+	stream, err := e.cfg.Results.PutResult(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &chunkWriter{stream: stream, header: &rsv1.PutResultHeader{
+		Tenant: st.GetTenant(), ExecutionId: st.GetExecutionId(), Step: n.Step, ResultId: domain.LoopResultsID(n.EnterEventID),
+		ContentType: "application/json", ExtractedJson: domain.LoopResultsExtracted(n.Total),
+	}}
+	w.write([]byte{'['})
+	put := func(i int, elem []byte) {
+		if i > 0 {
+			w.write([]byte{','})
+		}
+		if len(elem) == 0 {
+			elem = []byte("null")
+		}
+		w.write(elem)
+	}
+	if held != nil {
+		for i, elem := range held {
+			put(i, elem)
+		}
+	} else {
+		for lo := 0; lo < n.Total && w.err == nil; {
+			hi, acc := lo, int64(0)
+			for hi < n.Total && (hi == lo || acc+int64(size[hi]) <= budget) {
+				acc += int64(size[hi])
+				hi++
+			}
+			window := make([][]byte, hi-lo)
+			err := e.scanIterations(ctx, st, n, func(i int, seq int64, elem []byte) {
+				if i >= lo && i < hi && seq == last[i] {
+					window[i-lo] = elem
+				}
+			})
+			if err != nil {
+				return nil, err
+			}
+			for k, elem := range window {
+				put(lo+k, elem)
+			}
+			lo = hi
+		}
+	}
+	w.write([]byte{']'})
+	return w.close()
+}
+
+// scanIterations calls fn, in seq order, for each call.done of n's iterations in the log
+// after n's step.enter up to st's seq, with its index, seq and element of the list.
+func (e *Engine) scanIterations(ctx context.Context, st *sbv1.ExecutionState, n decide.LoopResults, fn func(i int, seq int64, elem []byte)) error {
+	after := n.EnterSeq
+	for after < st.GetSeq() {
+		resp, err := e.state.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: st.GetExecutionId(), AfterSeq: after, PageSize: loopEventsPage})
+		if err != nil {
+			return err
+		}
+		for _, ev := range resp.GetEvents() {
+			if ev.GetSeq() > st.GetSeq() {
+				return nil
+			}
+			after = ev.GetSeq()
+			i, ok := domain.IsIterationResult(ev, n.Step, n.Epoch, n.Total)
+			if !ok {
+				continue
+			}
+			elem, err := domain.IterationResult(ev)
+			if err != nil {
+				return err
+			}
+			fn(i, ev.GetSeq(), elem)
+		}
+		if resp.GetNextAfterSeq() == 0 || len(resp.GetEvents()) == 0 {
+			break
+		}
+	}
+	if after < st.GetSeq() {
+		return fmt.Errorf("execution %s: events end at seq %d, before %d", st.GetExecutionId(), after, st.GetSeq())
+	}
+	return nil
+}
+
+// chunkWriter streams a PutResult upload in chunks of putChunk bytes, the header with the
+// first; the first error sticks.
+type chunkWriter struct {
+	stream rsv1.ResultStoreService_PutResultClient
+	header *rsv1.PutResultHeader
+	buf    []byte
+	err    error
+}
+
+// putChunk is the size of one chunk sent to the resultstore.
+const putChunk = 256 << 10
+
+func (w *chunkWriter) write(p []byte) {
+	if w.err != nil {
+		return
+	}
+	w.buf = append(w.buf, p...)
+	for len(w.buf) >= putChunk && w.err == nil {
+		w.send(w.buf[:putChunk])
+		w.buf = append(w.buf[:0], w.buf[putChunk:]...)
+	}
+}
+
+func (w *chunkWriter) send(chunk []byte) {
+	req := &rsv1.PutResultRequest{Chunk: chunk, Header: w.header}
+	w.header = nil
+	w.err = w.stream.Send(req)
+}
+
+func (w *chunkWriter) close() (*eventv1.ResultRef, error) {
+	if len(w.buf) > 0 || w.header != nil {
+		w.send(w.buf)
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	resp, err := w.stream.CloseAndRecv()
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetRef(), nil
+}
