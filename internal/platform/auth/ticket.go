@@ -55,11 +55,11 @@ func (t *Trust) VerifyTicket(ticket []byte) (*Ticket, error) {
 	if !ok {
 		return nil, unauthenticated("ticket: malformed")
 	}
-	got, err := base64.RawURLEncoding.DecodeString(string(sig))
+	got, err := base64.RawURLEncoding.Strict().DecodeString(string(sig))
 	if err != nil || !hmac.Equal(got, t.ticketMAC(payload)) {
 		return nil, unauthenticated("ticket: invalid signature")
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(string(payload))
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(string(payload))
 	if err != nil {
 		return nil, unauthenticated("ticket: malformed")
 	}

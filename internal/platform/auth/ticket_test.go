@@ -30,6 +30,16 @@ func TestFlightTicketsAreSignedTenantScopedAndExpire(t *testing.T) {
 	forged := strings.Replace(payload, payload[:4], "AAAA", 1) + "." + sig
 	_, err = tr.VerifyTicket([]byte(forged))
 	require.Equal(t, codes.Unauthenticated, status.Code(err), "altered payload")
+	// Every bit of the signature counts: no other encoding of it is accepted.
+	for i := range len(ticket) {
+		for _, bit := range []byte{1, 2, 4, 8, 16, 32} {
+			altered := append([]byte{}, ticket...)
+			altered[i] ^= bit
+			if _, err := tr.VerifyTicket(altered); err == nil {
+				t.Fatalf("ticket with byte %d xor %d accepted", i, bit)
+			}
+		}
+	}
 	_, err = tr.VerifyTicket([]byte("garbage"))
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 

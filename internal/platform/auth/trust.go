@@ -105,7 +105,7 @@ func (t *Trust) Verify(method string, md metadata.MD) (*Principal, error) {
 	if len(payloads) != 1 || len(sigs) != 1 {
 		return nil, unauthenticated(MDPrincipal + ": exactly one signed principal is required")
 	}
-	sig, err := base64.RawURLEncoding.DecodeString(sigs[0])
+	sig, err := base64.RawURLEncoding.Strict().DecodeString(sigs[0])
 	if err != nil || !hmac.Equal(sig, t.mac(method, payloads[0])) {
 		return nil, unauthenticated(MDSignature + ": invalid signature")
 	}
