@@ -27,6 +27,10 @@ var memprofile = flag.String("memprofile", "", "longloop with --procs=false: wri
 // reading.
 const longloopAt10k = 10_000
 
+// longloopStall is how long the longloop workload waits for its execution's log to grow
+// before it gives up.
+const longloopStall = 2 * time.Minute
+
 // longloop is one step looping sequentially over n items: about 4n events in one execution.
 func longloop(name string, n int) string {
 	return fmt.Sprintf(`apiVersion: noetl.io/v2
@@ -204,13 +208,18 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		return err
 	}
 	id := resp.GetExecutionId()
-	// Watch the log grow to take the reading at 10,000 events.
+	// Watch the log grow to take the reading at 10,000 events, and give up on an execution
+	// whose log stops growing.
 	at10k := make(chan memReading, 1)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
+	ctx, stalled := context.WithCancelCause(ctx)
+	defer stalled(nil)
 	go func() {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
+		var last int64
+		moved, read := time.Now(), false
 		for {
 			select {
 			case <-wctx.Done():
@@ -221,14 +230,24 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 			if err != nil {
 				continue
 			}
-			if seq := g.GetExecution().GetLastSeq(); seq >= longloopAt10k {
-				at10k <- m.read(seq)
+			seq := g.GetExecution().GetLastSeq()
+			if seq != last {
+				last, moved = seq, time.Now()
+			} else if time.Since(moved) > longloopStall {
+				stalled(fmt.Errorf("execution %s stalled: its log has stayed at seq %d for %s", id, seq, longloopStall))
 				return
+			}
+			if !read && seq >= longloopAt10k {
+				at10k <- m.read(seq)
+				read = true
 			}
 		}
 	}()
 	final, err := wait(ctx, exe, id)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			return cause
+		}
 		return err
 	}
 	wall := time.Since(start)

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,6 +27,10 @@ import (
 	"github.com/noetl/noetl/internal/platform/natsembed"
 	"github.com/noetl/noetl/internal/platform/pgembed"
 )
+
+// procsRev, when set, builds the service binaries from that git revision (a snapshot by
+// git archive) instead of the working tree, which others may be editing.
+var procsRev = flag.String("procs-rev", "", "longloop with --procs: build the services from this git revision (e.g. HEAD) instead of the working tree")
 
 // procServices are the service binaries a process mesh runs, in start order.
 var procServices = []string{"statebuilder", "resultstore", "materializer", "orchestrator", "worker", "gateway"}
@@ -77,10 +83,14 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
+	src, err := buildSource(ctx, root, dir, *procsRev)
+	if err != nil {
+		return nil, err
+	}
 	bin := filepath.Join(dir, "bin")
 	for _, s := range procServices {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, s), "./services/"+s+"/cmd/"+s)
-		cmd.Dir = root
+		cmd.Dir = src
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("build %s: %w: %s", s, err, out)
 		}
@@ -186,6 +196,23 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 		return nil, err
 	}
 	return p, nil
+}
+
+// buildSource is the tree the services are built from: root itself, or when rev is set a
+// snapshot of that revision extracted under dir.
+func buildSource(ctx context.Context, root, dir, rev string) (string, error) {
+	if rev == "" {
+		return root, nil
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", root, rev, src)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("snapshot %s: %w: %s", rev, err, out)
+	}
+	return src, nil
 }
 
 // errExited is a service process that exited while it was awaited.
@@ -389,6 +416,9 @@ func (m procMeter) report(out map[string]any, first, end memReading) {
 
 // runLongloopProcs runs the longloop workload against a process mesh.
 func runLongloopProcs(ctx context.Context, n int) error {
+	// An interrupt stops the processes and Postgres before the bench exits.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	p, err := startProcMesh(ctx, log)
 	if err != nil {
