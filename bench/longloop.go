@@ -254,6 +254,7 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 	end := m.read(final.GetLastSeq())
 	loadEnd := loadavg()
 	stopWatch()
+	stopSamples() // reading the log back below is not the loop's
 	var first memReading
 	select {
 	case first = <-at10k:

@@ -32,6 +32,10 @@ import (
 // git archive) instead of the working tree, which others may be editing.
 var procsRev = flag.String("procs-rev", "", "longloop with --procs: build the services from this git revision (e.g. HEAD) instead of the working tree")
 
+// procsLogs, when set, is a directory the service processes' logs are written to and left
+// in; otherwise they go to the temporary directory and are removed with it.
+var procsLogs = flag.String("procs-logs", "", "longloop with --procs: keep the services' logs in this directory (with GODEBUG=gctrace=1 in the environment, their GC traces)")
+
 // procServices are the service binaries a process mesh runs, in start order.
 var procServices = []string{"statebuilder", "resultstore", "materializer", "orchestrator", "worker", "gateway"}
 
@@ -87,6 +91,11 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 	if err != nil {
 		return nil, err
 	}
+	if *procsLogs != "" {
+		if err := os.MkdirAll(*procsLogs, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	bin := filepath.Join(dir, "bin")
 	for _, s := range procServices {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, s), "./services/"+s+"/cmd/"+s)
@@ -141,7 +150,7 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 		if err != nil {
 			return nil, err
 		}
-		logf, err := os.Create(filepath.Join(dir, s+".log"))
+		logf, err := os.Create(p.logPath(s))
 		if err != nil {
 			return nil, err
 		}
@@ -252,9 +261,17 @@ func (p *procMesh) proc(name string) *serviceProc {
 	return nil
 }
 
+// logPath is the file a service's log is written to.
+func (p *procMesh) logPath(name string) string {
+	if *procsLogs != "" {
+		return filepath.Join(*procsLogs, name+".log")
+	}
+	return filepath.Join(p.dir, name+".log")
+}
+
 // logTail is the end of a service's log.
 func (p *procMesh) logTail(name string) string {
-	b, _ := os.ReadFile(filepath.Join(p.dir, name+".log"))
+	b, _ := os.ReadFile(p.logPath(name))
 	if len(b) > 4000 {
 		b = b[len(b)-4000:]
 	}
