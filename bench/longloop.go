@@ -129,13 +129,16 @@ type longloopMeter interface {
 	read(seq int64) memReading
 	// report adds the memory fields of the readings at 10,000 events and at the end.
 	report(out map[string]any, first, end memReading)
+	// rss is the resident set and its peak (MB) the rss fields report in a reading.
+	rss(r memReading) (cur, peak float64)
 }
 
 // inprocMeter reads the memory of the bench process, which runs the whole mesh.
 type inprocMeter struct{}
 
-func (inprocMeter) sampleMB() float64         { return currentRSSMB() }
-func (inprocMeter) read(seq int64) memReading { return readMem(seq) }
+func (inprocMeter) sampleMB() float64                    { return currentRSSMB() }
+func (inprocMeter) read(seq int64) memReading            { return readMem(seq) }
+func (inprocMeter) rss(r memReading) (cur, peak float64) { return r.rssMB, r.peakRSSMB }
 
 func (inprocMeter) report(out map[string]any, first, end memReading) {
 	out["rss_mb_at_10k"] = round1(first.peakRSSMB)
@@ -210,7 +213,8 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 	id := resp.GetExecutionId()
 	// Watch the log grow to take the reading at 10,000 events, and give up on an execution
 	// whose log stops growing.
-	at10k := make(chan memReading, 1)
+	at10k, atLast := make(chan memReading, 1), make(chan memReading, 1)
+	lastIteration := int64(2 + 4*n) // playbook.started, step.enter, 4 events per iteration
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	ctx, stalled := context.WithCancelCause(ctx)
@@ -219,7 +223,7 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		var last int64
-		moved, read := time.Now(), false
+		moved, read, readLast := time.Now(), false, false
 		for {
 			select {
 			case <-wctx.Done():
@@ -241,6 +245,10 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 				at10k <- m.read(seq)
 				read = true
 			}
+			if !readLast && seq >= lastIteration {
+				atLast <- m.read(seq)
+				readLast = true
+			}
 		}
 	}()
 	final, err := wait(ctx, exe, id)
@@ -255,11 +263,16 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 	loadEnd := loadavg()
 	stopWatch()
 	stopSamples() // reading the log back below is not the loop's
-	var first memReading
+	var first, last memReading
 	select {
 	case first = <-at10k:
 	default:
 		first = end // the log never reached 10,000 events
+	}
+	select {
+	case last = <-atLast:
+	default:
+		last = end
 	}
 	if *memprofile != "" && inproc {
 		f, err := os.Create(*memprofile)
@@ -297,6 +310,10 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		"latency_scope":      "per-iteration latency: commit time of an iteration's command.completed minus the previous iteration's (step.enter for the first), read back from the event log; phase_median_ms splits it (first 1k, last 1k): decide = previous command.completed to this command.issued (commit, notice, decision, publish, commit), dispatch = command.issued to command.started (command publish, worker claim, commit), run = command.started to command.completed",
 	}
 	m.report(out, first, end)
+	// Between the last iteration's commit and the end, the engine assembles the loop's list
+	// of results (one pass over the log) and routes the loop.
+	cur, peak := m.rss(last)
+	out["at_last_iteration"] = map[string]any{"seq": last.seq, "rss_mb": round1(cur), "peak_rss_mb": round1(peak)}
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
 

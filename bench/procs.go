@@ -400,6 +400,14 @@ func (m procMeter) read(seq int64) memReading {
 	return r
 }
 
+func (m procMeter) rss(r memReading) (cur, peak float64) {
+	for _, s := range measured {
+		cur += r.procs[s].rss
+		peak += r.procs[s].hwm
+	}
+	return cur, peak
+}
+
 func (m procMeter) report(out map[string]any, first, end memReading) {
 	var hwm, rss [2]float64
 	for _, s := range measured {
