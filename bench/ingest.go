@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,7 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,24 +117,29 @@ func runIngest(ctx context.Context) error {
 			return err
 		}
 	}
+	cpu := startCPU(ctx, db)
 	begin := time.Now()
 	g.release()
 	if err := waitLogged(ctx, db, want); err != nil {
 		return err
 	}
 	wall := time.Since(begin)
+	goCPU, pgCPU := cpu.since(ctx, db)
 	if profile != "" {
 		pprof.StopCPUProfile()
 	}
 	stop()
 	wg.Wait()
 
+	cpu = startCPU(ctx, db)
 	copyWall, rows, err := rawCopy(ctx, db)
 	if err != nil {
 		return err
 	}
+	copyGoCPU, copyPGCPU := cpu.since(ctx, db)
 	eps := float64(len(events)) / wall.Seconds()
 	cps := float64(rows) / copyWall.Seconds()
+	perEvent := func(d time.Duration, n int64) float64 { return float64(d.Microseconds()) / float64(n) }
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{
 		"workload":            "ingest",
 		"events":              len(events),
@@ -143,7 +152,75 @@ func runIngest(ctx context.Context) error {
 		"raw_copy_ms":         float64(copyWall.Microseconds()) / 1000,
 		"raw_copy_rows_per_s": cps,
 		"ratio":               eps / cps,
+		// CPU per event, which a loaded machine disturbs less than the rates: this process
+		// (the materializer, and NATS and the bench beside it) and Postgres's processes.
+		"cpu_us_per_event_go":        perEvent(goCPU, int64(len(events))),
+		"cpu_us_per_event_pg":        perEvent(pgCPU, int64(len(events))),
+		"raw_copy_cpu_us_per_row_go": perEvent(copyGoCPU, rows),
+		"raw_copy_cpu_us_per_row_pg": perEvent(copyPGCPU, rows),
 	})
+}
+
+// cpuMark is the CPU time used so far by this process and by each Postgres process.
+type cpuMark struct {
+	self time.Duration
+	pg   map[int]time.Duration
+}
+
+// startCPU marks the CPU time used so far (Postgres's processes read from /proc: zero
+// where there is none).
+func startCPU(ctx context.Context, db *pgxpool.Pool) cpuMark {
+	return cpuMark{self: selfCPU(), pg: postgresCPU(ctx, db)}
+}
+
+// since returns the CPU time used since m by this process and by Postgres's processes
+// (those that ended meanwhile are not counted).
+func (m cpuMark) since(ctx context.Context, db *pgxpool.Pool) (self, pg time.Duration) {
+	for pid, d := range postgresCPU(ctx, db) {
+		pg += d - m.pg[pid]
+	}
+	return selfCPU() - m.self, pg
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// postgresCPU reads the user and system time of every Postgres process from
+// /proc/<pid>/stat (in clock ticks, taken as the usual 100 a second).
+func postgresCPU(ctx context.Context, db *pgxpool.Pool) map[int]time.Duration {
+	out := map[int]time.Duration{}
+	rows, err := db.Query(ctx, `SELECT pid FROM pg_stat_activity`)
+	if err != nil {
+		return out
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return out
+	}
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command (which may hold spaces) start after its ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		out[int(pid)] = time.Duration(utime+stime) * 10 * time.Millisecond
+	}
+	return out
 }
 
 // ingestWorkload builds the playbook.started events of execs executions and n more

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/failpoint"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/config"
@@ -432,8 +433,8 @@ func (l *loop) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte
 // execution's trace runs through the commit of its events.
 type batchSpans struct {
 	spans []trace.Span
-	// byEventID and byExecution hold the context of the commit span of an event by id, and
-	// of an execution's last event in the batch.
+	// byEventID and byExecution hold the context of the commit span of a command.issued
+	// event by id, and of an execution's last event in the batch.
 	byEventID   map[string]context.Context
 	byExecution map[string]context.Context
 }
@@ -469,7 +470,9 @@ func (l *loop) startSpans(ctx context.Context, evs []*eventv1.Event, msgs []jets
 		g.events++
 		g.mixedExec = g.mixedExec || evs[i].GetExecutionId() != g.first.GetExecutionId()
 		g.mixedStep = g.mixedStep || evs[i].GetStep() != g.first.GetStep()
-		bs.byEventID[evs[i].GetEventId()] = g.ctx
+		if evs[i].GetType() == domain.EventCommandIssued { // the events whose context is looked up by id
+			bs.byEventID[evs[i].GetEventId()] = g.ctx
+		}
 		bs.byExecution[evs[i].GetExecutionId()] = g.ctx
 	}
 	for _, g := range order {

@@ -234,6 +234,20 @@ func TestTwoOwnersOfOnePartitionKeepTheLogIdentical(t *testing.T) {
 	dual := newEnv(t)
 	a := dual.start(t, Config{Partitions: parts, ReplicaID: "a", OwnPartitions: all, BatchSize: 16})
 	b := dual.start(t, Config{Partitions: parts, ReplicaID: "b", OwnPartitions: all, BatchSize: 7})
+	// The replicas share the group's cursors: one that starts reading a partition after the
+	// other committed some of it starts past those events. Both read every event only when
+	// both consume every partition (the cursor read, the consumer created) before the
+	// first is published.
+	stream, err := dual.js.Stream(context.Background(), natsx.StreamEvents)
+	require.NoError(t, err)
+	testkit.WaitFor(t, 30*time.Second, func() error {
+		info, err := stream.Info(context.Background())
+		require.NoError(t, err)
+		if n := info.State.Consumers; n < 2*parts {
+			return fmt.Errorf("%d consumers of %d", n, 2*parts)
+		}
+		return nil
+	})
 	dp := newPublisher(t, dual.js, parts)
 	// Each event is published once, and once more as a duplicate (another message id, so
 	// JetStream keeps it) at a random later point.

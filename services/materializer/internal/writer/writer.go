@@ -106,6 +106,11 @@ const (
 		WHERE consumer = $1 AND partition = $2`
 )
 
+// copyMin is the number of new events from which a batch is inserted with COPY.
+const copyMin = 64
+
+var eventColumns = []string{"execution_id", "seq", "event_id", "tenant", "type", "step", "command_id", "committed_at", "body"}
+
 // execState is an execution's row as locked, and as the batch leaves it.
 type execState struct {
 	known   bool
@@ -282,10 +287,17 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 	}
 
-	// Round trip 2: insert, project, commit.
+	// Round trip 2: insert, project, commit; a large batch is inserted with COPY before
+	// it, which costs Postgres about a quarter less than an INSERT and two round trips more.
 	b = &pgx.Batch{}
-	if err := w.queueWrites(b, evs, bodies, distinct, res.Outcomes, seqs, execs, state, commitTime); err != nil {
+	copyRows, err := w.queueWrites(b, evs, bodies, distinct, res.Outcomes, seqs, execs, state, commitTime)
+	if err != nil {
 		return nil, err
+	}
+	if len(copyRows) > 0 {
+		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"noetl", "event"}, eventColumns, pgx.CopyFromRows(copyRows)); err != nil {
+			return nil, fmt.Errorf("append events: %w", err)
+		}
 	}
 	if cursor != nil && cursor.StreamSeq > 0 {
 		b.Queue(sqlCursor, cursor.Group, cursor.Partition, int64(cursor.StreamSeq))
@@ -370,9 +382,10 @@ func (w *Writer) queueStarts(b *pgx.Batch, evs []*eventv1.Event, distinct []int,
 	return 1
 }
 
-// queueWrites queues the insert of the committed events and the projection updates.
+// queueWrites queues the insert of the committed events, or returns them as rows to COPY
+// when there are copyMin or more, and queues the projection updates.
 func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte, distinct []int, outcomes []Outcome, seqs []int64,
-	execs []string, state map[string]*execState, at time.Time) error {
+	execs []string, state map[string]*execState, at time.Time) ([][]any, error) {
 	var ex, ev, tn, ty, st, cmd []string
 	var seq []int64
 	var body [][]byte
@@ -391,7 +404,7 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 			e.Seq, e.CommitTime = 0, nil // restored when committed
 			var err error
 			if bb, err = proto.Marshal(e); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		ex, seq, ev, tn, ty, st, cmd = append(ex, e.GetExecutionId()), append(seq, seqs[i]), append(ev, e.GetEventId()),
@@ -412,7 +425,14 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 			retired = append(retired, e.GetExecutionId())
 		}
 	}
-	if len(ex) > 0 {
+	var copyRows [][]any
+	switch {
+	case len(ex) >= copyMin:
+		copyRows = make([][]any, len(ex))
+		for k := range ex {
+			copyRows[k] = []any{ex[k], seq[k], ev[k], tn[k], ty[k], st[k], cmd[k], at, body[k]}
+		}
+	case len(ex) > 0:
 		b.Queue(sqlInsert, ex, seq, ev, tn, ty, st, cmd, at, body)
 	}
 	// The projection: each execution's counters after the batch.
@@ -443,7 +463,7 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 	if len(retired) > 0 {
 		b.Queue(sqlTimerRetired, retired)
 	}
-	return nil
+	return copyRows, nil
 }
 
 // terminalStatus is the execution status a terminal event type ends an execution with.

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -160,4 +161,48 @@ func TestCommitMovesTheCursorAndKeepsBodies(t *testing.T) {
 	_, err = w.Commit(ctx, []*eventv1.Event{ev("d", "d2", domain.EventStepEnter)}, nil, &Cursor{Group: "g", Partition: 3, StreamSeq: 7})
 	require.NoError(t, err)
 	require.Equal(t, int64(50), cursor())
+}
+
+// TestCommitLargeBatch checks the COPY path (a batch of copyMin new events or more): seqs
+// are gap-free per execution in arrival order, and a redelivery is all duplicates.
+func TestCommitLargeBatch(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	w := &Writer{DB: db}
+	batch := func() []*eventv1.Event {
+		evs := []*eventv1.Event{ev("e", "e0", domain.EventPlaybookStarted), ev("f", "f0", domain.EventPlaybookStarted)}
+		for i := range 2 * copyMin {
+			exec := []string{"e", "f"}[i%2]
+			evs = append(evs, ev(exec, fmt.Sprintf("%s%d", exec, i+1), domain.EventStepEnter))
+		}
+		return append(evs, ev("e", "e1", domain.EventStepEnter)) // an in-batch duplicate
+	}
+	evs := batch()
+	res, err := w.Commit(ctx, evs, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, len(evs)-1, res.Committed)
+	require.Equal(t, Duplicate, res.Outcomes[len(evs)-1])
+	for _, x := range []string{"e", "f"} {
+		var n, maxSeq, lastSeq int64
+		require.NoError(t, db.QueryRow(ctx, `SELECT count(*), max(seq) FROM noetl.event WHERE execution_id = $1`, x).Scan(&n, &maxSeq))
+		require.NoError(t, db.QueryRow(ctx, `SELECT last_seq FROM noetl.execution WHERE execution_id = $1`, x).Scan(&lastSeq))
+		require.Equal(t, int64(copyMin+1), n)
+		require.Equal(t, n, maxSeq)
+		require.Equal(t, n, lastSeq)
+	}
+	// Arrival order: e's events got seq 1, 2, ... in the order they came.
+	for _, e := range evs[:len(evs)-1] {
+		var id string
+		require.NoError(t, db.QueryRow(ctx, `SELECT event_id FROM noetl.event WHERE execution_id = $1 AND seq = $2`, e.GetExecutionId(), e.GetSeq()).Scan(&id))
+		require.Equal(t, e.GetEventId(), id)
+	}
+
+	res, err = w.Commit(ctx, batch(), nil, nil)
+	require.NoError(t, err)
+	require.Zero(t, res.Committed)
+	for _, o := range res.Outcomes {
+		require.Equal(t, Duplicate, o)
+	}
 }
