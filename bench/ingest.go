@@ -33,7 +33,7 @@ import (
 var (
 	ingestEvents = flag.Int("ingest-events", 100000, "events of the ingest workload")
 	ingestExecs  = flag.Int("ingest-executions", 1000, "executions the ingest workload's events belong to")
-	ingestBatch  = flag.Int("ingest-batch", 1024, "materializer batch size of the ingest workload")
+	ingestBatch  = flag.Int("ingest-batch", materializer.DefaultBatchSize, "materializer batch size of the ingest workload")
 )
 
 // runIngest measures the materializer alone: executions are started, then ingest-events

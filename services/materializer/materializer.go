@@ -38,8 +38,14 @@ import (
 	"github.com/noetl/noetl/services/materializer/internal/writer"
 )
 
-// Defaults of the saturation and lease settings.
+// Defaults of the batch, saturation and lease settings.
 const (
+	// DefaultBatchSize bounds a commit. A batch takes what has arrived, never waiting for
+	// more, so the bound only matters under load, where a larger batch costs less per
+	// event: fewer commit notices (one per execution per batch), round trips and
+	// statements (the ingest bench spends about a third less CPU per event at 4096 than at
+	// 1024).
+	DefaultBatchSize  = 4096
 	DefaultMaxLag     = 100000
 	DefaultStallAfter = time.Minute
 	DefaultLeaseTTL   = 15 * time.Second
@@ -89,7 +95,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.NATSURL, "nats", "NOETL_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
 	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
-	fs.Int(&c.BatchSize, "batch-size", "NOETL_MATERIALIZER_BATCH", 1024, "maximum events per commit")
+	fs.Int(&c.BatchSize, "batch-size", "NOETL_MATERIALIZER_BATCH", DefaultBatchSize, "maximum events per commit")
 	fs.String(&c.Consumer, "consumer", "NOETL_MATERIALIZER_CONSUMER", "materializer", "group name: replicas with the same name share the partitions of NOETL_EVENTS")
 	fs.String(&c.ReplicaID, "replica-id", "NOETL_MATERIALIZER_REPLICA_ID", "", "this replica's id within its group (default: host name, pid and a random suffix)")
 	fs.Duration(&c.LeaseTTL, "lease-ttl", "NOETL_MATERIALIZER_LEASE_TTL", DefaultLeaseTTL, "how long a partition lease lasts unless renewed (renewed every third of it)")
@@ -129,7 +135,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 1024
+		cfg.BatchSize = DefaultBatchSize
 	}
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = natsx.DefaultPartitions
