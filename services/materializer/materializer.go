@@ -417,9 +417,16 @@ func (l *loop) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte
 		out = append(out, natsx.Message{Subject: natsx.CommittedSubject(n.GetExecutionId(), l.cfg.Partitions), MsgID: fmt.Sprintf("%s:%d", n.GetExecutionId(), n.GetSeq()), Data: b,
 			Header: spans.header(spans.byExecution[n.GetExecutionId()])})
 	}
-	if err := natsx.PublishAll(ctx, l.js, out); err != nil {
-		spans.end(err)
-		return fmt.Errorf("forward: %w", err)
+	// In windows, so the partitions together stay below the JetStream client's limit of
+	// unacknowledged async publishes (4,000), past which a publish fails as stalled and
+	// the whole batch is processed again.
+	for len(out) > 0 {
+		w := out[:min(forwardWindow, len(out))]
+		out = out[len(w):]
+		if err := natsx.PublishAll(ctx, l.js, w); err != nil {
+			spans.end(err)
+			return fmt.Errorf("forward: %w", err)
+		}
 	}
 	if err := failpoint.Eval(failpoint.MaterializerAfterPublish); err != nil {
 		spans.end(err)
@@ -433,6 +440,9 @@ func (l *loop) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte
 	spans.end(nil)
 	return nil
 }
+
+// forwardWindow is how many forwarded messages a partition has unacknowledged at most.
+const forwardWindow = 128
 
 // batchSpans are the commit spans of one batch: one per distinct parent (the decision or
 // tool run that published the events), from receipt to acknowledgement, so each
