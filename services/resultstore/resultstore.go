@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	srv := app.NewServer("resultstore", log, grpcLis, adminLis, append(auth.ServerOptions(trust), tel.ServerOption())...)
-	st := &store.Store{DB: db, Metrics: store.NewMetrics(srv.Registry), TTL: cfg.ResultTTL}
+	st := &store.Store{Backend: &store.Postgres{DB: db}, Metrics: store.NewMetrics(srv.Registry), TTL: cfg.ResultTTL}
 	rsv1.RegisterResultStoreServiceServer(srv.GRPC, st)
 	srv.AddCheck("postgres", pgxext.Check(db))
 

@@ -139,21 +139,8 @@ func (f *Flight) ListFlights(c *flight.Criteria, stream flight.FlightService_Lis
 	if execID == "" {
 		return status.Error(codes.InvalidArgument, "criteria: expression must be an execution id")
 	}
-	rows, err := f.Store.DB.Query(ctx, `SELECT result_id FROM noetl.result WHERE tenant=$1 AND execution_id=$2 AND `+live+` ORDER BY created_at, result_id LIMIT 10000`, p.Tenant, execID)
+	ids, err := f.Store.Backend.List(ctx, p.Tenant, execID, 10000)
 	if err != nil {
-		return err
-	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, id := range ids {

@@ -1,6 +1,6 @@
-// Package store keeps results in Postgres as chunked bytea rows, addressed by
-// noetl://results/<tenant>/<execution_id>/<id> URIs, with the digest verified on read,
-// and serves them over gRPC (ResultStoreService) and Apache Arrow Flight (flight.go).
+// Package store keeps results, addressed by noetl://results/<tenant>/<execution_id>/<id>
+// URIs, in a Backend (Postgres: chunked bytea rows, postgres.go) with the digest verified on
+// read, and serves them over gRPC (ResultStoreService) and Apache Arrow Flight (flight.go).
 // Results expire after a retention period and a sweeper deletes them.
 package store
 
@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,7 +29,8 @@ const ChunkSize = 1 << 20
 // Store implements ResultStoreService.
 type Store struct {
 	rsv1.UnimplementedResultStoreServiceServer
-	DB *pgxpool.Pool
+	// Backend holds payloads and references (Postgres).
+	Backend Backend
 	// Metrics, when set, counts the bytes and streams served.
 	Metrics *Metrics
 	// TTL is how long a stored result is kept; zero keeps results until deleted.
@@ -98,24 +97,17 @@ func parse(uri string) string {
 	return id
 }
 
-// live is the SQL condition of a result that has not expired.
-const live = `(expires_at IS NULL OR expires_at > now())`
-
-// blobWriter stores one result: chunks go to Postgres as they fill, inside one
-// transaction, so a failed or abandoned upload leaves nothing behind.
+// blobWriter stores one result through the backend, computing its size and digest.
 type blobWriter struct {
 	s      *Store
-	ctx    context.Context
-	tx     pgx.Tx
+	w      BlobWriter
 	h      *rsv1.PutResultHeader
-	buf    []byte
-	idx    int
 	size   int64
 	digest hash.Hash
 }
 
 // create starts storing a result described by h (content type defaulted to JSON),
-// replacing any earlier result of the same id.
+// replacing any earlier result of the same id once committed.
 func (s *Store) create(ctx context.Context, h *rsv1.PutResultHeader) (*blobWriter, error) {
 	if h == nil || h.GetResultId() == "" || h.GetTenant() == "" || h.GetExecutionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "header: tenant, execution_id and result_id are required in the first message")
@@ -123,80 +115,41 @@ func (s *Store) create(ctx context.Context, h *rsv1.PutResultHeader) (*blobWrite
 	if h.GetContentType() == "" {
 		h.ContentType = "application/json"
 	}
-	tx, err := s.DB.Begin(ctx)
+	w, err := s.Backend.Create(ctx, h)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM noetl.result_chunk WHERE tenant=$1 AND result_id=$2`, h.GetTenant(), h.GetResultId()); err != nil {
-		_ = tx.Rollback(ctx)
-		return nil, err
-	}
-	return &blobWriter{s: s, ctx: ctx, tx: tx, h: h, buf: make([]byte, 0, ChunkSize), digest: sha256.New()}, nil
+	return &blobWriter{s: s, w: w, h: h, digest: sha256.New()}, nil
 }
 
 // Write implements io.Writer.
 func (w *blobWriter) Write(p []byte) (int, error) {
-	n := len(p)
 	w.digest.Write(p)
-	w.size += int64(n)
-	for len(p) > 0 {
-		k := min(ChunkSize-len(w.buf), len(p))
-		w.buf = append(w.buf, p[:k]...)
-		p = p[k:]
-		if len(w.buf) == ChunkSize {
-			if err := w.flush(); err != nil {
-				return 0, err
-			}
-		}
-	}
-	return n, nil
-}
-
-func (w *blobWriter) flush() error {
-	if len(w.buf) == 0 {
-		return nil
-	}
-	if _, err := w.tx.Exec(w.ctx, `INSERT INTO noetl.result_chunk (tenant, result_id, idx, data) VALUES ($1,$2,$3,$4)`, w.h.GetTenant(), w.h.GetResultId(), w.idx, w.buf); err != nil {
-		return err
-	}
-	w.idx++
-	w.buf = w.buf[:0]
-	return nil
+	w.size += int64(len(p))
+	return w.w.Write(p)
 }
 
 // commit records the result and returns its reference; schemaJSON describes a table.
 func (w *blobWriter) commit(rowCount int64, schemaJSON string) (*eventv1.ResultRef, error) {
-	defer func() { _ = w.tx.Rollback(w.ctx) }()
-	if err := w.flush(); err != nil {
-		return nil, err
-	}
 	sum := hex.EncodeToString(w.digest.Sum(nil))
 	var expires *time.Time
 	if w.s.TTL > 0 {
 		t := time.Now().Add(w.s.TTL)
 		expires = &t
 	}
-	h := w.h
-	_, err := w.tx.Exec(w.ctx, `INSERT INTO noetl.result (tenant, result_id, execution_id, step, content_type, size, sha256, row_count, extracted, schema_json, expires_at)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
-		ON CONFLICT (tenant, result_id) DO UPDATE SET content_type=EXCLUDED.content_type, size=EXCLUDED.size, sha256=EXCLUDED.sha256,
-			row_count=EXCLUDED.row_count, extracted=EXCLUDED.extracted, schema_json=EXCLUDED.schema_json, created_at=now(), expires_at=EXCLUDED.expires_at`,
-		h.GetTenant(), h.GetResultId(), h.GetExecutionId(), h.GetStep(), h.GetContentType(), w.size, sum, rowCount, h.GetExtractedJson(), schemaJSON, expires)
-	if err != nil {
-		return nil, err
-	}
-	if err := w.tx.Commit(w.ctx); err != nil {
+	if err := w.w.Commit(w.size, sum, rowCount, schemaJSON, expires); err != nil {
 		return nil, err
 	}
 	w.s.Metrics.in(int(w.size))
+	h := w.h
 	return &eventv1.ResultRef{
 		Uri: URI(h.GetTenant(), h.GetExecutionId(), h.GetResultId()), Size: w.size, ContentType: h.GetContentType(),
 		Sha256: sum, RowCount: rowCount, ExtractedJson: h.GetExtractedJson(), SchemaJson: schemaJSON,
 	}, nil
 }
 
-// abort drops what was written.
-func (w *blobWriter) abort() { _ = w.tx.Rollback(w.ctx) }
+// abort drops what was written (a no-op after commit).
+func (w *blobWriter) abort() { w.w.Abort() }
 
 // PutResult stores a streamed result.
 func (s *Store) PutResult(stream rsv1.ResultStoreService_PutResultServer) error {
@@ -231,17 +184,14 @@ func (s *Store) PutResult(stream rsv1.ResultStoreService_PutResultServer) error 
 	return stream.SendAndClose(&rsv1.PutResultResponse{Ref: ref})
 }
 
-// describe returns the reference of a live result of tenant by id.
+// describe returns the reference of a live result of tenant by URI or id.
 func (s *Store) describe(ctx context.Context, tenant, uri string) (*eventv1.ResultRef, string, error) {
 	id := parse(uri)
 	if id == "" {
 		return nil, "", status.Error(codes.InvalidArgument, "uri: required")
 	}
-	ref := &eventv1.ResultRef{}
-	var execID string
-	err := s.DB.QueryRow(ctx, `SELECT execution_id, content_type, size, sha256, row_count, extracted, schema_json FROM noetl.result WHERE tenant=$1 AND result_id=$2 AND `+live, tenant, id).
-		Scan(&execID, &ref.ContentType, &ref.Size, &ref.Sha256, &ref.RowCount, &ref.ExtractedJson, &ref.SchemaJson)
-	if errors.Is(err, pgx.ErrNoRows) {
+	ref, execID, err := s.Backend.Describe(ctx, tenant, id)
+	if status.Code(err) == codes.NotFound {
 		return nil, "", status.Errorf(codes.NotFound, "result %s not found", uri)
 	}
 	if err != nil {
@@ -266,12 +216,7 @@ func (s *Store) DescribeResult(ctx context.Context, req *rsv1.DescribeResultRequ
 	if req.GetExecutionId() == "" || req.GetStep() == "" {
 		return nil, status.Error(codes.InvalidArgument, "uri, or execution_id and step: required")
 	}
-	var id string
-	err := s.DB.QueryRow(ctx, `SELECT result_id FROM noetl.result WHERE tenant=$1 AND execution_id=$2 AND step=$3 AND `+live+` ORDER BY created_at DESC LIMIT 1`,
-		req.GetTenant(), req.GetExecutionId(), req.GetStep()).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, status.Errorf(codes.NotFound, "no stored result for step %s of execution %s", req.GetStep(), req.GetExecutionId())
-	}
+	id, err := s.Backend.Latest(ctx, req.GetTenant(), req.GetExecutionId(), req.GetStep())
 	if err != nil {
 		return nil, err
 	}
@@ -285,19 +230,17 @@ func (s *Store) DescribeResult(ctx context.Context, req *rsv1.DescribeResultRequ
 // blobReader reads a stored result chunk by chunk and fails at the end, with DataLoss,
 // when the digest does not match.
 type blobReader struct {
-	s       *Store
-	ctx     context.Context
-	tenant  string
-	id, uri string
-	want    string
-	idx     int
-	cur     []byte
-	digest  hash.Hash
-	done    bool
+	s      *Store
+	chunks ChunkReader
+	uri    string
+	want   string
+	cur    []byte
+	digest hash.Hash
+	done   bool
 }
 
 func (s *Store) open(ctx context.Context, tenant, id string, ref *eventv1.ResultRef) *blobReader {
-	return &blobReader{s: s, ctx: ctx, tenant: tenant, id: id, uri: ref.GetUri(), want: ref.GetSha256(), digest: sha256.New()}
+	return &blobReader{s: s, chunks: s.Backend.Open(ctx, tenant, id), uri: ref.GetUri(), want: ref.GetSha256(), digest: sha256.New()}
 }
 
 // next returns the next chunk, or io.EOF after the last one.
@@ -305,9 +248,8 @@ func (r *blobReader) next() ([]byte, error) {
 	if r.done {
 		return nil, io.EOF
 	}
-	var data []byte
-	err := r.s.DB.QueryRow(r.ctx, `SELECT data FROM noetl.result_chunk WHERE tenant=$1 AND result_id=$2 AND idx=$3`, r.tenant, r.id, r.idx).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
+	data, err := r.chunks.Next()
+	if errors.Is(err, io.EOF) {
 		r.done = true
 		if got := hex.EncodeToString(r.digest.Sum(nil)); got != r.want {
 			return nil, status.Errorf(codes.DataLoss, "result %s: digest mismatch", r.uri)
@@ -317,7 +259,6 @@ func (r *blobReader) next() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.idx++
 	r.digest.Write(data)
 	r.s.Metrics.out(len(data))
 	return data, nil
@@ -365,16 +306,10 @@ func (s *Store) GetResult(req *rsv1.GetResultRequest, stream rsv1.ResultStoreSer
 
 // Sweep deletes up to limit expired results with their chunks and returns how many.
 func (s *Store) Sweep(ctx context.Context, limit int) (int64, error) {
-	tag, err := s.DB.Exec(ctx, `WITH gone AS (
-			DELETE FROM noetl.result WHERE (tenant, result_id) IN (
-				SELECT tenant, result_id FROM noetl.result WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)
-			RETURNING tenant, result_id),
-		chunks AS (DELETE FROM noetl.result_chunk c USING gone WHERE c.tenant = gone.tenant AND c.result_id = gone.result_id)
-		SELECT 1 FROM gone`, limit)
+	n, err := s.Backend.Sweep(ctx, limit)
 	if err != nil {
 		return 0, err
 	}
-	n := tag.RowsAffected()
 	if s.Metrics != nil {
 		s.Metrics.swept.Add(float64(n))
 	}

@@ -37,6 +37,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 // rig is a resultstore (gRPC and Flight on one server) over a private database.
 type rig struct {
+	db     *pgxpool.Pool
 	store  *Store
 	trust  *auth.Trust
 	worker *grpc.ClientConn // signed as the worker service
@@ -54,7 +55,7 @@ func newRig(t *testing.T, ttl time.Duration) *rig {
 	require.NoError(t, schema.Migrate(ctx, db, slog.New(slog.DiscardHandler)))
 	trust, err := auth.NewTrust(strings.Repeat("s", 32))
 	require.NoError(t, err)
-	st := &Store{DB: db, TTL: ttl}
+	st := &Store{Backend: &Postgres{DB: db}, TTL: ttl}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer(append(auth.ServerOptions(trust), grpc.MaxRecvMsgSize(MaxFlightMessage))...)
@@ -77,7 +78,7 @@ func newRig(t *testing.T, ttl time.Duration) *rig {
 		return c
 	}
 	svc, fwd := grpc.WithPerRPCCredentials(trust.Service("worker")), grpc.WithPerRPCCredentials(trust.Forward("gateway"))
-	return &rig{store: st, trust: trust, worker: dial(svc), user: dial(fwd), flight: fl(svc), uflt: fl(fwd)}
+	return &rig{db: db, store: st, trust: trust, worker: dial(svc), user: dial(fwd), flight: fl(svc), uflt: fl(fwd)}
 }
 
 // as returns a context carrying a user principal of tenant.
@@ -331,7 +332,7 @@ func TestExpiredResultsAreInvisibleThenSwept(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	var results, chunks int
-	require.NoError(t, r.store.DB.QueryRow(ctx, `SELECT (SELECT count(*) FROM noetl.result), (SELECT count(*) FROM noetl.result_chunk)`).Scan(&results, &chunks))
+	require.NoError(t, r.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM noetl.result), (SELECT count(*) FROM noetl.result_chunk)`).Scan(&results, &chunks))
 	require.Equal(t, 1, results, "the kept result stays")
 	require.Equal(t, 1, chunks, "the swept result's chunks are gone")
 }
@@ -340,7 +341,7 @@ func TestACorruptChunkIsDataLoss(t *testing.T) {
 	r := newRig(t, 0)
 	ctx := context.Background()
 	putJSON(t, r, "acme", "e1", "c1", `{"value":"original value"}`)
-	_, err := r.store.DB.Exec(ctx, `UPDATE noetl.result_chunk SET data = convert_to('{"value":"tampered value"}', 'UTF8') WHERE result_id='c1'`)
+	_, err := r.db.Exec(ctx, `UPDATE noetl.result_chunk SET data = convert_to('{"value":"tampered value"}', 'UTF8') WHERE result_id='c1'`)
 	require.NoError(t, err)
 	_, err = rsv1.NewResultStoreServiceClient(r.user).ReadResult(as("acme"), &rsv1.ReadResultRequest{Uri: "c1"})
 	require.Equal(t, codes.DataLoss, status.Code(err), "%v", err)
