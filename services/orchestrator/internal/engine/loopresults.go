@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -21,12 +22,21 @@ import (
 // the loop's step.exit then carries as the step's result.
 //
 // Memory stays bounded: the engine keeps per iteration only the seq of its result's event
-// and that result's size, and at most loopResultsBufferBytes of results at once. A list
-// larger than that is written in windows of consecutive indexes, each read with one more
-// pass over the loop's events.
+// and that result's size. A short list (up to loopResultsHoldBytes) is held after the first
+// pass; a longer one is written during a second pass as its results come, holding only
+// those that come before their turn (at most loopResultsBufferBytes); past that the rest
+// is written in windows of consecutive indexes, each read with one more pass.
 
 // loopResultsBufferBytes bounds the iteration results held in memory while assembling.
 const loopResultsBufferBytes = 16 << 20
+
+// loopResultsHoldBytes bounds the results held after the first pass (a short list is
+// written from memory; a longer one is streamed in a second pass).
+const loopResultsHoldBytes = 1 << 20
+
+// elementOverhead is what holding one result costs besides its bytes (a slice header and
+// its allocation), counted against the budgets.
+const elementOverhead = 48
 
 // loopEventsPage is the page size of the event reads (a page holds call.done events of up
 // to the inline budget each).
@@ -85,7 +95,9 @@ func (e *Engine) assembleLoopResults(ctx context.Context, st *sbv1.ExecutionStat
 		return nil, fmt.Errorf("no resultstore configured")
 	}
 	// Pass 1: which event holds each index's result (the last one wins, as in the fold),
-	// how large it is, and the results themselves while they fit the budget.
+	// how large it is, and the results themselves while they (with a slice header each) fit
+	// the smaller hold budget: a short list is then written from memory after one pass.
+	holdBudget := min(budget, loopResultsHoldBytes)
 	last := make([]int64, n.Total)
 	size := make([]int32, n.Total)
 	held := make([][]byte, n.Total)
@@ -96,9 +108,12 @@ func (e *Engine) assembleLoopResults(ctx context.Context, st *sbv1.ExecutionStat
 			return
 		}
 		heldBytes += int64(len(elem)) - int64(len(held[i]))
+		if held[i] == nil {
+			heldBytes += elementOverhead
+		}
 		held[i] = elem
-		if heldBytes > budget {
-			held = nil // too large to hold: write in windows
+		if heldBytes > holdBudget {
+			held = nil // too large to hold: stream it in a second pass
 		}
 	})
 	if err != nil {
@@ -128,11 +143,58 @@ func (e *Engine) assembleLoopResults(ctx context.Context, st *sbv1.ExecutionStat
 		for i, elem := range held {
 			put(i, elem)
 		}
-	} else {
-		for lo := 0; lo < n.Total && w.err == nil; {
+		w.write([]byte{']'})
+		return w.close()
+	}
+	// Pass 2: write each final result as it comes when the results come in index order
+	// (a sequential loop), holding only those that come early (a parallel loop's iterations
+	// in flight). If those outgrow the budget, the rest is written in windows.
+	next := 0
+	skipMissing := func() {
+		for next < n.Total && last[next] == 0 {
+			put(next, nil)
+			next++
+		}
+	}
+	skipMissing()
+	early := map[int][]byte{}
+	var earlyBytes int64
+	overflow := errors.New("early results over the budget")
+	err = e.scanIterations(ctx, st, n, func(i int, seq int64, elem []byte) {
+		if earlyBytes > budget || seq != last[i] || i < next {
+			return
+		}
+		if i > next {
+			early[i] = elem
+			earlyBytes += int64(len(elem)) + elementOverhead
+			return
+		}
+		put(i, elem)
+		next++
+		for {
+			skipMissing()
+			x, ok := early[next]
+			if !ok {
+				return
+			}
+			delete(early, next)
+			earlyBytes -= int64(len(x)) + elementOverhead
+			put(next, x)
+			next++
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if earlyBytes > budget && next < n.Total {
+		err = overflow
+	}
+	early = nil
+	if err == overflow {
+		for lo := next; lo < n.Total && w.err == nil; {
 			hi, acc := lo, int64(0)
-			for hi < n.Total && (hi == lo || acc+int64(size[hi]) <= budget) {
-				acc += int64(size[hi])
+			for hi < n.Total && (hi == lo || acc+int64(size[hi])+elementOverhead <= budget) {
+				acc += int64(size[hi]) + elementOverhead
 				hi++
 			}
 			window := make([][]byte, hi-lo)
@@ -149,6 +211,8 @@ func (e *Engine) assembleLoopResults(ctx context.Context, st *sbv1.ExecutionStat
 			}
 			lo = hi
 		}
+	} else if next < n.Total {
+		return nil, fmt.Errorf("loop %s: %d of %d results assembled", n.Step, next, n.Total)
 	}
 	w.write([]byte{']'})
 	return w.close()

@@ -146,6 +146,38 @@ func TestAssembleLoopResultsInWindows(t *testing.T) {
 	require.Equal(t, bodies[0], bodies[2])
 }
 
+// A list too long to hold whose results come in index order (a sequential loop), or
+// nearly (a parallel loop), is written during a second pass, holding only the early ones.
+func TestAssembleLoopResultsStreamsInOrder(t *testing.T) {
+	const total = 5000
+	var log []*eventv1.Event
+	add := func(ev *eventv1.Event) {
+		ev.Seq = int64(len(log) + 1)
+		log = append(log, ev)
+	}
+	add(&eventv1.Event{Type: domain.EventStepEnter, Step: "s"})
+	want := make([]any, total)
+	for k := 0; k < total; k++ {
+		i := k ^ 1 // pairs swapped: at most one result early
+		if i == 77 {
+			continue // no result: null
+		}
+		b, _ := json.Marshal(i)
+		add(&eventv1.Event{Type: domain.EventCallDone, Step: "s", Iteration: &eventv1.Iteration{Epoch: 1, Index: int32(i)}, ResultJson: b})
+		want[i] = float64(i)
+	}
+	st := &sbv1.ExecutionState{ExecutionId: "x", Tenant: "t", Seq: int64(len(log))}
+	n := decide.LoopResults{Step: "s", Epoch: 1, EnterEventID: "enter", EnterSeq: 1, Total: total}
+	state, store := &fakeLog{events: log}, &fakeStore{puts: map[string][]byte{}}
+	e := &Engine{cfg: Config{Results: store}, state: state}
+	_, err := e.assembleLoopResults(context.Background(), st, n, 1000)
+	require.NoError(t, err)
+	var got []any
+	require.NoError(t, json.Unmarshal(store.puts[domain.LoopResultsID("enter")], &got))
+	require.Equal(t, want, got)
+	require.Equal(t, 2, state.reads/((len(log)+loopEventsPage-1)/loopEventsPage), "two passes over the log")
+}
+
 // A list larger than one chunk goes up in several chunks, the header with the first.
 func TestChunkWriterSplitsLargeLists(t *testing.T) {
 	store := &fakeStore{puts: map[string][]byte{}}
