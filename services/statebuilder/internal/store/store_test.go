@@ -104,3 +104,39 @@ func TestCacheStaysWithinItsByteBound(t *testing.T) {
 	}
 	require.Less(t, s.lru.Len(), 20, "older states were evicted (cache bytes %v)", testutil.ToFloat64(s.cacheBytes))
 }
+
+func TestFilteredEventPagesSkipOthersButNotGaps(t *testing.T) {
+	url := testkit.StartPostgres(t)
+	ctx := context.Background()
+	s := newStore(t, url, Options{})
+	insert(t, s, "f", seqs(1, 30)...)
+	var got []int64
+	req := &sbv1.ListEventsRequest{ExecutionId: "f", Types: []string{domain.EventCtxUpdated}, UpToSeq: 25, PageSize: 10}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		resp, err := s.ListEvents(ctx, req)
+		require.NoError(t, err)
+		for _, ev := range resp.GetEvents() {
+			require.Equal(t, domain.EventCtxUpdated, ev.GetType())
+			got = append(got, ev.GetSeq())
+		}
+		if resp.GetNextAfterSeq() == 0 {
+			break
+		}
+		req.AfterSeq = resp.GetNextAfterSeq()
+	}
+	require.Equal(t, seqs(2, 25), got, "every ctx.updated up to seq 25, nothing else")
+	resp, err := s.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: "f", Types: []string{domain.EventPlaybookStarted}})
+	require.NoError(t, err)
+	require.Len(t, resp.GetEvents(), 1)
+	resp, err = s.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: "f", Step: "no-such-step"})
+	require.NoError(t, err)
+	require.Empty(t, resp.GetEvents())
+
+	insert(t, s, "fg", 1, 2, 4, 5)
+	_, err = s.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: "fg", Types: []string{domain.EventCtxUpdated}})
+	require.Equal(t, codes.Unavailable, status.Code(err), "a gap under a filter is still an error: %v", err)
+	resp, err = s.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: "fg", UpToSeq: 2})
+	require.NoError(t, err)
+	require.Len(t, resp.GetEvents(), 2, "up_to_seq bounds an unfiltered page too")
+}

@@ -743,7 +743,14 @@ type ListEventsRequest struct {
 	// Maximum number of events to return (default 100, max 1000).
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Tenant of the caller; empty for internal callers.
-	Tenant        string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Only events of this step, when set.
+	Step string `protobuf:"bytes,5,opt,name=step,proto3" json:"step,omitempty"`
+	// Only events of these types, when set.
+	Types []string `protobuf:"bytes,6,rep,name=types,proto3" json:"types,omitempty"`
+	// Only events with seq at most this, when set. With step or types, the range read is
+	// still checked for gaps: a gap is Unavailable, as without filters.
+	UpToSeq       int64 `protobuf:"varint,7,opt,name=up_to_seq,json=upToSeq,proto3" json:"up_to_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -804,6 +811,27 @@ func (x *ListEventsRequest) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *ListEventsRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetTypes() []string {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+func (x *ListEventsRequest) GetUpToSeq() int64 {
+	if x != nil {
+		return x.UpToSeq
+	}
+	return 0
 }
 
 // ListEventsResponse carries a page of events in seq order.
@@ -1395,12 +1423,15 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\amin_seq\x18\x02 \x01(\x03R\x06minSeq\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"O\n" +
 	"\x10GetStateResponse\x12;\n" +
-	"\x05state\x18\x01 \x01(\v2%.noetl.statebuilder.v1.ExecutionStateR\x05state\"\x88\x01\n" +
+	"\x05state\x18\x01 \x01(\v2%.noetl.statebuilder.v1.ExecutionStateR\x05state\"\xce\x01\n" +
 	"\x11ListEventsRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x16\n" +
-	"\x06tenant\x18\x04 \x01(\tR\x06tenant\"i\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04step\x18\x05 \x01(\tR\x04step\x12\x14\n" +
+	"\x05types\x18\x06 \x03(\tR\x05types\x12\x1a\n" +
+	"\tup_to_seq\x18\a \x01(\x03R\aupToSeq\"i\n" +
 	"\x12ListEventsResponse\x12-\n" +
 	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events\x12$\n" +
 	"\x0enext_after_seq\x18\x02 \x01(\x03R\fnextAfterSeq\"\x93\x03\n" +
