@@ -172,7 +172,8 @@ func kindOf(v any) int {
 	case int, int32, int64:
 		return kInt
 	case float64:
-		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+		// -0 stays a float: as an integer it would come back as 0.
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 && !(x == 0 && math.Signbit(x)) {
 			return kInt
 		}
 		return kFloat

@@ -39,6 +39,7 @@ func TestTablesRoundTripToTheSameJSON(t *testing.T) {
 		"table_lists":   `{"columns":["b","a"],"rows":[[1,"x"],[2.25,null],[3,"z"]]}`,
 		"mixed kinds":   `[{"v":1},{"v":"1"},{"v":[1]},{"v":null}]`,
 		"all null":      `[{"v":null},{"v":null}]`,
+		"negative zero": `[{"v":-0.0},{"v":1}]`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			v := decode(t, src)
@@ -50,6 +51,12 @@ func TestTablesRoundTripToTheSameJSON(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestNegativeIntegersStayIntegers(t *testing.T) {
+	tb, ok := Detect(decode(t, `[{"v":-3},{"v":2}]`))
+	require.True(t, ok)
+	require.Equal(t, "int64", tb.Schema().Field(0).Type.String())
 }
 
 func TestDetectRefusesWhatIsNotATable(t *testing.T) {
