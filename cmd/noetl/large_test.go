@@ -74,7 +74,7 @@ workflow:
 // DoGet using a ticket from the gateway.
 func TestLargeResultsAcrossProcesses(t *testing.T) {
 	if testing.Short() {
-		t.Skip("moves 100 MB and a million rows")
+		t.Skip("skipped under -short: moves 100 MB and a million rows between processes (CI runs it: make test has no -short)")
 	}
 	const mb, rows = 100, 1_000_000
 	p := startProcesses(t)

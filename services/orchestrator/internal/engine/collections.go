@@ -184,18 +184,7 @@ func (e *Engine) putResult(ctx context.Context, tenant, executionID, step, id st
 	if err != nil {
 		return nil, err
 	}
-	for off := 0; off < len(body) || off == 0; off += 256 << 10 {
-		req := &rsv1.PutResultRequest{Chunk: body[off:min(off+(256<<10), len(body))]}
-		if off == 0 {
-			req.Header = &rsv1.PutResultHeader{Tenant: tenant, ExecutionId: executionID, Step: step, ResultId: id, ContentType: "application/json"}
-		}
-		if err := stream.Send(req); err != nil {
-			return nil, err
-		}
-	}
-	resp, err := stream.CloseAndRecv()
-	if err != nil {
-		return nil, err
-	}
-	return resp.GetRef(), nil
+	w := &chunkWriter{stream: stream, header: &rsv1.PutResultHeader{Tenant: tenant, ExecutionId: executionID, Step: step, ResultId: id, ContentType: "application/json"}}
+	w.write(body)
+	return w.close()
 }

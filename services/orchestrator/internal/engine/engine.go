@@ -560,25 +560,11 @@ func (e *Engine) offloadContexts(ctx context.Context, events []*eventv1.Event) e
 		if cmd == nil || len(cmd.GetContextJson()) <= inlineContextMax {
 			continue
 		}
-		stream, err := e.cfg.Results.PutResult(ctx)
+		ref, err := e.putResult(ctx, cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetCommandId()+"-context", cmd.GetContextJson())
 		if err != nil {
 			return fmt.Errorf("store context of %s: %w", cmd.GetCommandId(), err)
 		}
-		body := cmd.GetContextJson()
-		for off := 0; off < len(body); off += 256 << 10 {
-			req := &rsv1.PutResultRequest{Chunk: body[off:min(off+(256<<10), len(body))]}
-			if off == 0 {
-				req.Header = &rsv1.PutResultHeader{Tenant: cmd.GetTenant(), ExecutionId: cmd.GetExecutionId(), Step: cmd.GetStep(), ResultId: cmd.GetCommandId() + "-context", ContentType: "application/json"}
-			}
-			if err := stream.Send(req); err != nil {
-				return fmt.Errorf("store context of %s: %w", cmd.GetCommandId(), err)
-			}
-		}
-		resp, err := stream.CloseAndRecv()
-		if err != nil {
-			return fmt.Errorf("store context of %s: %w", cmd.GetCommandId(), err)
-		}
-		cmd.ContextRef = resp.GetRef()
+		cmd.ContextRef = ref
 		cmd.ContextJson = nil
 	}
 	return nil

@@ -319,13 +319,13 @@ func (s *Store) ListEvents(ctx context.Context, req *sbv1.ListEventsRequest) (*s
 // the range the page covers is checked to have no gap by counting its rows.
 func (s *Store) listFiltered(ctx context.Context, req *sbv1.ListEventsRequest, n int) (*sbv1.ListEventsResponse, error) {
 	id, after := req.GetExecutionId(), req.GetAfterSeq()
-	var last int64
-	if err := s.db.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM noetl.event WHERE execution_id = $1`, id).Scan(&last); err != nil {
-		return nil, err
-	}
+	// Without an upper seq the page may reach the end of the log; with one past the end,
+	// the range count below reports the missing events as a gap (retry later).
 	upTo := req.GetUpToSeq()
-	if upTo <= 0 || upTo > last {
-		upTo = last
+	if upTo <= 0 {
+		if err := s.db.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM noetl.event WHERE execution_id = $1`, id).Scan(&upTo); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := s.db.Query(ctx, `SELECT seq, committed_at, body FROM noetl.event
 		WHERE execution_id = $1 AND seq > $2 AND seq <= $3 AND ($4 = '' OR step = $4) AND (cardinality($5::text[]) = 0 OR type = ANY($5))

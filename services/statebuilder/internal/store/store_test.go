@@ -133,6 +133,9 @@ func TestFilteredEventPagesSkipOthersButNotGaps(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, resp.GetEvents())
 
+	_, err = s.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: "f", Types: []string{domain.EventCtxUpdated}, UpToSeq: 40})
+	require.Equal(t, codes.Unavailable, status.Code(err), "events up to a seq the log has not reached: %v", err)
+
 	insert(t, s, "fg", 1, 2, 4, 5)
 	_, err = s.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: "fg", Types: []string{domain.EventCtxUpdated}})
 	require.Equal(t, codes.Unavailable, status.Code(err), "a gap under a filter is still an error: %v", err)
