@@ -82,7 +82,6 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261110000943-09e21b237f2c // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 replace (

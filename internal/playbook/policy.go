@@ -3,7 +3,7 @@ package playbook
 import (
 	"errors"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // ParsePolicy parses a tool's spec.policy object given as JSON (or YAML) text, as a worker

@@ -9,7 +9,7 @@ import (
 	"regexp"
 	"strconv"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // Input limits applied by Parse before any semantic work.
