@@ -8,23 +8,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
@@ -34,9 +32,24 @@ import (
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "noetl:", err)
+		fmt.Fprintln(os.Stderr, "noetl:", errorLine(err))
 		os.Exit(1)
 	}
+}
+
+// errorLine is the one line main prints for a failed command: a gRPC error as its message
+// and code ("playbook path is required (InvalidArgument)"), anything else as it is.
+func errorLine(err error) string {
+	var gs interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &gs) {
+		return err.Error()
+	}
+	st := gs.GRPCStatus()
+	if st.Code() == codes.OK || st.Code() == codes.Unknown {
+		return err.Error()
+	}
+	// Keep what wraps the status ("register x.yaml: ..."), without its "rpc error: code = ...".
+	return fmt.Sprintf("%s (%s)", strings.Replace(err.Error(), st.Err().Error(), st.Message(), 1), st.Code())
 }
 
 type client struct {
@@ -52,7 +65,9 @@ func newRoot() *cobra.Command {
 		gw = "127.0.0.1:50051"
 	}
 	apiKey := os.Getenv("NOETL_API_KEY")
-	root := &cobra.Command{Use: "noetl", Short: "NoETL workflow engine client and development mesh", SilenceUsage: true}
+	// Errors are printed once, by main; usage only for a misused command line.
+	root := &cobra.Command{Use: "noetl", Short: "NoETL workflow engine client and development mesh", SilenceUsage: true, SilenceErrors: true, Version: versionString()}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&gw, "gateway", gw, "gateway gRPC address ($NOETL_GATEWAY)")
 	root.PersistentFlags().StringVar(&apiKey, "api-key", apiKey, "API key or JWT sent to the gateway ($NOETL_API_KEY; default for a gateway on this machine: the dev mesh's admin.key)")
 	dial := func() (*client, error) {
@@ -62,9 +77,13 @@ func newRoot() *cobra.Command {
 		}
 		return dialAddr(gw, key)
 	}
-	root.AddCommand(devCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial), apikeyCmd(dial), resultCmd(dial))
+	root.AddCommand(devCmd(), versionCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial), apikeyCmd(dial), resultCmd(dial))
 	return root
 }
+
+// adminKeyFile is the file of the state directory that holds the dev mesh's admin key
+// (mesh.AdminKeyFile; the mesh itself is not built where `noetl dev` does not run).
+const adminKeyFile = "admin.key"
 
 // defaultStateDir is where `noetl dev` keeps its state unless told otherwise.
 func defaultStateDir() string {
@@ -85,7 +104,7 @@ func devAdminKey(gateway string) string {
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return ""
 	}
-	b, err := os.ReadFile(filepath.Join(defaultStateDir(), mesh.AdminKeyFile))
+	b, err := os.ReadFile(filepath.Join(defaultStateDir(), adminKeyFile))
 	if err != nil {
 		return ""
 	}
@@ -94,79 +113,12 @@ func devAdminKey(gateway string) string {
 
 func emit(v any) { emitTo(os.Stdout, v) }
 
+// emitTo writes v as indented JSON, with <, > and & as they are (a terminal is no HTML page).
 func emitTo(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-func devCmd() *cobra.Command {
-	var httpAddr, grpcAddr, stateDir, run, trace string
-	var verbose, insecure bool
-	cmd := &cobra.Command{
-		Use:   "dev",
-		Short: "Run the whole mesh in one process: embedded NATS JetStream, a private Postgres, and the six services",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if stateDir == "" {
-				stateDir = defaultStateDir()
-			}
-			if err := os.MkdirAll(stateDir, 0o755); err != nil {
-				return err
-			}
-			level := slog.LevelWarn
-			if verbose {
-				level = slog.LevelInfo
-			}
-			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), EncryptionKey: os.Getenv("NOETL_ENCRYPTION_KEY"), Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), Log: log})
-			if err != nil {
-				return err
-			}
-			defer m.Stop()
-			fmt.Printf("NoETL dev mesh ready\n  REST:  http://%s  (OpenAPI at /openapi.json)\n  gRPC:  %s\n  state: %s\n", m.HTTPAddr, m.GRPCAddr, stateDir)
-			keyFile := filepath.Join(stateDir, mesh.AdminKeyFile)
-			if insecure {
-				fmt.Printf("  auth:  OFF (--insecure): every caller is an admin of tenant default\n")
-			} else {
-				if m.AdminKeyCreated {
-					fmt.Printf("  auth:  created an admin API key of tenant default in %s (mode 0600)\n", keyFile)
-				} else {
-					fmt.Printf("  auth:  admin API key of tenant default in %s\n", keyFile)
-				}
-				fmt.Printf("         export NOETL_API_KEY=$(cat %s)\n         curl -H \"Authorization: Bearer $NOETL_API_KEY\" http://%s/v1/playbooks\n", keyFile, m.HTTPAddr)
-				fmt.Printf("         noetl apikey create --role operator   # more keys (the CLI reads this key itself when --state-dir is the default)\n")
-			}
-			fmt.Printf("Press Ctrl-C to stop.\n")
-			if run != "" {
-				c, err := dialAddr(m.GRPCAddr, m.AdminKey)
-				if err != nil {
-					return err
-				}
-				res, err := runFile(ctx, c, run, nil, true, nil)
-				_ = c.conn.Close()
-				if err != nil {
-					return err
-				}
-				emit(res)
-			}
-			select {
-			case <-ctx.Done():
-			case <-m.Done():
-				return m.Err()
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:8080", "gateway REST address")
-	cmd.Flags().StringVar(&grpcAddr, "grpc", "127.0.0.1:50051", "gateway gRPC address")
-	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory (default: the user cache dir /noetl/dev)")
-	cmd.Flags().StringVar(&run, "run", "", "run this playbook file once the mesh is up and print its result")
-	cmd.Flags().BoolVar(&verbose, "verbose", false, "log at info level")
-	cmd.Flags().BoolVar(&insecure, "insecure", false, "turn the gateway's authentication off (every caller is an admin of tenant default)")
-	cmd.Flags().StringVar(&trace, "trace", "", "trace every service: \"stdout\", or an OTLP/gRPC collector (host:port, https://host:port); default off")
-	return cmd
 }
 
 // dialAddr connects to the gateway at addr, sending key (an API key or a JWT) when set.

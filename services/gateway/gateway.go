@@ -84,6 +84,11 @@ type Config struct {
 	// Trace chooses where spans go.
 	Trace telemetry.Config
 
+	// Routes are extra HTTP handlers served on the REST listener beside the API, by
+	// pattern (`noetl dev` serves the whole mesh's /livez and /readyz there). They are
+	// served as given: no authentication, so they must not expose tenant data.
+	Routes map[string]http.Handler `json:"-"`
+
 	// Listeners, when set, are used instead of the addresses.
 	GRPCListener  net.Listener `json:"-"`
 	HTTPListener  net.Listener `json:"-"`
@@ -243,6 +248,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	top.Handle("/api/", forwardCredentials(compat.New(newLoopbackBackend(lc), log)))
 	// Server-Sent Events, not grpc-gateway's newline-delimited JSON, for the watch route.
 	top.Handle(watchRoute, forwardCredentials(&watchSSE{exe: apiv1.NewExecutionServiceClient(lc), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()}))
+	for pattern, h := range cfg.Routes {
+		top.Handle(pattern, h)
+	}
 	top.Handle("/", mux)
 	maxBody := int64(cfg.MaxBodyBytes)
 	httpSrv := &http.Server{

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,9 @@ type Config struct {
 	StateDir string
 	// PostgresURL uses an external Postgres instead of a private cluster.
 	PostgresURL string
+	// PostgresDir holds the private cluster (empty: where pgembed.DirFor puts the cluster
+	// of StateDir, which is StateDir/postgres unless its server user cannot reach that).
+	PostgresDir string
 	// NATSURL uses an external NATS instead of the embedded server.
 	NATSURL string
 	// HTTPAddr and GRPCAddr are the gateway's public addresses ("127.0.0.1:0" picks ports).
@@ -84,6 +88,8 @@ type Mesh struct {
 	HTTPAddr, GRPCAddr string
 	// NATSURL and PostgresURL are the substrate the services use.
 	NATSURL, PostgresURL string
+	// PostgresDir is the private cluster's directory ("" with an external Postgres).
+	PostgresDir string
 	// OrchestratorAddr is the orchestrator's internal gRPC address (tests resolve
 	// credentials there as a worker does).
 	OrchestratorAddr string
@@ -95,7 +101,8 @@ type Mesh struct {
 	// /metrics).
 	MaterializerAdminAddr string
 	// AdminAddrs are the admin HTTP addresses by service: gateway, orchestrator,
-	// materializer, statebuilder, resultstore, worker (the shared pool's).
+	// materializer, statebuilder, resultstore, worker (the shared pool's) and
+	// worker-system (the system pool's).
 	AdminAddrs map[string]string
 	// AdminKey is the API key of an admin (and system) of tenant "default"; AdminKeyCreated
 	// tells whether this start generated it.
@@ -169,16 +176,21 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		cfg.NATSURL = ns.ClientURL()
 	}
 	if cfg.PostgresURL == "" {
-		pg, err := pgembed.Start(ctx, pgembed.Options{Dir: filepath.Join(cfg.StateDir, "postgres"), Fast: true, Logger: log})
+		if cfg.PostgresDir == "" {
+			if cfg.PostgresDir, err = pgembed.DirFor(cfg.StateDir); err != nil {
+				return nil, err
+			}
+		}
+		pg, err := pgembed.Start(ctx, pgembed.Options{Dir: cfg.PostgresDir, Fast: true, Logger: log})
 		if err != nil {
 			return nil, err
 		}
-		m.pg = pg
+		m.pg, m.PostgresDir = pg, cfg.PostgresDir
 		cfg.PostgresURL = pg.URL()
 	}
 	m.NATSURL, m.PostgresURL = cfg.NATSURL, cfg.PostgresURL
 
-	var lis [9]net.Listener
+	var lis [10]net.Listener
 	for i := range lis {
 		if lis[i], err = listen(""); err != nil {
 			return nil, err
@@ -219,7 +231,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	}
 	m.FlightAddr = flightLis.Addr().String()
 	m.AdminAddrs = map[string]string{"statebuilder": lis[3].Addr().String(), "resultstore": lis[4].Addr().String(), "materializer": lis[5].Addr().String(),
-		"orchestrator": lis[6].Addr().String(), "worker": lis[7].Addr().String(), "gateway": lis[8].Addr().String()}
+		"orchestrator": lis[6].Addr().String(), "worker": lis[7].Addr().String(), "gateway": lis[8].Addr().String(), "worker-system": lis[9].Addr().String()}
 	m.MaterializerAdminAddr = m.AdminAddrs["materializer"]
 	run("statebuilder", func(ctx context.Context) error {
 		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[0], AdminListener: lis[3]}, log)
@@ -238,10 +250,11 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[7]}, log)
 	})
 	run("worker-system", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminAddr: "127.0.0.1:0"}, log)
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[9]}, log)
 	})
 	run("gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, Trace: cfg.Trace, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightLocation: "grpc://" + m.FlightAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8]}, log)
+		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, Trace: cfg.Trace, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightLocation: "grpc://" + m.FlightAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8],
+			Routes: map[string]http.Handler{"/livez": http.HandlerFunc(livez), "/readyz": http.HandlerFunc(m.readyz)}}, log)
 	})
 	go func() {
 		m.wg.Wait()

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package pgembed runs a private PostgreSQL cluster from the PostgreSQL
 // binaries installed on the machine. It is meant for tests and for
 // `noetl dev`: the cluster listens only on 127.0.0.1, trusts every local
@@ -11,8 +13,16 @@
 // cluster directory is chowned to that user.
 //
 // The postmaster is started directly (not through pg_ctl), in its own process
-// group, and is told to shut down when the process that started it dies, so a
-// crashed caller does not leave an orphan server behind.
+// group, and on Linux is told to shut down when the process that started it
+// dies, so a crashed caller does not leave an orphan server behind (on macOS
+// the next Start finds the server still running and says so).
+//
+// The package runs on Unix systems (Linux and macOS); it does not build on
+// Windows, where a caller uses an existing server instead.
+//
+// DirFor chooses where the cluster of a state directory lives: beside the
+// state when the server user can reach it, else (running as root with a
+// state directory under a private home such as /root) under SystemDir.
 package pgembed
 
 import (
@@ -332,12 +342,11 @@ func (c *Cluster) launch(ctx context.Context, bin string, cred *syscall.Credenti
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: cred,
 		Setpgid:    true,
-		// Shut down (fast) if the process that started us dies. The
-		// signal is tied to the forking OS thread, which is why the
-		// goroutine below stays locked to its thread until the
-		// postmaster has exited.
-		Pdeathsig: syscall.SIGINT,
 	}
+	// Shut down (fast) if the process that started us dies (Linux). The
+	// signal is tied to the forking OS thread, which is why the goroutine
+	// below stays locked to its thread until the postmaster has exited.
+	setParentDeathSignal(cmd.SysProcAttr)
 
 	c.exited = make(chan struct{})
 	started := make(chan error, 1)
@@ -510,7 +519,7 @@ func prepareDir(dir string, cred *syscall.Credential) error {
 			return fmt.Errorf("pgembed: %w", err)
 		}
 		if !searchable(fi, cred) {
-			return fmt.Errorf("pgembed: directory %s (mode %v) is not accessible to user postgres; put the cluster under a directory it can reach, such as %s", p, fi.Mode().Perm(), os.TempDir())
+			return fmt.Errorf("pgembed: directory %s (mode %v) is not accessible to user postgres, which runs the server when the caller is root; put the cluster under a directory that user can reach (DirFor chooses one under %s), or use an existing server (NOETL_PG_URL)", p, fi.Mode().Perm(), SystemDir)
 		}
 		if p == filepath.Dir(p) {
 			break
@@ -602,9 +611,8 @@ func clearStalePIDFile(dataDir string, log *slog.Logger) error {
 	first, _, _ := strings.Cut(string(b), "\n")
 	pid, err := strconv.Atoi(strings.TrimSpace(first))
 	if err == nil && pid > 0 && processAlive(pid) {
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		name := strings.TrimSpace(string(comm))
-		if name == "postgres" || name == "postmaster" {
+		name, known := processName(pid)
+		if (!known && processAlive(pid)) || name == "postgres" || name == "postmaster" {
 			return fmt.Errorf("pgembed: cluster in %s is already running (postgres pid %d)", dataDir, pid)
 		}
 	}

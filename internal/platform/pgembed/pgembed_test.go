@@ -1,3 +1,5 @@
+//go:build unix
+
 package pgembed
 
 import (
@@ -195,6 +197,7 @@ func TestUnreachableDirAsRoot(t *testing.T) {
 	// t.TempDir's parent is 0700 root, so the postgres user cannot reach it.
 	_, err := Start(context.Background(), Options{Dir: filepath.Join(t.TempDir(), "pg")})
 	require.ErrorContains(t, err, "not accessible to user postgres")
+	require.ErrorContains(t, err, SystemDir, "the message names the fix")
 }
 
 func TestVersionKey(t *testing.T) {

@@ -1,0 +1,97 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/noetl/noetl/cmd/noetl/mesh"
+)
+
+// devCmd is `noetl dev`: the whole mesh in this process, until SIGINT or SIGTERM.
+func devCmd() *cobra.Command {
+	var httpAddr, grpcAddr, stateDir, run, trace string
+	var verbose, insecure bool
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole mesh in one process: embedded NATS JetStream, a private Postgres, and the six services",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if stateDir == "" {
+				stateDir = defaultStateDir()
+			}
+			if err := os.MkdirAll(stateDir, 0o755); err != nil {
+				return err
+			}
+			level := slog.LevelWarn
+			if verbose {
+				level = slog.LevelInfo
+			}
+			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), EncryptionKey: os.Getenv("NOETL_ENCRYPTION_KEY"), Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), Log: log})
+			if err != nil {
+				return err
+			}
+			defer m.Stop()
+			fmt.Printf("NoETL dev mesh ready\n  REST:  http://%s  (OpenAPI at /openapi.json; the mesh's health at /livez and /readyz)\n  gRPC:  %s\n  state: %s\n", m.HTTPAddr, m.GRPCAddr, stateDir)
+			if m.PostgresDir != "" && m.PostgresDir != filepath.Join(stateDir, "postgres") {
+				fmt.Printf("  postgres: %s  (the postgres user runs the server and cannot reach %s)\n", m.PostgresDir, stateDir)
+			}
+			fmt.Printf("  admin (/livez, /readyz, /metrics):\n")
+			for _, name := range slices.Sorted(maps.Keys(m.AdminAddrs)) {
+				fmt.Printf("    %-14s http://%s\n", name, m.AdminAddrs[name])
+			}
+			keyFile := filepath.Join(stateDir, mesh.AdminKeyFile)
+			if insecure {
+				fmt.Printf("  auth:  OFF (--insecure): every caller is an admin of tenant default\n")
+			} else {
+				if m.AdminKeyCreated {
+					fmt.Printf("  auth:  created an admin API key of tenant default in %s (mode 0600)\n", keyFile)
+				} else {
+					fmt.Printf("  auth:  admin API key of tenant default in %s\n", keyFile)
+				}
+				fmt.Printf("         export NOETL_API_KEY=$(cat %s)\n         curl -H \"Authorization: Bearer $NOETL_API_KEY\" http://%s/v1/playbooks\n", keyFile, m.HTTPAddr)
+				fmt.Printf("         noetl apikey create --role operator   # more keys (the CLI reads this key itself when --state-dir is the default)\n")
+			}
+			fmt.Printf("Press Ctrl-C to stop.\n")
+			if run != "" {
+				c, err := dialAddr(m.GRPCAddr, m.AdminKey)
+				if err != nil {
+					return err
+				}
+				res, err := runFile(ctx, c, run, nil, true, nil)
+				_ = c.conn.Close()
+				if err != nil {
+					return err
+				}
+				emit(res)
+			}
+			select {
+			case <-ctx.Done():
+			case <-m.Done():
+				return m.Err()
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:8080", "gateway REST address")
+	cmd.Flags().StringVar(&grpcAddr, "grpc", "127.0.0.1:50051", "gateway gRPC address")
+	cmd.Flags().StringVar(&stateDir, "state-dir", "", "state directory: NATS store, keys and (unless the postgres user cannot reach it) the Postgres cluster (default: <user cache dir>/noetl/dev)")
+	cmd.Flags().StringVar(&run, "run", "", "run this playbook file once the mesh is up and print its result")
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "log at info level")
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "turn the gateway's authentication off (every caller is an admin of tenant default)")
+	cmd.Flags().StringVar(&trace, "trace", "", "trace every service: \"stdout\", or an OTLP/gRPC collector (host:port, https://host:port); default off")
+	return cmd
+}
+
