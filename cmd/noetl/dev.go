@@ -94,4 +94,3 @@ func devCmd() *cobra.Command {
 	cmd.Flags().StringVar(&trace, "trace", "", "trace every service: \"stdout\", or an OTLP/gRPC collector (host:port, https://host:port); default off")
 	return cmd
 }
-
