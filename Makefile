@@ -9,19 +9,31 @@ PROTOC_GEN_GO_GRPC     := v1.6.2
 GRPC_GATEWAY           := v2.33.0
 STATICCHECK            := v0.8.2
 
+# The CLI's version (noetl version): the nearest v* tag, or "devel"; the commit comes from
+# the build's VCS stamp.
+VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo devel)
+GO_BUILD := go build -buildvcs=true -ldflags "-X main.version=$(VERSION)"
+
 # Every module of the workspace (go.work).
 MODULES := $(shell sed -n 's#^\t\./##p' go.work)
 PKGS    := $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
-.PHONY: run dev test test-integration bench proto lint tools postgres build
+.PHONY: run dev test test-integration bench proto lint tools postgres python3 build install
 
-## run: install Postgres if missing, start the dev mesh, run examples/hello.yaml, keep serving
-run: postgres
-	go run ./cmd/noetl dev --run examples/hello.yaml
+## run: install Postgres and python3 if missing, start the dev mesh, run examples/hello.yaml, keep serving
+run: postgres python3
+	$(GO_BUILD) -o bin/noetl ./cmd/noetl
+	bin/noetl dev --run examples/hello.yaml
 
 ## dev: start the dev mesh and keep serving
-dev: postgres
-	go run ./cmd/noetl dev
+dev: postgres python3
+	$(GO_BUILD) -o bin/noetl ./cmd/noetl
+	bin/noetl dev
+
+## install: put the noetl CLI on your PATH, in $(go env GOPATH)/bin
+install:
+	go install -buildvcs=true -ldflags "-X main.version=$(VERSION)" ./cmd/noetl
+	@echo "installed $$(go env GOPATH)/bin/noetl; add it to PATH if needed: export PATH=\"$$(go env GOPATH)/bin:\$$PATH\""
 
 ## test: the whole test suite (unit, integration, conformance) with the race detector
 test: postgres
@@ -34,7 +46,7 @@ build:
 	mkdir -p bin
 	for s in gateway orchestrator materializer statebuilder worker resultstore; do \
 		go build -o bin/$$s ./services/$$s/cmd/$$s || exit 1; done
-	go build -o bin/noetl ./cmd/noetl
+	$(GO_BUILD) -o bin/noetl ./cmd/noetl
 
 ## bench: the chain and concurrent benchmarks (JSON lines)
 bench: postgres
@@ -61,6 +73,12 @@ tools:
 	@command -v protoc-gen-grpc-gateway >/dev/null || go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY)
 	@command -v protoc-gen-openapiv2 >/dev/null || go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY)
 	@command -v staticcheck >/dev/null || go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK)
+
+## python3: make sure python3 (for python steps) is installed (Debian package, as root)
+python3:
+	@if command -v python3 >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null; \
+	else echo "python3 is missing (python steps need it): run 'sudo apt-get install -y python3'"; exit 1; fi
 
 ## postgres: make sure the Postgres server binaries are installed (Debian packages, as root)
 postgres:
