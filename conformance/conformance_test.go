@@ -25,13 +25,13 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
-// playbookDir is where the shared conformance playbooks live: ../shared beside the
-// repository, or NOETL_CONFORMANCE_DIR.
+// playbookDir is where the conformance playbooks live: playbooks/ beside this file, or
+// NOETL_CONFORMANCE_DIR (to run another corpus with the same expectations).
 func playbookDir(t *testing.T) string {
 	if d := os.Getenv("NOETL_CONFORMANCE_DIR"); d != "" {
 		return d
 	}
-	d, err := filepath.Abs("../../shared/conformance/playbooks")
+	d, err := filepath.Abs("playbooks")
 	require.NoError(t, err)
 	if _, err := os.Stat(d); err != nil {
 		t.Fatalf("conformance playbooks not found at %s (set NOETL_CONFORMANCE_DIR): %v", d, err)
@@ -144,7 +144,7 @@ func (c rest) execute(path string, workload map[string]any) run {
 	return r
 }
 
-// expectation is one row of the outcome table of ../shared/conformance/README.md.
+// expectation is one row of the outcome table of README.md beside this file.
 type expectation struct {
 	file     string
 	workload map[string]any

@@ -1,3 +1,4 @@
-// Package conformance runs real NoETL playbooks (../shared/conformance/playbooks) against
-// the whole mesh and checks the outcomes listed in ../shared/conformance/README.md.
+// Package conformance runs real NoETL playbooks (playbooks/, Apache-2.0, see
+// playbooks/LICENSE.noetl-e2e) against the whole mesh and checks the outcomes listed in
+// README.md beside this file.
 package conformance

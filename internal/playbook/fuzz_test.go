@@ -8,7 +8,7 @@ import (
 )
 
 func FuzzParse(f *testing.F) {
-	files, _ := filepath.Glob("testdata/conformance/*.yaml")
+	files, _ := filepath.Glob("../../conformance/playbooks/*.yaml")
 	for _, file := range files {
 		if src, err := os.ReadFile(file); err == nil {
 			f.Add(src)

@@ -39,7 +39,7 @@ func firstError(t *testing.T, err error) *Error {
 
 func TestParseConformance(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("testdata/conformance/*.yaml")
+	files, err := filepath.Glob("../../conformance/playbooks/*.yaml")
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(files), 20)
 	for _, f := range files {
@@ -61,7 +61,7 @@ func TestParseConformance(t *testing.T) {
 
 func TestParseV10Canonical(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("testdata/conformance/v10_canonical_example.yaml")
+	src, err := os.ReadFile("../../conformance/playbooks/v10_canonical_example.yaml")
 	require.NoError(t, err)
 	pb := mustParse(t, src)
 	require.Equal(t, "noetl.io/v2", pb.APIVersion)
@@ -117,7 +117,7 @@ func TestParseV10Canonical(t *testing.T) {
 
 func TestParseWorkbookAndPipelines(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("testdata/conformance/control_flow_workbook.control_flow_workbook.yaml")
+	src, err := os.ReadFile("../../conformance/playbooks/control_flow_workbook.control_flow_workbook.yaml")
 	require.NoError(t, err)
 	pb := mustParse(t, src)
 	wb := pb.Workbook["compute_flag"]
@@ -133,7 +133,7 @@ func TestParseWorkbookAndPipelines(t *testing.T) {
 	require.Empty(t, eval.Refs)
 	require.Equal(t, ModeInclusive, pb.Step("hot_path").Next.Mode)
 
-	src, err = os.ReadFile("testdata/conformance/postgres_test.yaml")
+	src, err = os.ReadFile("../../conformance/playbooks/postgres_test.yaml")
 	require.NoError(t, err)
 	pb = mustParse(t, src)
 	start := pb.Step("start")
@@ -144,7 +144,7 @@ func TestParseWorkbookAndPipelines(t *testing.T) {
 
 func TestParseStepExtra(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("testdata/conformance/test_output_select.yaml")
+	src, err := os.ReadFile("../../conformance/playbooks/test_output_select.yaml")
 	require.NoError(t, err)
 	pb := mustParse(t, src)
 	require.Equal(t, map[string]any{"output": map[string]any{
@@ -172,7 +172,7 @@ func TestParseUnnamedPipelineItems(t *testing.T) {
 
 func TestParseImplicitEndWarning(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("testdata/conformance/root_scripts.test_implicit_end_routing.yaml")
+	src, err := os.ReadFile("../../conformance/playbooks/root_scripts.test_implicit_end_routing.yaml")
 	require.NoError(t, err)
 	pb := mustParse(t, src)
 	require.Len(t, pb.Warnings, 1)
