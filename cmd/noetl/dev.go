@@ -45,8 +45,17 @@ func devCmd() *cobra.Command {
 			}
 			defer m.Stop()
 			fmt.Printf("NoETL dev mesh ready\n  REST:  http://%s  (OpenAPI at /openapi.json; the mesh's health at /livez and /readyz)\n  gRPC:  %s\n  state: %s\n", m.HTTPAddr, m.GRPCAddr, stateDir)
-			if m.PostgresDir != "" && m.PostgresDir != filepath.Join(stateDir, "postgres") {
-				fmt.Printf("  postgres: %s  (the postgres user runs the server and cannot reach %s)\n", m.PostgresDir, stateDir)
+			if m.PostgresDir != "" {
+				// The private cluster's URL, for psql and for credentials of playbooks that
+				// use the dev mesh's own database (examples/http_postgres.yaml).
+				urlFile := filepath.Join(stateDir, mesh.PostgresURLFile)
+				if err := os.WriteFile(urlFile, []byte(m.PostgresURL+"\n"), 0o600); err != nil {
+					return err
+				}
+				fmt.Printf("  postgres: %s  (also in %s)\n", m.PostgresURL, urlFile)
+				if m.PostgresDir != filepath.Join(stateDir, "postgres") {
+					fmt.Printf("            cluster in %s (the postgres user runs the server and cannot reach %s)\n", m.PostgresDir, stateDir)
+				}
 			}
 			fmt.Printf("  admin (/livez, /readyz, /metrics):\n")
 			for _, name := range slices.Sorted(maps.Keys(m.AdminAddrs)) {

@@ -149,7 +149,7 @@ func registerCmd(dial func() (*client, error)) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Println(protojson.Format(pb))
+			fmt.Fprintln(cmd.OutOrStdout(), protojson.Format(pb))
 			return nil
 		},
 	}
@@ -314,7 +314,7 @@ func statusCmd(dial func() (*client, error)) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Println(protojson.Format(resp.GetExecution()))
+			fmt.Fprintln(cmd.OutOrStdout(), protojson.Format(resp.GetExecution()))
 			return nil
 		},
 	}
@@ -339,7 +339,7 @@ func eventsCmd(dial func() (*client, error)) *cobra.Command {
 				}
 				for _, ev := range resp.GetEvents() {
 					b, _ := protojson.Marshal(ev)
-					fmt.Println(string(b))
+					fmt.Fprintln(cmd.OutOrStdout(), string(b))
 				}
 				if token = resp.GetNextPageToken(); token == "" {
 					return nil
@@ -364,7 +364,7 @@ func cancelCmd(dial func() (*client, error)) *cobra.Command {
 			if _, err := c.exe.CancelExecution(cmd.Context(), &apiv1.CancelExecutionRequest{ExecutionId: args[0], Reason: reason}); err != nil {
 				return err
 			}
-			fmt.Println("cancel requested:", args[0])
+			fmt.Fprintln(cmd.OutOrStdout(), "cancel requested:", args[0])
 			return nil
 		},
 	}

@@ -93,6 +93,9 @@ func TestFirstRun(t *testing.T) {
 	require.Contains(t, first.stdout, "created an admin API key")
 	key, err := os.ReadFile(filepath.Join(state, "admin.key"))
 	require.NoError(t, err, "the admin key is in the default state directory")
+	if os.Geteuid() == 0 {
+		require.Regexp(t, `cluster in /var/lib/noetl/postgres/dev-[0-9a-f]{12} `, first.stdout, "root's cluster lives where the postgres user can reach it")
+	}
 
 	second := runOnce(t, root, env, func(restAddr string) {
 		// While the second mesh runs, the first run's execution is still there.
@@ -185,7 +188,7 @@ read:
 		}
 	}
 	r.stdout = all.String()
-	if m := regexp.MustCompile(`(?m)^\s+postgres: (\S+)`).FindStringSubmatch(r.stdout); m != nil {
+	if m := regexp.MustCompile(`(?m)^\s+cluster in (\S+)`).FindStringSubmatch(r.stdout); m != nil {
 		// Root's cluster outside the state dir (under /var/lib/noetl/postgres): this
 		// test's fresh home is gone after it, and so is the cluster.
 		t.Cleanup(func() { _ = os.RemoveAll(m[1]) })

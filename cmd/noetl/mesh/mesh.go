@@ -290,6 +290,8 @@ const (
 	EncryptionKeyFile  = "encryption.key"
 	InternalSecretFile = "internal.secret"
 	AdminKeyFile       = "admin.key"
+	// PostgresURLFile holds the private cluster's URL while `noetl dev` runs it.
+	PostgresURLFile = "postgres.url"
 )
 
 // stateKey returns the credential encryption key kept in dir/encryption.key, generating a
