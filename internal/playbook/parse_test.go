@@ -317,6 +317,9 @@ workflow: [{step: start, tool: {kind: noop}}]
 		{name: "invalid yaml", src: []byte("apiVersion: noetl.io/v2\nkind: Playbook\nworkflow:\n  - step: a\n   bad: [\n"), line: 3, inMsg: "invalid YAML"},
 		{name: "tab indentation", src: []byte("apiVersion: x\n\tkind: y\n"), line: 2, inMsg: "invalid YAML"},
 		{name: "alias bomb", src: []byte(bomb), line: 5, inMsg: "anchor &a is not allowed"},
+		{name: "python tag", src: doc("workload:\n  x: !!python/object/apply:os.system [\"id\"]\nworkflow: [{step: start, tool: {kind: noop}}]\n"), line: 7, inMsg: "YAML tag !!python/object/apply:os.system is not allowed"},
+		{name: "local tag", src: doc("workload:\n  x: !custom 1\nworkflow: [{step: start, tool: {kind: noop}}]\n"), line: 7, inMsg: "YAML tag !custom is not allowed"},
+		{name: "binary tag", src: doc("workflow:\n  - step: start\n    tool: {kind: noop, x: !!binary aGk=}\n"), line: 8, inMsg: "YAML tag !!binary is not allowed"},
 		{name: "too big", src: doc("workload:\n  x: \"" + strings.Repeat("a", MaxBytes) + "\"\n"), inMsg: "over the limit"},
 		{name: "too deep", src: doc(deep), line: 7, inMsg: "deeper than 64"},
 		{name: "empty", src: []byte("  \n# only a comment\n"), line: 1, inMsg: "empty"},
@@ -458,4 +461,11 @@ func TestTooManyStepsAreRefused(t *testing.T) {
 	_, err := Parse([]byte(b.String()))
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "exceed the limit")
+}
+
+func TestCoreSchemaTagsAreAllowed(t *testing.T) {
+	t.Parallel()
+	pb := mustParse(t, doc("workload:\n  a: !!str 123\n  b: !!int \"7\"\n  c: !!seq [1]\nworkflow: [{step: start, tool: {kind: noop}}]\n"))
+	require.Equal(t, "123", pb.Workload["a"])
+	require.EqualValues(t, 7, pb.Workload["b"])
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -26,7 +27,7 @@ var yamlLineRE = regexp.MustCompile(`line (\d+)`)
 
 // decodeYAML decodes exactly one YAML document into a node tree and checks
 // the structural limits: no anchors or aliases, nesting at most MaxDepth,
-// scalar mapping keys, no duplicate keys.
+// scalar mapping keys, no duplicate keys, no tags outside the core schema.
 func decodeYAML(src []byte) (root *yaml.Node, err *Error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -70,6 +71,20 @@ func yamlError(e error) *Error {
 	return out
 }
 
+// coreTags are the tags of the YAML core schema. Any other tag (!!python/..., !!binary,
+// a local !custom) would be dropped silently by the decoder, so a playbook that needs one
+// is refused instead of misread. !!merge keys are refused separately, with their own
+// message.
+var coreTags = map[string]bool{"!!str": true, "!!int": true, "!!float": true, "!!bool": true, "!!null": true, "!!seq": true, "!!map": true, "!!merge": true}
+
+// shortTag writes a tag of the yaml.org namespace in its !! form.
+func shortTag(tag string) string {
+	if rest, ok := strings.CutPrefix(tag, "tag:yaml.org,2002:"); ok {
+		return "!!" + rest
+	}
+	return tag
+}
+
 // checkNode enforces the structural limits on n and its children.
 func checkNode(n *yaml.Node, depth int) *Error {
 	if n.Kind == yaml.AliasNode {
@@ -80,6 +95,9 @@ func checkNode(n *yaml.Node, depth int) *Error {
 	}
 	if depth > MaxDepth {
 		return &Error{Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("YAML nesting is deeper than %d levels", MaxDepth)}
+	}
+	if tag := shortTag(n.Tag); tag != "" && !coreTags[tag] {
+		return &Error{Line: n.Line, Column: n.Column, Msg: fmt.Sprintf("YAML tag %s is not allowed: a playbook uses only the core schema (!!str, !!int, !!float, !!bool, !!null, !!seq, !!map)", tag)}
 	}
 	switch n.Kind {
 	case yaml.MappingNode:
