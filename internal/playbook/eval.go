@@ -392,8 +392,15 @@ func (st *state) expr(n nodes.Node, sc *scope) (any, error) {
 		}
 		return m, nil
 	case *nodes.Name:
-		return st.lookup(sc, x.Name.Val), nil
+		v := st.lookup(sc, x.Name.Val)
+		if isUndef(v) && jinjaGlobals[x.Name.Val] {
+			return nil, forbiddenGlobal(x.Name.Val)
+		}
+		return v, nil
 	case *nodes.GetAttribute:
+		if err := forbiddenAttr(x.Attribute); err != nil {
+			return nil, err
+		}
 		obj, err := st.expr(x.Node, sc)
 		if err != nil {
 			return nil, err
@@ -413,6 +420,11 @@ func (st *state) expr(n nodes.Node, sc *scope) (any, error) {
 		key, err := st.expr(x.Arg, sc)
 		if err != nil {
 			return nil, err
+		}
+		if k, ok := key.(string); ok {
+			if err := forbiddenAttr(k); err != nil {
+				return nil, err
+			}
 		}
 		return getItem(obj, key), nil
 	case *nodes.GetSlice:

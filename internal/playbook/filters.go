@@ -682,7 +682,11 @@ func selectFilter(reject, byAttr bool) filterFunc {
 }
 
 func filterAttr(_ *state, v any, args []any, kwargs map[string]any) (any, error) {
-	return getAttr(v, toString(param(args, kwargs, 0, "name", ""))), nil
+	name := toString(param(args, kwargs, 0, "name", ""))
+	if err := forbiddenAttr(name); err != nil {
+		return nil, err
+	}
+	return getAttr(v, name), nil
 }
 
 func filterURLEncode(_ *state, v any, _ []any, _ map[string]any) (any, error) {

@@ -244,8 +244,9 @@ func (w *nameWalker) expr(n nodes.Node, sc *bindScope) {
 	}
 }
 
-// checkNames rejects templates that use unknown filters or tests, so the
-// mistake surfaces at compile time even in branches that never run.
+// checkNames rejects templates that use unknown filters or tests, or reach for
+// interpreter internals (forbiddenAttr), so the mistake surfaces at compile
+// time even in branches that never run.
 func checkNames(root *nodes.Template) error {
 	var errs []string
 	var visit func(n nodes.Node)
@@ -300,8 +301,16 @@ func checkNames(root *nodes.Template) error {
 				visit(p.Value)
 			}
 		case *nodes.GetAttribute:
+			if err := forbiddenAttr(x.Attribute); err != nil {
+				errs = append(errs, err.Error())
+			}
 			visit(x.Node)
 		case *nodes.GetItem:
+			if k, ok := x.Arg.(*nodes.String); ok {
+				if err := forbiddenAttr(k.Val); err != nil {
+					errs = append(errs, err.Error())
+				}
+			}
 			visit(x.Node)
 			visit(x.Arg)
 		case *nodes.GetSlice:

@@ -254,6 +254,15 @@ func TestRenderErrors(t *testing.T) {
 		{"{{ range(1000000) }}", "exceeds the limit"},
 		{"{{ 'x' in 3 }}", "not iterable"},
 		{"{{ 1 in 'abc' }}", "requires string as left operand"},
+		{"{{ workload.__class__ }}", `template: forbidden attribute "__class__"`},
+		{"{{ lipsum.__globals__ }}", `template: forbidden attribute "__globals__"`},
+		{"{{ a['__class__'] }}", `template: forbidden attribute "__class__"`},
+		{"{{ m['__in' ~ 'it__'] }}", `template: forbidden attribute "__init__"`},
+		{"{{ a | attr('__dict__') }}", `template: forbidden attribute "__dict__"`},
+		{"{{ f.func_globals }}", `template: forbidden attribute "func_globals"`},
+		{"{{ config }}", `template: forbidden attribute: "config" is a Jinja global`},
+		{"{{ lipsum(1) }}", `unknown function "lipsum"`},
+		{"{% if false %}{{ x.__mro__ }}{% endif %}", `forbidden attribute "__mro__"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.in, func(t *testing.T) {
@@ -266,6 +275,16 @@ func TestRenderErrors(t *testing.T) {
 			require.Contains(t, te.Template, strings.TrimSpace(tc.in)[:2])
 		})
 	}
+}
+
+// TestForbiddenNamesThatAreData: a context that defines config (a step may be called so)
+// reads it, and NoETL's own underscore names (_ref, _attempt) are data, not internals.
+func TestForbiddenNamesThatAreData(t *testing.T) {
+	t.Parallel()
+	r := NewRenderer()
+	got, err := r.Render("{{ config.x }}-{{ start._ref.id }}", map[string]any{"config": map[string]any{"x": 1}, "start": map[string]any{"_ref": map[string]any{"id": "r1"}}})
+	require.NoError(t, err)
+	require.Equal(t, "1-r1", got)
 }
 
 func TestEvalAndTruthy(t *testing.T) {
