@@ -2,6 +2,7 @@ package playbook
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -73,6 +74,33 @@ func templateNames(v any) ([]string, bool) {
 	}
 	sort.Strings(out)
 	return out, dynamic
+}
+
+// firstCompileError returns the compile error of the first template inside v (strings,
+// and the keys and values of maps and lists) that does not compile, or nil.
+func firstCompileError(v any) error {
+	switch x := v.(type) {
+	case string:
+		if isTemplate(x) {
+			return compileTemplate(x).err
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if err := firstCompileError(k); err != nil {
+				return err
+			}
+			if err := firstCompileError(x[k]); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if err := firstCompileError(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func sourceNames(src string) ([]string, bool) {

@@ -730,7 +730,11 @@ func (b *builder) refs(n *yaml.Node, s *Step) {
 	s.Refs = names // provisional: every referenced name
 	s.RefsAll = dynamic
 	if dynamic {
-		b.warnings = append(b.warnings, Warning{Line: s.Line, Step: s.Name, Msg: "a template of this step does not compile; rendering it will fail"})
+		msg := "a template of this step does not compile; rendering it will fail"
+		if err := firstCompileError(toValue(n)); err != nil {
+			msg += ": " + err.Error()
+		}
+		b.warnings = append(b.warnings, Warning{Line: s.Line, Step: s.Name, Msg: msg})
 	}
 }
 

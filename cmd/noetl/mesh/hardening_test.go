@@ -100,22 +100,44 @@ workflow:
 		require.NoError(t, err)
 		require.Equal(t, "{{ 9*9 }} {% for i in range(10) %}x{% endfor %}", done.GetExecution().GetResult().GetStructValue().GetFields()["said"].GetStringValue(), "rendered literally")
 
-		_, err = c.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: `
+		// Reaching for internals fails the render, naming the attribute: registration warns,
+		// and the run ends FAILED instead of completing with null.
+		for _, probe := range []string{"{{ workload.__class__ }}", "{{ lipsum.__globals__ }}", "{{ config }}"} {
+			reg, err := c.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: fmt.Sprintf(`
 apiVersion: noetl.io/v2
 kind: Playbook
 metadata: {name: peek, path: tests/peek}
 workflow:
   - step: start
-    tool: {kind: noop, result: "{{ workload.__class__.__mro__ }}"}
-`})
-		if err == nil {
+    tool: {kind: noop, result: "%s"}
+`, probe)})
+			require.NoError(t, err, probe)
+			if !strings.Contains(probe, "config") { // a bare name may be a step's: only the run can tell
+				require.Contains(t, strings.Join(reg.GetPlaybook().GetWarnings(), "\n"), "template: forbidden attribute", probe)
+			}
 			started, err := c.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/peek"})
 			require.NoError(t, err)
 			done, err := c.exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: started.GetExecutionId(), Timeout: durationpb.New(30 * time.Second)})
 			require.NoError(t, err)
-			res := done.GetExecution().GetResult()
-			require.True(t, res == nil || res.GetNullValue() == 0 && res.GetStringValue() == "", "internals resolve to nothing: %v", res)
+			x := done.GetExecution()
+			require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, x.GetStatus(), probe)
+			require.Contains(t, x.GetError().GetMessage(), "template: forbidden attribute", probe)
+			require.Nil(t, x.GetResult(), probe)
 		}
+	})
+	t.Run("YAML tags outside the core schema are refused with their line", func(t *testing.T) {
+		for tag, line := range map[string]string{`!!python/object/apply:os.system ["id"]`: "line 5", "!custom 1": "line 5"} {
+			src := "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: tagged, path: tests/tagged}\nworkload:\n  x: " + tag + "\nworkflow:\n  - step: start\n    tool: {kind: noop}\n"
+			_, err := c.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: src})
+			require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+			require.Contains(t, status.Convert(err).Message(), "is not allowed", tag)
+			require.Contains(t, status.Convert(err).Message(), line, tag)
+			code, out, _ := c.rest(http.MethodPost, "/v1/playbooks", map[string]any{"content": src})
+			require.Equal(t, http.StatusBadRequest, code, "%v", out)
+			require.Contains(t, fmt.Sprint(out["message"]), "YAML tag")
+		}
+		_, err := c.cat.GetPlaybook(ctx, &apiv1.GetPlaybookRequest{Path: "tests/tagged"})
+		require.Equal(t, codes.NotFound, status.Code(err), "nothing was registered")
 	})
 	t.Run("a credential's secret appears in no event, message or log", func(t *testing.T) {
 		const sentinel = "SENTINEL-s3cr3t-7f1c"
