@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/noetl/noetl/internal/tabular"
@@ -102,10 +101,8 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 	stderr := &tailBuffer{max: max}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
-	// The interpreter runs in its own process group; cancellation and timeouts kill the
-	// whole group, so children the code started go too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// Cancellation and timeouts kill the interpreter and the children the code started.
+	killTreeOnCancel(cmd)
 	cmd.WaitDelay = 2 * time.Second
 	runErr := cmd.Run()
 	_ = stdin.Close()
