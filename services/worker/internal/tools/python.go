@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/noetl/noetl/internal/tabular"
 )
@@ -21,7 +23,9 @@ var runnerSource string
 
 // Python runs the step's code in a python3 subprocess. Inputs become top-level variables
 // (and the dicts input_data and args); the code assigns result. The result travels back
-// through a file, never through stdout, so prints cannot corrupt it.
+// through a file, never through stdout, so prints cannot corrupt it. A failure of the code
+// is reported as one line naming the step, the line in the code and the exception (see
+// pyFailure.format).
 type Python struct {
 	// Interpreter is the python executable (default python3).
 	Interpreter string
@@ -62,6 +66,7 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 	runner := filepath.Join(dir, "runner.py")
 	userCode := filepath.Join(dir, "step.py")
 	resultFile := filepath.Join(dir, "result.json")
+	errorFile := filepath.Join(dir, "error.json")
 	if err := os.WriteFile(runner, []byte(runnerSource), 0o600); err != nil {
 		return nil, err
 	}
@@ -82,7 +87,7 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 		encoded <- err
 	}()
 	defer func() { _ = stdin.Close() }()
-	cmd := exec.CommandContext(ctx, interp, runner, userCode, resultFile)
+	cmd := exec.CommandContext(ctx, interp, runner, userCode, resultFile, errorFile)
 	cmd.Stdin = stdin
 	cmd.Dir = dir
 	env := os.Environ()
@@ -116,6 +121,11 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 		case context.Canceled:
 			return nil, &Error{Msg: "python: cancelled"}
 		}
+		if f, ok := readFailure(errorFile); ok {
+			return nil, &Error{Msg: f.format(c.Step)}
+		}
+		// No failure report: the interpreter itself failed (or the code ended it), and
+		// its stderr is all there is.
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
 			msg = err.Error()
@@ -131,6 +141,118 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 		return nil, &Error{Msg: "python: result is not JSON: " + err.Error()}
 	}
 	return out, nil
+}
+
+// pyFailure is the report the runner writes when the step's code fails: the exception and
+// the code's own frames, outermost first (the runner's frames are never among them).
+type pyFailure struct {
+	Type    string    `json:"type"`
+	Message string    `json:"message"`
+	Frames  []pyFrame `json:"frames"`
+	// During names what the runner was doing when no frame of the code was involved
+	// (importing libs, calling main, writing the result).
+	During string `json:"during"`
+}
+
+// pyFrame is one frame of the step's code; Name is empty at the code's top level.
+type pyFrame struct {
+	Line int    `json:"line"`
+	Name string `json:"name"`
+}
+
+const (
+	// maxFailureText bounds the exception text kept in a failure message.
+	maxFailureText = 1000
+	// maxFailureFrames bounds the frames a failure message lists.
+	maxFailureFrames = 16
+)
+
+func readFailure(path string) (*pyFailure, bool) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	var f pyFailure
+	if err := json.Unmarshal(raw, &f); err != nil || f.Type == "" {
+		return nil, false
+	}
+	return &f, true
+}
+
+// format renders the failure as one line: the innermost position in the step's code, the
+// exception, and with more than one frame the chain of the code's frames, innermost last:
+//
+//	line 2 of step start: KeyError: 'missing'
+//	line 2 of step start: KeyError: 'missing' (traceback: line 5 -> outer line 4 -> inner line 2)
+//	step start: calling main: TypeError: main() missing 1 required positional argument: 'x'
+func (f *pyFailure) format(step string) string {
+	var b strings.Builder
+	where := "step " + step
+	if step == "" {
+		where = "the step code"
+	}
+	if n := len(f.Frames); n > 0 {
+		b.WriteString("line " + strconv.Itoa(f.Frames[n-1].Line) + " of " + where + ": ")
+	} else {
+		b.WriteString(where + ": ")
+		if f.During != "" {
+			b.WriteString(f.During + ": ")
+		}
+	}
+	b.WriteString(f.Type)
+	if text := oneLine(f.Message, maxFailureText); text != "" {
+		b.WriteString(": " + text)
+	}
+	if len(f.Frames) > 1 {
+		b.WriteString(" (traceback: " + strings.Join(frameChain(f.Frames, maxFailureFrames), " -> ") + ")")
+	}
+	return b.String()
+}
+
+// frameChain names the frames, a run of the same frame (recursion) once with its count, and
+// keeps the outermost and innermost of a longer chain than max.
+func frameChain(frames []pyFrame, max int) []string {
+	var parts []string
+	for i := 0; i < len(frames); {
+		j := i + 1
+		for j < len(frames) && frames[j] == frames[i] {
+			j++
+		}
+		part := "line " + strconv.Itoa(frames[i].Line)
+		if frames[i].Name != "" {
+			part = frames[i].Name + " " + part
+		}
+		if j-i > 1 {
+			part += " (x" + strconv.Itoa(j-i) + ")"
+		}
+		parts = append(parts, part)
+		i = j
+	}
+	if len(parts) > max {
+		head, tail := max/4, max-max/4-1
+		skipped := len(parts) - head - tail
+		parts = append(append(parts[:head:head], "... "+strconv.Itoa(skipped)+" more ..."), parts[len(parts)-tail:]...)
+	}
+	return parts
+}
+
+// oneLine joins the non-blank lines of s with spaces and cuts the result to max bytes.
+func oneLine(s string, max int) string {
+	var lines []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	s = strings.Join(lines, " ")
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	return s
 }
 
 func lastLines(s string, n int) string {
