@@ -104,26 +104,36 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.StatebuilderAddr, "statebuilder", "NOETL_STATEBUILDER_ADDR", "127.0.0.1:50062", "statebuilder gRPC address")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
 	fs.String(&c.FlightLocation, "flight-location", "NOETL_RESULTSTORE_FLIGHT_LOCATION", "grpc://127.0.0.1:50066", "the resultstore's Arrow Flight location given to clients with their tickets")
-	fs.Duration(&c.TicketTTL, "ticket-ttl", "NOETL_FLIGHT_TICKET_TTL", auth.DefaultTicketTTL, "how long a Flight ticket signed by the gateway is accepted")
-	fs.Int(&c.MaxBodyBytes, "max-body", "NOETL_GATEWAY_MAX_BODY", 2<<20, "largest REST request body in bytes")
+	fs.Duration(&c.TicketTTL, "ticket-ttl", "NOETL_FLIGHT_TICKET_TTL", auth.DefaultTicketTTL, "how long a Flight ticket signed by the gateway is accepted", config.Positive)
+	fs.Int(&c.MaxBodyBytes, "max-body", "NOETL_GATEWAY_MAX_BODY", 2<<20, "largest REST request body in bytes", config.Positive)
 	fs.Bool(&c.Insecure, "insecure", "NOETL_GATEWAY_INSECURE", false, "turn authentication off: every caller is an admin of tenant default (development only)")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
-	fs.Duration(&c.KeyCacheTTL, "key-cache-ttl", "NOETL_GATEWAY_KEY_CACHE_TTL", authn.DefaultKeyCacheTTL, "how long a verified API key is cached (a revoked key works at most this long)")
-	fs.Int(&c.KeyCacheSize, "key-cache-size", "NOETL_GATEWAY_KEY_CACHE_SIZE", authn.DefaultKeyCacheSize, "most API keys cached")
+	fs.Duration(&c.KeyCacheTTL, "key-cache-ttl", "NOETL_GATEWAY_KEY_CACHE_TTL", authn.DefaultKeyCacheTTL, "how long a verified API key is cached (a revoked key works at most this long)", config.Positive)
+	fs.Int(&c.KeyCacheSize, "key-cache-size", "NOETL_GATEWAY_KEY_CACHE_SIZE", authn.DefaultKeyCacheSize, "most API keys cached", config.Positive)
 	fs.String(&c.JWKSFile, "jwks-file", "NOETL_GATEWAY_JWKS_FILE", "", "JSON Web Key Set file of the JWT issuer's public keys")
 	fs.String(&c.JWKSURL, "jwks-url", "NOETL_GATEWAY_JWKS_URL", "", "JSON Web Key Set URL of the JWT issuer's public keys (cached)")
-	fs.Duration(&c.JWKSRefresh, "jwks-refresh", "NOETL_GATEWAY_JWKS_REFRESH", authn.DefaultJWKSRefresh, "how long a fetched JWKS is used")
+	fs.Duration(&c.JWKSRefresh, "jwks-refresh", "NOETL_GATEWAY_JWKS_REFRESH", authn.DefaultJWKSRefresh, "how long a fetched JWKS is used", config.Positive)
 	fs.String(&c.JWTIssuer, "jwt-issuer", "NOETL_GATEWAY_JWT_ISSUER", "", "required iss of JWTs")
 	fs.String(&c.JWTAudience, "jwt-audience", "NOETL_GATEWAY_JWT_AUDIENCE", "", "required aud of JWTs")
 	fs.String(&c.JWTAlgorithms, "jwt-algorithms", "NOETL_GATEWAY_JWT_ALGORITHMS", authn.DefaultJWTAlgorithms, "allowed asymmetric JWT algorithms, comma-separated")
 	fs.Secret(&c.JWTHMACSecret, "jwt-hmac-secret", "NOETL_GATEWAY_JWT_HMAC_SECRET", "", "enables HS256 JWTs signed with this secret (at least 32 bytes)")
 	fs.String(&c.JWTTenantClaim, "jwt-tenant-claim", "NOETL_GATEWAY_JWT_TENANT_CLAIM", authn.DefaultTenantClaim, "JWT claim holding the tenant (dotted for nested claims)")
 	fs.String(&c.JWTRolesClaim, "jwt-roles-claim", "NOETL_GATEWAY_JWT_ROLES_CLAIM", authn.DefaultRolesClaim, "JWT claim holding the roles (dotted for nested claims)")
-	fs.Int(&c.TenantRPS, "tenant-rps", "NOETL_GATEWAY_TENANT_RPS", limit.DefaultRPS, "calls per second each tenant may make (token bucket rate)")
-	fs.Int(&c.TenantBurst, "tenant-burst", "NOETL_GATEWAY_TENANT_BURST", limit.DefaultBurst, "calls a tenant may make at once above its rate (token bucket size)")
-	fs.Int(&c.TenantInFlight, "tenant-inflight", "NOETL_GATEWAY_TENANT_INFLIGHT", limit.DefaultInFlight, "calls (streams included) each tenant may have in flight")
-	fs.Duration(&c.JWTLeeway, "jwt-leeway", "NOETL_GATEWAY_JWT_LEEWAY", authn.DefaultJWTLeeway, "clock skew tolerated on JWT exp, nbf and iat")
+	fs.Int(&c.TenantRPS, "tenant-rps", "NOETL_GATEWAY_TENANT_RPS", limit.DefaultRPS, "calls per second each tenant may make (token bucket rate)", config.Positive)
+	fs.Int(&c.TenantBurst, "tenant-burst", "NOETL_GATEWAY_TENANT_BURST", limit.DefaultBurst, "calls a tenant may make at once above its rate (token bucket size)", config.Positive)
+	fs.Int(&c.TenantInFlight, "tenant-inflight", "NOETL_GATEWAY_TENANT_INFLIGHT", limit.DefaultInFlight, "calls (streams included) each tenant may have in flight", config.Positive)
+	fs.Duration(&c.JWTLeeway, "jwt-leeway", "NOETL_GATEWAY_JWT_LEEWAY", authn.DefaultJWTLeeway, "clock skew tolerated on JWT exp, nbf and iat", config.Positive)
 	c.Trace.Flags(fs)
+}
+
+// ParseFlags reads the gateway's configuration from args and the NOETL_* environment. A
+// malformed or out-of-range value is an error naming the flag or variable and the value.
+// printed reports that --print-config or -h printed instead of a start (exit 0).
+func ParseFlags(args []string) (cfg Config, printed bool, err error) {
+	fs := config.New("gateway")
+	cfg.Flags(fs)
+	printed, err = fs.Parse(args)
+	return cfg, printed, err
 }
 
 // Run runs the gateway until ctx ends.

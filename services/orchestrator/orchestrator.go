@@ -57,6 +57,9 @@ type Config struct {
 	// ResourceExhausted. Zero means server.DefaultMaxWatches.
 	MaxWatches int
 
+	// StreamReplicas is the JetStream replication factor of the streams this service
+	// declares (zero: natsx.EnsureStreams decides).
+	StreamReplicas int
 	// Trace chooses where spans go.
 	Trace telemetry.Config
 
@@ -76,17 +79,28 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
 	fs.String(&c.StatebuilderAddr, "statebuilder", "NOETL_STATEBUILDER_ADDR", "127.0.0.1:50062", "statebuilder gRPC address")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address (large command contexts)")
-	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
-	fs.Int(&c.Shards, "shards", "NOETL_ORCHESTRATOR_SHARDS", 16, "decision goroutines")
-	fs.Duration(&c.StartTimeout, "start-timeout", "NOETL_START_TIMEOUT", 15*time.Second, "how long a start waits for its commit")
+	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions", config.Positive)
+	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
+	fs.Int(&c.Shards, "shards", "NOETL_ORCHESTRATOR_SHARDS", 16, "decision goroutines", config.Positive)
+	fs.Duration(&c.StartTimeout, "start-timeout", "NOETL_START_TIMEOUT", 15*time.Second, "how long a start waits for its commit", config.Positive)
 	fs.Bool(&c.MigrateOnly, "migrate-only", "NOETL_MIGRATE_ONLY", false, "apply the Postgres schema migrations and exit")
-	fs.Duration(&c.ReconcileEvery, "reconcile-every", "NOETL_RECONCILE_EVERY", 10*time.Second, "how often stalled executions are looked for")
-	fs.Duration(&c.StaleAfter, "stale-after", "NOETL_STALE_AFTER", 30*time.Second, "how long an execution's log may stay still before it is re-driven")
+	fs.Duration(&c.ReconcileEvery, "reconcile-every", "NOETL_RECONCILE_EVERY", 10*time.Second, "how often stalled executions are looked for", config.Positive)
+	fs.Duration(&c.StaleAfter, "stale-after", "NOETL_STALE_AFTER", 30*time.Second, "how long an execution's log may stay still before it is re-driven", config.Positive)
 	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
-	fs.Int(&c.MaxWatches, "max-watches", "NOETL_ORCHESTRATOR_MAX_WATCHES", server.DefaultMaxWatches, "most concurrent WatchExecution streams")
+	fs.Int(&c.MaxWatches, "max-watches", "NOETL_ORCHESTRATOR_MAX_WATCHES", server.DefaultMaxWatches, "most concurrent WatchExecution streams", config.Positive)
 	c.Trace.Flags(fs)
 	fs.Secret(&c.BootstrapAPIKey, "bootstrap-api-key", "NOETL_BOOTSTRAP_API_KEY", "", "API key (noetl_<id>_<secret>) stored on start as an admin and system key of tenant default")
+}
+
+// ParseFlags reads the orchestrator's configuration from args and the NOETL_* environment. A
+// malformed or out-of-range value is an error naming the flag or variable and the value.
+// printed reports that --print-config or -h printed instead of a start (exit 0).
+func ParseFlags(args []string) (cfg Config, printed bool, err error) {
+	fs := config.New("orchestrator")
+	cfg.Flags(fs)
+	printed, err = fs.Parse(args)
+	return cfg, printed, err
 }
 
 // Run runs the orchestrator until ctx ends.
@@ -147,7 +161,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer nc.Close()
-	if err := natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}); err != nil {
+	if err := natsx.EnsureStreams(ctx, js, natsx.StreamConfig{Replicas: cfg.StreamReplicas}); err != nil {
 		return err
 	}
 	var results rsv1.ResultStoreServiceClient

@@ -62,12 +62,22 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.AdminAddr, "admin", "NOETL_RESULTSTORE_ADMIN", "127.0.0.1:9065", "admin HTTP listen address (/livez, /readyz, /metrics)")
 	fs.String(&c.FlightAddr, "flight", "NOETL_RESULTSTORE_FLIGHT", "127.0.0.1:50066", "Arrow Flight listen address")
 	fs.String(&c.FlightLocation, "flight-location", "NOETL_RESULTSTORE_FLIGHT_LOCATION", "", "Flight location advertised to clients (default grpc://<flight address>)")
-	fs.Duration(&c.ResultTTL, "result-ttl", "NOETL_RESULT_TTL", DefaultResultTTL, "how long stored results are kept (0: until deleted)")
-	fs.Duration(&c.SweepEvery, "sweep-every", "NOETL_RESULT_SWEEP_EVERY", time.Minute, "how often expired results are deleted")
-	fs.Duration(&c.TicketTTL, "ticket-ttl", "NOETL_FLIGHT_TICKET_TTL", auth.DefaultTicketTTL, "how long Flight tickets signed here are accepted")
+	fs.Duration(&c.ResultTTL, "result-ttl", "NOETL_RESULT_TTL", DefaultResultTTL, "how long stored results are kept (0: until deleted)", config.NonNegative)
+	fs.Duration(&c.SweepEvery, "sweep-every", "NOETL_RESULT_SWEEP_EVERY", time.Minute, "how often expired results are deleted (0: never)", config.NonNegative)
+	fs.Duration(&c.TicketTTL, "ticket-ttl", "NOETL_FLIGHT_TICKET_TTL", auth.DefaultTicketTTL, "how long Flight tickets signed here are accepted", config.Positive)
 	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	c.Trace.Flags(fs)
+}
+
+// ParseFlags reads the resultstore's configuration from args and the NOETL_* environment. A
+// malformed or out-of-range value is an error naming the flag or variable and the value.
+// printed reports that --print-config or -h printed instead of a start (exit 0).
+func ParseFlags(args []string) (cfg Config, printed bool, err error) {
+	fs := config.New("resultstore")
+	cfg.Flags(fs)
+	printed, err = fs.Parse(args)
+	return cfg, printed, err
 }
 
 // Run runs the resultstore until ctx ends.

@@ -49,11 +49,21 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.AdminAddr, "admin", "NOETL_STATEBUILDER_ADMIN", "127.0.0.1:9062", "admin HTTP listen address (/livez, /readyz, /metrics)")
 	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
-	fs.Int(&c.CacheEntries, "cache-entries", "NOETL_STATEBUILDER_CACHE", 10000, "execution states kept in memory")
-	fs.Int(&c.CacheBytes, "cache-bytes", "NOETL_STATEBUILDER_CACHE_BYTES", 256<<20, "encoded bytes of execution states kept in memory")
-	fs.Int(&c.SnapshotEvery, "snapshot-every", "NOETL_STATEBUILDER_SNAPSHOT_EVERY", 1000, "events between state snapshots (bounds a cold rebuild)")
-	fs.Duration(&c.CountEvery, "count-every", "NOETL_STATEBUILDER_COUNT_EVERY", 30*time.Second, "how often running executions are counted (noetl_executions_running)")
+	fs.Int(&c.CacheEntries, "cache-entries", "NOETL_STATEBUILDER_CACHE", 10000, "execution states kept in memory", config.Positive)
+	fs.Int(&c.CacheBytes, "cache-bytes", "NOETL_STATEBUILDER_CACHE_BYTES", 256<<20, "encoded bytes of execution states kept in memory", config.Positive)
+	fs.Int(&c.SnapshotEvery, "snapshot-every", "NOETL_STATEBUILDER_SNAPSHOT_EVERY", 1000, "events between state snapshots (bounds a cold rebuild)", config.Positive)
+	fs.Duration(&c.CountEvery, "count-every", "NOETL_STATEBUILDER_COUNT_EVERY", 30*time.Second, "how often running executions are counted (noetl_executions_running)", config.Positive)
 	c.Trace.Flags(fs)
+}
+
+// ParseFlags reads the statebuilder's configuration from args and the NOETL_* environment. A
+// malformed or out-of-range value is an error naming the flag or variable and the value.
+// printed reports that --print-config or -h printed instead of a start (exit 0).
+func ParseFlags(args []string) (cfg Config, printed bool, err error) {
+	fs := config.New("statebuilder")
+	cfg.Flags(fs)
+	printed, err = fs.Parse(args)
+	return cfg, printed, err
 }
 
 // Run runs the statebuilder until ctx ends.

@@ -65,6 +65,9 @@ type Config struct {
 	// InternalSecret signs the worker's calls to the orchestrator and the resultstore
 	// (package auth); required.
 	InternalSecret string
+	// StreamReplicas is the JetStream replication factor of the streams this service
+	// declares (zero: natsx.EnsureStreams decides).
+	StreamReplicas int
 	// Trace chooses where spans go.
 	Trace telemetry.Config
 
@@ -79,17 +82,28 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.AdminAddr, "admin", "NOETL_WORKER_ADMIN", "127.0.0.1:9064", "admin HTTP listen address (/livez, /readyz, /metrics)")
 	fs.String(&c.NATSURL, "nats", "NOETL_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
 	fs.String(&c.Pool, "pool", "NOETL_WORKER_POOL", "shared", "worker pool whose commands this worker runs")
-	fs.Int(&c.Concurrency, "concurrency", "NOETL_WORKER_CONCURRENCY", 64, "commands run at once")
-	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions")
+	fs.Int(&c.Concurrency, "concurrency", "NOETL_WORKER_CONCURRENCY", 64, "commands run at once", config.Positive)
+	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions", config.Positive)
+	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
 	fs.String(&c.Python, "python", "NOETL_PYTHON", "python3", "python interpreter for kind: python")
 	fs.String(&c.ID, "id", "NOETL_WORKER_ID", "", "worker id reported in events (default: host name)")
 	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address (credential resolution)")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
 	fs.String(&c.FlightAddr, "flight", "NOETL_RESULTSTORE_FLIGHT_ADDR", "127.0.0.1:50066", "resultstore Arrow Flight address (tables are uploaded there)")
-	fs.Int(&c.InlineMaxBytes, "inline-max", "NOETL_INLINE_RESULT_MAX_BYTES", 64<<10, "largest result carried inline in events; larger ones go to the resultstore")
+	fs.Int(&c.InlineMaxBytes, "inline-max", "NOETL_INLINE_RESULT_MAX_BYTES", 64<<10, "largest result carried inline in events; larger ones go to the resultstore", config.Positive)
 	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "let the http tool reach loopback and private addresses")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	c.Trace.Flags(fs)
+}
+
+// ParseFlags reads the worker's configuration from args and the NOETL_* environment. A
+// malformed or out-of-range value is an error naming the flag or variable and the value.
+// printed reports that --print-config or -h printed instead of a start (exit 0).
+func ParseFlags(args []string) (cfg Config, printed bool, err error) {
+	fs := config.New("worker")
+	cfg.Flags(fs)
+	printed, err = fs.Parse(args)
+	return cfg, printed, err
 }
 
 // Run runs the worker until ctx ends.
@@ -114,7 +128,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer nc.Close()
-	if err := natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}); err != nil {
+	if err := natsx.EnsureStreams(ctx, js, natsx.StreamConfig{Replicas: cfg.StreamReplicas}); err != nil {
 		return err
 	}
 	adminLis, err := app.Listen(cfg.AdminListener, cfg.AdminAddr)

@@ -9,18 +9,17 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/services/statebuilder"
 )
 
 func main() {
-	var cfg statebuilder.Config
-	fs := config.New("statebuilder")
-	cfg.Flags(fs)
-	if printed, err := fs.Parse(os.Args[1:]); err != nil || printed {
-		if err != nil {
-			os.Exit(2)
-		}
+	cfg, printed, err := statebuilder.ParseFlags(os.Args[1:])
+	if err != nil {
+		// One line naming each bad flag or variable and its value; no usage dump.
+		fmt.Fprintln(os.Stderr, "statebuilder:", err)
+		os.Exit(2)
+	}
+	if printed {
 		return
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))

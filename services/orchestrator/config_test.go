@@ -1,0 +1,52 @@
+package orchestrator_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/noetl/noetl/internal/platform/config"
+	"github.com/noetl/noetl/internal/platform/config/configtest"
+	"github.com/noetl/noetl/services/orchestrator"
+)
+
+// A malformed or out-of-range value of any typed setting stops start-up with an error
+// naming the variable and the value; it never falls back to the default.
+func TestParseFlagsRejectsBadValues(t *testing.T) {
+	parse := func() error {
+		_, _, err := orchestrator.ParseFlags(nil)
+		return err
+	}
+	configtest.RejectsBadValues(t, func(fs *config.FlagSet) { new(orchestrator.Config).Flags(fs) }, parse, map[string]configtest.Check{
+		"NOETL_ORCHESTRATOR_MAX_WATCHES": configtest.Positive,
+		"NOETL_ORCHESTRATOR_SHARDS":      configtest.Positive,
+		"NOETL_PARTITIONS":               configtest.Positive,
+		"NOETL_RECONCILE_EVERY":          configtest.Positive,
+		"NOETL_STALE_AFTER":              configtest.Positive,
+		"NOETL_START_TIMEOUT":            configtest.Positive,
+		"NOETL_STREAM_REPLICAS":          configtest.Positive,
+	})
+	for _, tc := range []struct{ env, value, want string }{
+		{"NOETL_STALE_AFTER", "soon", `NOETL_STALE_AFTER="soon": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
+		{"NOETL_PARTITIONS", "0", `NOETL_PARTITIONS="0": must be positive`},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(tc.env, tc.value)
+			_, printed, err := orchestrator.ParseFlags([]string{"--print-config"})
+			require.EqualError(t, err, tc.want)
+			require.False(t, printed)
+		})
+	}
+	_, _, err := orchestrator.ParseFlags([]string{"--reconcile-every=often"})
+	require.EqualError(t, err, `--reconcile-every="often": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`)
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Setenv("NOETL_STALE_AFTER", "2m")
+	cfg, printed, err := orchestrator.ParseFlags([]string{"--shards=4"})
+	require.NoError(t, err)
+	require.False(t, printed)
+	require.Equal(t, 2*time.Minute, cfg.StaleAfter)
+	require.Equal(t, 4, cfg.Shards)
+}
