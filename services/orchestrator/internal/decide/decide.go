@@ -890,9 +890,14 @@ func (d *decider) finish() error {
 				continue
 			}
 			seen[f] = true
+			// "step a failed: <why>", unless why already names the step ("step a: tool python: ...").
 			m := "step " + f + " failed"
 			if e := d.st.GetSteps()[f].GetError(); e != nil && e.GetMessage() != "" {
-				m += ": " + e.GetMessage()
+				if why := e.GetMessage(); strings.HasPrefix(why, "step "+f+": ") {
+					m = why
+				} else {
+					m += ": " + why
+				}
 			}
 			msgs = append(msgs, m)
 		}

@@ -122,7 +122,7 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 			return nil, &Error{Msg: "python: cancelled"}
 		}
 		if f, ok := readFailure(errorFile); ok {
-			return nil, &Error{Msg: f.format(c.Step)}
+			return nil, &Error{Msg: f.format()}
 		}
 		// No failure report: the interpreter itself failed (or the code ended it), and
 		// its stderr is all there is.
@@ -180,24 +180,18 @@ func readFailure(path string) (*pyFailure, bool) {
 }
 
 // format renders the failure as one line: the innermost position in the step's code, the
-// exception, and with more than one frame the chain of the code's frames, innermost last:
+// exception, and with more than one frame the chain of the code's frames, innermost last.
+// The worker puts the step and tool in front ("step start: tool python: "):
 //
-//	line 2 of step start: KeyError: 'missing'
-//	line 2 of step start: KeyError: 'missing' (traceback: line 5 -> outer line 4 -> inner line 2)
-//	step start: calling main: TypeError: main() missing 1 required positional argument: 'x'
-func (f *pyFailure) format(step string) string {
+//	line 2: KeyError: 'missing'
+//	line 2: KeyError: 'missing' (traceback: line 5 -> outer line 4 -> inner line 2)
+//	calling main: TypeError: main() missing 1 required positional argument: 'x'
+func (f *pyFailure) format() string {
 	var b strings.Builder
-	where := "step " + step
-	if step == "" {
-		where = "the step code"
-	}
 	if n := len(f.Frames); n > 0 {
-		b.WriteString("line " + strconv.Itoa(f.Frames[n-1].Line) + " of " + where + ": ")
-	} else {
-		b.WriteString(where + ": ")
-		if f.During != "" {
-			b.WriteString(f.During + ": ")
-		}
+		b.WriteString("line " + strconv.Itoa(f.Frames[n-1].Line) + ": ")
+	} else if f.During != "" {
+		b.WriteString(f.During + ": ")
 	}
 	b.WriteString(f.Type)
 	if text := oneLine(f.Message, maxFailureText); text != "" {

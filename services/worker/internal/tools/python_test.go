@@ -88,21 +88,21 @@ func pyFail(t *testing.T, code string) string {
 func TestPythonFailureNamesTheLine(t *testing.T) {
 	cases := []struct{ name, code, want string }{
 		{"key error on line 2", "d = {}\nx = d['missing']\nresult = x\n",
-			"line 2 of step start: KeyError: 'missing'"},
+			"line 2: KeyError: 'missing'"},
 		{"nested calls list the code's frames, innermost last", "def inner(d):\n    return d['missing']\n\ndef outer(d):\n    return inner(d)\n\nresult = outer({})\n",
-			"line 2 of step start: KeyError: 'missing' (traceback: line 7 -> outer line 5 -> inner line 2)"},
+			"line 2: KeyError: 'missing' (traceback: line 7 -> outer line 5 -> inner line 2)"},
 		{"syntax error", "x = 1\ny = 2\nz = = 3\n",
-			"line 3 of step start: SyntaxError: invalid syntax"},
+			"line 3: SyntaxError: invalid syntax"},
 		{"top-level return keeps the line numbers", "x = 1\nif x:\n    return 1 / 0\n",
-			"line 3 of step start: ZeroDivisionError: division by zero"},
+			"line 3: ZeroDivisionError: division by zero"},
 		{"main and a library frame", "import json\n\ndef main():\n    return json.loads('{')\n",
-			"line 4 of step start: json.decoder.JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"},
+			"line 4: json.decoder.JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"},
 		{"step-defined exception, multi-line message", "class Bad(Exception):\n    pass\n\nraise Bad('first\\n  second\\n')\n",
-			"line 4 of step start: Bad: first second"},
+			"line 4: Bad: first second"},
 		{"recursion collapses", "def f(n):\n    return f(n + 1)\n\nf(0)\n",
-			"line 2 of step start: RecursionError: maximum recursion depth exceeded (traceback: line 4 -> f line 2 (x"},
+			"line 2: RecursionError: maximum recursion depth exceeded (traceback: line 4 -> f line 2 (x"},
 		{"main missing an argument", "def main(x):\n    return x\n",
-			"step start: calling main: TypeError: main() missing 1 required positional argument: 'x'"},
+			"calling main: TypeError: main() missing 1 required positional argument: 'x'"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,7 +126,7 @@ func TestPythonFailureLibs(t *testing.T) {
 	_, err := (&Python{}).Run(context.Background(), &Call{Step: "load", Config: map[string]any{
 		"code": "result = 1", "libs": map[string]any{"np": "no_such_module_noetl"},
 	}})
-	want := "step load: importing no_such_module_noetl as np (libs): ModuleNotFoundError: No module named 'no_such_module_noetl'"
+	want := "importing no_such_module_noetl as np (libs): ModuleNotFoundError: No module named 'no_such_module_noetl'"
 	if err == nil || err.Error() != want {
 		t.Fatalf("error %v, want %s", err, want)
 	}
