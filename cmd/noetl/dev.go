@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
+	"github.com/noetl/noetl/internal/platform/config"
 )
 
 // devCmd is `noetl dev`: the whole mesh in this process, until SIGINT or SIGTERM.
@@ -39,7 +40,11 @@ func devCmd() *cobra.Command {
 			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			m, err := mesh.Start(ctx, mesh.Config{StateDir: stateDir, PostgresURL: os.Getenv("NOETL_PG_URL"), EncryptionKey: os.Getenv("NOETL_ENCRYPTION_KEY"), Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), Log: log})
+			cfg, err := devEnv(mesh.Config{StateDir: stateDir, Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), Log: log})
+			if err != nil {
+				return err
+			}
+			m, err := mesh.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -102,4 +107,18 @@ func devCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "turn the gateway's authentication off (every caller is an admin of tenant default)")
 	cmd.Flags().StringVar(&trace, "trace", "", "trace every service: \"stdout\", or an OTLP/gRPC collector (host:port, https://host:port); default off")
 	return cmd
+}
+
+// devEnv fills cfg from the NOETL_* variables `noetl dev` honours, strictly: a malformed
+// or out-of-range value is an error naming the variable and the value. Unset numbers keep
+// the mesh's defaults.
+func devEnv(cfg mesh.Config) (mesh.Config, error) {
+	var env config.Env
+	cfg.PostgresURL = env.Secret("NOETL_PG_URL", "")
+	cfg.EncryptionKey = env.Secret("NOETL_ENCRYPTION_KEY", "")
+	cfg.Partitions = env.Int("NOETL_PARTITIONS", 0, config.Positive)
+	cfg.WorkerConcurrency = env.Int("NOETL_WORKER_CONCURRENCY", 0, config.Positive)
+	cfg.ReconcileEvery = env.Duration("NOETL_RECONCILE_EVERY", 0, config.Positive)
+	cfg.StaleAfter = env.Duration("NOETL_STALE_AFTER", 0, config.Positive)
+	return cfg, env.Err()
 }

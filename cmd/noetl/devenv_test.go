@@ -1,0 +1,42 @@
+//go:build unix
+
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/noetl/noetl/cmd/noetl/mesh"
+)
+
+func TestDevEnvIsStrict(t *testing.T) {
+	t.Setenv("NOETL_WORKER_CONCURRENCY", "8x")
+	t.Setenv("NOETL_STALE_AFTER", "soon")
+	_, err := devEnv(mesh.Config{})
+	require.ErrorContains(t, err, `NOETL_WORKER_CONCURRENCY="8x": invalid integer`)
+	require.ErrorContains(t, err, `NOETL_STALE_AFTER="soon": invalid duration`)
+
+	t.Setenv("NOETL_WORKER_CONCURRENCY", "-1")
+	t.Setenv("NOETL_STALE_AFTER", "")
+	_, err = devEnv(mesh.Config{})
+	require.ErrorContains(t, err, `NOETL_WORKER_CONCURRENCY="-1"`)
+
+	t.Setenv("NOETL_WORKER_CONCURRENCY", "8")
+	t.Setenv("NOETL_STALE_AFTER", "45s")
+	cfg, err := devEnv(mesh.Config{})
+	require.NoError(t, err)
+	require.Equal(t, 8, cfg.WorkerConcurrency)
+	require.Equal(t, 45*time.Second, cfg.StaleAfter)
+	require.Zero(t, cfg.Partitions, "unset keeps the mesh's default")
+}
+
+// TestDevFailsOnBadEnvBeforeStarting: noetl dev stops at once, naming the variable.
+func TestDevFailsOnBadEnvBeforeStarting(t *testing.T) {
+	t.Setenv("NOETL_STALE_AFTER", "soon")
+	root := newRoot()
+	root.SetArgs([]string{"dev", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"})
+	err := root.Execute()
+	require.ErrorContains(t, err, `NOETL_STALE_AFTER="soon"`)
+}
