@@ -19,6 +19,8 @@ type Playbook struct {
 	// Warnings are problems that do not stop the playbook from running,
 	// such as steps that cannot be reached from start.
 	Warnings []Warning
+	// Limits are the playbook's executor.spec.policy.limits (cycles.go).
+	Limits Limits
 	// Extra holds the root keys not modelled above (executor, vars, ...)
 	// as JSON-compatible values, nil when there are none.
 	Extra map[string]any
