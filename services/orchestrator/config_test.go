@@ -20,6 +20,8 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	}
 	configtest.RejectsBadValues(t, func(fs *config.FlagSet) { new(orchestrator.Config).Flags(fs) }, parse, map[string]configtest.Check{
 		"NOETL_ORCHESTRATOR_MAX_WATCHES": configtest.Positive,
+		"NOETL_MAX_STEP_ENTRIES":         configtest.Positive,
+		"NOETL_MAX_EVENTS":               configtest.Positive,
 		"NOETL_ORCHESTRATOR_SHARDS":      configtest.Positive,
 		"NOETL_PARTITIONS":               configtest.Positive,
 		"NOETL_RECONCILE_EVERY":          configtest.Positive,
@@ -30,6 +32,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct{ env, value, want string }{
 		{"NOETL_STALE_AFTER", "soon", `NOETL_STALE_AFTER="soon": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
 		{"NOETL_PARTITIONS", "0", `NOETL_PARTITIONS="0": must be positive`},
+		{"NOETL_TENANT_LIMITS", `{"acme": {"max_events": 0}}`, `NOETL_TENANT_LIMITS="{\"acme\": {\"max_events\": 0}}": tenant "acme": max_events must be a positive integer, not 0`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)
@@ -49,4 +52,12 @@ func TestParseFlags(t *testing.T) {
 	require.False(t, printed)
 	require.Equal(t, 2*time.Minute, cfg.StaleAfter)
 	require.Equal(t, 4, cfg.Shards)
+	require.Equal(t, 10_000, cfg.MaxStepEntries, "the default")
+	require.Equal(t, 1_000_000, cfg.MaxEvents, "the default")
+
+	t.Setenv("NOETL_TENANT_LIMITS", `{"acme": {"max_step_entries": 20}}`)
+	cfg, _, err = orchestrator.ParseFlags([]string{"--max-events=5000"})
+	require.NoError(t, err)
+	require.Equal(t, 5000, cfg.MaxEvents)
+	require.Equal(t, `{"acme": {"max_step_entries": 20}}`, cfg.TenantLimits)
 }

@@ -5,6 +5,7 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
+	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 	"github.com/noetl/noetl/services/orchestrator/internal/engine"
 	"github.com/noetl/noetl/services/orchestrator/internal/server"
 )
@@ -56,6 +58,16 @@ type Config struct {
 	// MaxWatches bounds concurrent WatchExecution streams; past it a watch is refused with
 	// ResourceExhausted. Zero means server.DefaultMaxWatches.
 	MaxWatches int
+	// MaxStepEntries and MaxEvents bound every execution: how many times one step may be
+	// entered, and how many events the execution may have (zero: decide's defaults,
+	// 10,000 and 1,000,000). They are ceilings: a playbook's executor.spec.policy.limits
+	// may lower them for its executions, never raise them.
+	MaxStepEntries int
+	MaxEvents      int
+	// TenantLimits sets them for particular tenants, as JSON:
+	// {"acme": {"max_step_entries": 100, "max_events": 50000}}; a tenant's value replaces
+	// the global one, higher or lower (engine.ParseTenantLimits).
+	TenantLimits string
 
 	// StreamReplicas is the JetStream replication factor of the streams this service
 	// declares (zero: natsx.EnsureStreams decides).
@@ -89,6 +101,12 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	fs.Int(&c.MaxWatches, "max-watches", "NOETL_ORCHESTRATOR_MAX_WATCHES", server.DefaultMaxWatches, "most concurrent WatchExecution streams", config.Positive)
+	fs.Int(&c.MaxStepEntries, "max-step-entries", "NOETL_MAX_STEP_ENTRIES", decide.DefaultMaxStepEntries, "most entries of one step in one execution (a playbook may lower it)", config.Positive)
+	fs.Int(&c.MaxEvents, "max-events", "NOETL_MAX_EVENTS", decide.DefaultMaxEvents, "most events of one execution (a playbook may lower it)", config.Positive)
+	fs.String(&c.TenantLimits, "tenant-limits", "NOETL_TENANT_LIMITS", "", `per-tenant limits as JSON: {"tenant": {"max_step_entries": N, "max_events": N}}`, func(s string) error {
+		_, err := engine.ParseTenantLimits(s)
+		return err
+	})
 	c.Trace.Flags(fs)
 	fs.Secret(&c.BootstrapAPIKey, "bootstrap-api-key", "NOETL_BOOTSTRAP_API_KEY", "", "API key (noetl_<id>_<secret>) stored on start as an admin and system key of tenant default")
 }
@@ -121,6 +139,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := config.Required(&cfg, "PostgresURL", "NATSURL", "StatebuilderAddr"); err != nil {
 		return err
 	}
+	tenantLimits, err := engine.ParseTenantLimits(cfg.TenantLimits)
+	if err != nil {
+		return fmt.Errorf("NOETL_TENANT_LIMITS: %w", err)
+	}
+	limits := engine.Limits{MaxStepEntries: int64(cfg.MaxStepEntries), MaxEvents: int64(cfg.MaxEvents), Tenants: tenantLimits}
 	trust, err := auth.NewTrust(cfg.InternalSecret)
 	if err != nil {
 		return err
@@ -207,7 +230,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv.AddCheck("postgres", pgxext.Check(db))
 	srv.AddCheck("nats", natsx.Check(nc))
-	eng := engine.New(engine.Config{Results: results, Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Tracer: tel.Tracer()}, log, js, state, cat, srv.Registry)
+	eng := engine.New(engine.Config{Results: results, Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Tracer: tel.Tracer(), Limits: limits}, log, js, state, cat, srv.Registry)
 	if cfg.Ready != nil {
 		cfg.Ready(srv.GRPCAddr())
 	}

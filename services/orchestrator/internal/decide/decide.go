@@ -81,10 +81,12 @@ func Compile(pb *playbook.Playbook, path string, version int64, r *playbook.Rend
 }
 
 // Error is a deterministic failure found while deciding (a condition that cannot be
-// evaluated, a template error). It fails the execution, naming the step.
+// evaluated, a template error, a limit reached). It fails the execution, naming the step.
 type Error struct {
 	Step string
 	Msg  string
+	// Code is the error code of the failed execution ("" means "decision_error").
+	Code string
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("step %q: %s", e.Step, e.Msg) }
@@ -104,6 +106,8 @@ type decider struct {
 	running int32
 
 	in Inputs
+	// limits are the execution's effective limits (EffectiveLimits).
+	limits Limits
 }
 
 // Inputs are the immutable data a decision reads besides the state: the loop collections
@@ -116,6 +120,10 @@ type Inputs struct {
 	// LoopResults maps the step.enter event id of a completed loop epoch (see
 	// NeededLoopResults) to the reference of its stored list of iteration results.
 	LoopResults map[string]*eventv1.ResultRef
+	// Limits are the operator's limits for the execution's tenant (zero fields: the
+	// defaults); the playbook's executor.spec.policy.limits may only lower them
+	// (EffectiveLimits).
+	Limits Limits
 }
 
 // ErrCollectionMissing is returned when a decision needs a loop collection held by
@@ -200,7 +208,8 @@ func DecideWith(c *Compiled, st *sbv1.ExecutionState, in Inputs) ([]*eventv1.Eve
 			return nil, fmt.Errorf("step %s: %w (epoch %d)", n.Step, ErrLoopResultsMissing, n.Epoch)
 		}
 	}
-	d := &decider{c: c, st: st, status: map[string]eventv1.StepStatus{}, fired: map[string][]string{}, entered: map[string]bool{}, running: st.GetRunning(), in: in}
+	d := &decider{c: c, st: st, status: map[string]eventv1.StepStatus{}, fired: map[string][]string{}, entered: map[string]bool{}, running: st.GetRunning(), in: in,
+		limits: EffectiveLimits(c.Playbook.Limits, in.Limits)}
 	if err := domain.DecodeJSON(orEmpty(st.GetWorkloadJson()), &d.workload); err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
@@ -210,7 +219,7 @@ func DecideWith(c *Compiled, st *sbv1.ExecutionState, in Inputs) ([]*eventv1.Eve
 	if err := d.run(); err != nil {
 		var de *Error
 		if asDecideError(err, &de) {
-			return append(d.out, d.terminalFailed(de.Step, de.Error())), nil
+			return append(d.out, d.terminalFailed(de)), nil
 		}
 		return nil, err
 	}
@@ -293,6 +302,9 @@ func (d *decider) advanceRetries() error {
 		if !r.GetFired() {
 			continue
 		}
+		if err := d.checkEvents(name, fmt.Sprintf("issuing attempt %d", r.GetNextAttempt())); err != nil {
+			return err
+		}
 		iter := &eventv1.Iteration{Epoch: s.GetEpoch(), Index: -1}
 		cmdID := domain.CommandID(d.st.GetExecutionId(), name, s.GetEpoch(), -1, r.GetNextAttempt())
 		cmd, err := d.command(ps, cmdID, iter, r.GetNextAttempt(), nil)
@@ -335,6 +347,11 @@ func (d *decider) advanceLoops() error {
 				return fmt.Errorf("step %s: %w: %s (%d items, want %d)", name, ErrCollectionMissing, ref.GetUri(), len(items), total)
 			}
 			item = func(i int) json.RawMessage { return items[i] }
+		}
+		if i := int(l.GetIssued()); i < total && i < int(l.GetDone())+limit {
+			if err := d.checkEvents(name, fmt.Sprintf("issuing iteration %d", i)); err != nil {
+				return err
+			}
 		}
 		for i := int(l.GetIssued()); i < total && i < int(l.GetDone())+limit; i++ {
 			if err := d.issueIteration(ps, s.GetEpoch(), int32(i), item(i), total, s.GetEnterEventId()); err != nil {
@@ -703,6 +720,9 @@ func (d *decider) enter(name, cause string) error {
 	}
 	exec := d.st.GetExecutionId()
 	epoch := d.st.GetSteps()[name].GetEpoch() + 1
+	if err := d.checkEntry(name, epoch); err != nil {
+		return err
+	}
 	enterID := domain.EventID(domain.StepEnterCause(exec, name, epoch), domain.EventStepEnter)
 	enter := domain.EnterPayload{Epoch: epoch}
 	if ps.Loop != nil {
@@ -949,8 +969,12 @@ func (d *decider) terminal(typ string, e *eventv1.ErrorInfo, failed []string, re
 	}
 }
 
-func (d *decider) terminalFailed(step, msg string) *eventv1.Event {
-	return d.terminal(domain.EventPlaybookFailed, &eventv1.ErrorInfo{Code: "decision_error", Message: msg}, []string{step}, nil, nil)
+func (d *decider) terminalFailed(e *Error) *eventv1.Event {
+	code := e.Code
+	if code == "" {
+		code = "decision_error"
+	}
+	return d.terminal(domain.EventPlaybookFailed, &eventv1.ErrorInfo{Code: code, Message: e.Error()}, []string{e.Step}, nil, nil)
 }
 
 // resolveWorkbook replaces a workbook tool by the named task's tool: the task's

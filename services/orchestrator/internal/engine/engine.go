@@ -53,6 +53,9 @@ type Config struct {
 	Tracer trace.Tracer
 	// LagPoll is how often the notice consumer's lag is read (zero: natsx.DefaultLagPoll).
 	LagPoll time.Duration
+	// Limits bound every execution's step entries and events (limits.go; zero: decide's
+	// defaults).
+	Limits Limits
 }
 
 // Engine runs decisions.
@@ -320,6 +323,7 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 	if in.LoopResults, err = e.loopResultsFor(ctx, st, decide.NeededLoopResults(st)); err != nil {
 		return 0, err
 	}
+	in.Limits = e.cfg.Limits.For(st.GetTenant())
 	events, err := decide.DecideWith(cp, st, in)
 	if err != nil {
 		return 0, err
