@@ -46,7 +46,7 @@ const (
 // The components and the binaries they run.
 var components = []string{"gateway", "orchestrator", "materializer", "statebuilder", "worker", "resultstore"}
 
-// Only these hold the Postgres URL or may reach Postgres (DESIGN §2).
+// Only these hold the Postgres URL or may reach Postgres (docs/architecture.md, "Services").
 var postgresOwners = []string{"materializer", "orchestrator", "resultstore", "statebuilder"}
 
 // Components whose replica count an HPA owns.
@@ -554,7 +554,7 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 		}
 
 		// Environment: every name documented; secrets only by reference and only where
-		// DESIGN allows them.
+		// docs/architecture.md allows them.
 		env := map[string]corev1.EnvVar{}
 		for _, e := range c.Env {
 			_, dup := env[e.Name]

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Event types. Dotted names, as in DESIGN.md §5a.
+// Event types. Dotted names, as docs/architecture.md ("Envelopes") lists them.
 const (
 	EventPlaybookStarted   = "playbook.started"
 	EventStepEnter         = "step.enter"

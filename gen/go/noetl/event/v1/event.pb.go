@@ -153,7 +153,7 @@ func (StepStatus) EnumDescriptor() ([]byte, []int) {
 // event log; every other service publishes events to NOETL_EVENTS.
 type Event struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Deterministic id derived from the event's cause (see DESIGN.md §5a).
+	// Deterministic id derived from the event's cause (docs/architecture.md, "Envelopes").
 	EventId string `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	// Execution the event belongs to.
 	ExecutionId string `protobuf:"bytes,2,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
