@@ -85,6 +85,9 @@ func init() {
 		"escape":     strFilter(func(s string) (any, error) { return html.EscapeString(s), nil }),
 		"e":          strFilter(func(s string) (any, error) { return html.EscapeString(s), nil }),
 		"safe":       func(_ *state, v any, _ []any, _ map[string]any) (any, error) { return v, nil },
+		// SQL quoting (sql.go): a value as a literal, a name as an identifier.
+		"sql_literal": filterSQLLiteral,
+		"sql_ident":   filterSQLIdent,
 	}
 	tests = map[string]testFunc{
 		"defined":     func(v any, _ []any) (bool, error) { return !isUndef(v), nil },

@@ -419,6 +419,7 @@ func (b *builder) tool(n *yaml.Node, step, field, label string, dropName bool) *
 		t.Config[key] = toValue(n.Content[i+1])
 	}
 	t.Policy = b.policy(value(value(value(n, "spec"), "policy"), "rules"), step, field+".spec.policy.rules")
+	b.sqlTool(n, t, step, field) // sql.go: SQL text with templates, literal-SQL digests
 	return t
 }
 

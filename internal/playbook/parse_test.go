@@ -112,7 +112,10 @@ func TestParseV10Canonical(t *testing.T) {
 		MaxInFlight: 5,
 	}, store.Loop)
 	require.Equal(t, []string{"process_data"}, store.Refs)
-	require.Empty(t, pb.Warnings)
+	// Its one warning: a value spliced into SQL text unquoted (sql.go).
+	require.Len(t, pb.Warnings, 1)
+	require.Equal(t, "store_results", pb.Warnings[0].Step)
+	require.Contains(t, pb.Warnings[0].Msg, "template {{ iter.item }} is spliced into SQL text (tool.command)")
 }
 
 func TestParseWorkbookAndPipelines(t *testing.T) {
