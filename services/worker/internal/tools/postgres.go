@@ -19,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/noetl/noetl/internal/playbook"
 )
 
 // Defaults of the postgres tool.
@@ -45,8 +47,10 @@ const (
 //	 "command": "<last command tag>", "statements": k}
 //
 // Config keys: command (alias query; several statements separated by ";" run with the
-// simple protocol), params (positional list bound to $1..$n; needs a single
-// statement), auth (credential name resolved through Resolve) or inline
+// simple protocol when the text is the playbook's own literal SQL or multi_statement is
+// true, else the text runs as exactly one statement with the extended protocol),
+// multi_statement (default false), params (positional list bound to $1..$n; needs a
+// single statement), auth (credential name resolved through Resolve) or inline
 // connection_string / dsn, or host, port, database, user, password, sslmode; schema
 // (sets search_path for the transaction), as_objects (default true),
 // statement_timeout_ms (default 60000), max_rows (default 10000; a larger result
@@ -90,6 +94,10 @@ type pgRequest struct {
 	asObjects bool
 	timeout   time.Duration
 	maxRows   int
+	// oneStatement makes the SQL run as exactly one statement, with the extended
+	// protocol (the server refuses text holding several): the SQL is not the playbook's
+	// own literal text and the tool does not set multi_statement: true.
+	oneStatement bool
 }
 
 // pgResultSet is the outcome of one statement.
@@ -117,7 +125,7 @@ func (p *Postgres) Run(ctx context.Context, c *Call) (any, error) {
 	defer p.releasePool(pp)
 	out, err := p.execute(ctx, pp.pool, req)
 	if err != nil {
-		return nil, pgFailure(ctx, err, pp.password)
+		return nil, pgFailure(ctx, err, pp.password, req)
 	}
 	return out, nil
 }
@@ -170,6 +178,13 @@ func parsePGRequest(cfg map[string]any) (*pgRequest, error) {
 	if r.asObjects, err = cfgBool(cfg["as_objects"], true); err != nil {
 		return fail("tool.as_objects: %v", err)
 	}
+	// Parse accepts only a literal boolean here; anything else did not come from the
+	// playbook's author.
+	multi, isBool := cfg["multi_statement"].(bool)
+	if v := cfg["multi_statement"]; v != nil && !isBool {
+		return fail("tool.multi_statement must be true or false, got %v", v)
+	}
+	r.oneStatement = !multi && !literalSQL(cfg[playbook.SQLLiteralDigestsKey], sql)
 	if v, ok := cfg["statement_timeout_ms"]; ok && v != nil {
 		f, ok := cfgNumber(v)
 		if !ok || f < 0 {
@@ -185,6 +200,24 @@ func parsePGRequest(cfg map[string]any) (*pgRequest, error) {
 		r.maxRows = int(f)
 	}
 	return r, nil
+}
+
+// literalSQL reports whether sql is one of the template-free SQL texts of the tool as
+// the playbook wrote them: Parse records their digests under
+// playbook.SQLLiteralDigestsKey. Text rendered from a template, or a config that was not
+// parsed from a playbook, has no matching digest.
+func literalSQL(digests any, sql string) bool {
+	list, _ := digests.([]any)
+	if len(list) == 0 {
+		return false
+	}
+	want := playbook.SQLTextDigest(sql)
+	for _, d := range list {
+		if s, ok := d.(string); ok && s == want {
+			return true
+		}
+	}
+	return false
 }
 
 // pgParam adapts a JSON value for binding: whole numbers become int64 so they bind
@@ -420,14 +453,23 @@ func runInTx(ctx context.Context, conn *pgx.Conn, req *pgRequest) (_ map[string]
 		return nil, err
 	}
 	var sets []*pgResultSet
-	if len(req.params) > 0 {
+	switch {
+	case len(req.params) > 0:
 		rs, err := queryParams(ctx, tx, conn.TypeMap(), req)
 		if err != nil {
 			return nil, err
 		}
 		sets = []*pgResultSet{rs}
-	} else if sets, err = querySimple(ctx, conn.PgConn(), conn.TypeMap(), req); err != nil {
-		return nil, err
+	case req.oneStatement:
+		rs, err := queryOne(ctx, conn.PgConn(), conn.TypeMap(), req)
+		if err != nil {
+			return nil, err
+		}
+		sets = []*pgResultSet{rs}
+	default:
+		if sets, err = querySimple(ctx, conn.PgConn(), conn.TypeMap(), req); err != nil {
+			return nil, err
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
@@ -447,6 +489,13 @@ func runOutsideTx(ctx context.Context, conn *pgx.Conn, req *pgRequest) (map[stri
 	}()
 	if err := applySettings(ctx, conn, req, false); err != nil {
 		return nil, err
+	}
+	if req.oneStatement {
+		rs, err := queryOne(ctx, conn.PgConn(), conn.TypeMap(), req)
+		if err != nil {
+			return nil, err
+		}
+		return pgResult([]*pgResultSet{rs}), nil
 	}
 	sets, err := querySimple(ctx, conn.PgConn(), conn.TypeMap(), req)
 	if err != nil {
@@ -516,6 +565,36 @@ func queryParams(ctx context.Context, tx pgx.Tx, m *pgtype.Map, req *pgRequest) 
 		return nil, &errTooManyRows{max: req.maxRows}
 	}
 	rs.tag = rows.CommandTag()
+	return rs, nil
+}
+
+// queryOne runs the SQL as one statement with the extended protocol (no parameters, text
+// results). The server parses the whole text first and refuses text that holds several
+// statements (SQLSTATE 42601) before running any of them.
+func queryOne(ctx context.Context, pc *pgconn.PgConn, m *pgtype.Map, req *pgRequest) (*pgResultSet, error) {
+	rr := pc.ExecParams(ctx, req.sql, nil, nil, nil, nil)
+	rs := &pgResultSet{}
+	fds := rr.FieldDescriptions()
+	rs.hasRows = len(fds) > 0
+	for _, fd := range fds {
+		rs.columns = append(rs.columns, fd.Name)
+	}
+	over := false
+	for rr.NextRow() {
+		if len(rs.rows) >= req.maxRows {
+			over = true
+			continue
+		}
+		rs.rows = append(rs.rows, decodeRow(m, fds, rr.Values(), req.asObjects))
+	}
+	tag, err := rr.Close()
+	if err != nil {
+		return nil, err
+	}
+	if over {
+		return nil, &errTooManyRows{max: req.maxRows}
+	}
+	rs.tag = tag
 	return rs, nil
 }
 
@@ -734,7 +813,7 @@ func numericValue(s string) any {
 }
 
 // pgFailure turns an error into an *Error naming the problem, without the password.
-func pgFailure(ctx context.Context, err error, password string) error {
+func pgFailure(ctx context.Context, err error, password string, req *pgRequest) error {
 	var te *Error
 	if errors.As(err, &te) {
 		return &Error{Msg: scrub(te.Msg, password), Retryable: te.Retryable}
@@ -753,7 +832,11 @@ func pgFailure(ctx context.Context, err error, password string) error {
 			msg += "; hint: " + pgErr.Hint
 		}
 		if pgErr.Code == "42601" && strings.Contains(pgErr.Message, "multiple commands") {
-			msg += "; tool.params can only be bound to a single statement"
+			if len(req.params) > 0 {
+				msg += "; tool.params can only be bound to a single statement"
+			} else {
+				msg += "; " + severalStatementsHint
+			}
 		}
 		var ce *pgconn.ConnectError
 		if errors.As(err, &ce) {
@@ -771,6 +854,12 @@ func pgFailure(ctx context.Context, err error, password string) error {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed)
 	return &Error{Msg: "postgres: " + scrub(text, password), Retryable: retry}
 }
+
+// severalStatementsHint explains why SQL that is not the playbook's literal text cannot
+// hold several statements, and what to do.
+const severalStatementsHint = "the SQL text is not the playbook's own literal text (it holds a template), so it runs as exactly one statement and nothing ran; " +
+	"quote values with sql_literal or sql_ident or bind them with tool.params, " +
+	"and set tool.multi_statement: true to run several statements of your own"
 
 // pgRetryableCode reports SQLSTATEs worth retrying: connection exceptions,
 // serialization failures, deadlocks and server shutdown or overload.

@@ -44,9 +44,10 @@ func TestPostgres(t *testing.T) {
 	dsn := testkit.StartPostgres(t)
 	p := &Postgres{}
 	t.Cleanup(p.Close)
+	// with completes a config as Parse leaves a tool whose SQL is the playbook's own text.
 	with := func(cfg map[string]any) map[string]any {
 		cfg["connection_string"] = dsn
-		return cfg
+		return asWritten(cfg)
 	}
 
 	t.Run("multi statement", func(t *testing.T) {
