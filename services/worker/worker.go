@@ -40,6 +40,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/services/worker/internal/scrub"
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
 
@@ -162,6 +163,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if err := json.Unmarshal(resp.GetDataJson(), &data); err != nil {
 			return "", nil, &tools.Error{Msg: fmt.Sprintf("credential %q: malformed data", name)}
 		}
+		// The command's scrubber learns the secrets before the tool sees them, so that
+		// whatever the tool or the remote side makes of them is masked on the way out.
+		scrubberOf(ctx).AddCredential(data)
 		return resp.GetType(), data, nil
 	}
 	if cfg.InlineMaxBytes <= 0 {
@@ -202,7 +206,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			[]string{"pool", "tool", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "noetl_worker_tool_seconds", Help: "Tool run time.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}, []string{"tool"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_in_flight", Help: "Commands being run.", ConstLabels: prometheus.Labels{"pool": cfg.Pool}}),
-		tracer:   tel.Tracer(),
+		scrubbed: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_worker_secrets_scrubbed_total",
+			Help:        "Occurrences of a credential's secret (raw or encoded) the worker masked in a command's result, events, errors and logs.",
+			ConstLabels: prometheus.Labels{"pool": cfg.Pool}}),
+		tracer: tel.Tracer(),
 	}
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_concurrency", Help: "Commands the worker runs at once at most (NOETL_WORKER_CONCURRENCY).", ConstLabels: prometheus.Labels{"pool": cfg.Pool}})
 	limit.Set(float64(cfg.Concurrency))
@@ -210,7 +217,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.Pool == "system" {
 		w.tools["system_info"] = systemInfo{w}
 	}
-	srv.Registry.MustRegister(w.runs, w.duration, w.inFlight, limit)
+	srv.Registry.MustRegister(w.runs, w.duration, w.inFlight, w.scrubbed, limit)
 	lag := natsx.NewLagMonitor(js, natsx.StreamCommands, consumerName(cfg.Pool), cfg.Pool, cfg.LagPoll, srv.Registry, log)
 	log.Info("worker consuming", slog.String("admin", srv.AdminAddr()))
 	return srv.Run(ctx, 30*time.Second, w.consume, lag.Run)
@@ -229,6 +236,8 @@ type Worker struct {
 	runs     *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inFlight prometheus.Gauge
+	// scrubbed counts the secrets masked in what commands produce (noetl_worker_secrets_scrubbed_total).
+	scrubbed prometheus.Counter
 	tracer   trace.Tracer
 }
 
@@ -314,6 +323,11 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 			}
 		}
 	}()
+	// Every secret resolved for this command is masked in what leaves the worker: events,
+	// the stored result, span errors and these log lines.
+	sc := w.newScrubber()
+	ctx = withScrubber(ctx, sc)
+	log := slog.New(sc.Handler(w.log.Handler()))
 	// A committed cancellation of the execution stops the tool.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -331,13 +345,13 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	err := w.publish(ctx, events)
 	if errors.Is(err, natsx.ErrMessageTooLarge) {
 		// Retrying cannot shrink the outcome: fail the command with a message that fits.
-		w.log.Warn("command outcome too large to publish", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()), slog.String("error", err.Error()))
-		events = failTooLarge(events, err)
+		log.Warn("command outcome too large to publish", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()), slog.String("error", err.Error()))
+		events = scrubEvents(sc, failTooLarge(events, err))
 		err = w.publish(ctx, events)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn("publish outcome failed; command will be redelivered", slog.String("execution_id", cmd.GetExecutionId()), slog.String("error", err.Error()))
+			log.Warn("publish outcome failed; command will be redelivered", slog.String("execution_id", cmd.GetExecutionId()), slog.String("error", err.Error()))
 		}
 		_ = m.NakWithDelay(500 * time.Millisecond)
 		return
@@ -362,8 +376,19 @@ func (w *Worker) publish(ctx context.Context, events []*eventv1.Event) error {
 }
 
 // Execute renders and runs a command and returns its events: command.started, then
-// call.done and command.completed, or call.error and command.failed.
+// call.done and command.completed, or call.error and command.failed. The secrets of the
+// credentials resolved while it runs are masked in the result (before it is measured, so
+// a result stored by reference is masked too) and in every event.
 func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.Event {
+	sc := scrubberOf(ctx)
+	if sc == nil {
+		sc = w.newScrubber()
+		ctx = withScrubber(ctx, sc)
+	}
+	return scrubEvents(sc, w.execute(ctx, cmd, sc))
+}
+
+func (w *Worker) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.Scrubber) []*eventv1.Event {
 	mk := func(typ string) *eventv1.Event {
 		return &eventv1.Event{
 			EventId:           domain.EventID(cmd.GetCommandId(), typ),
@@ -382,7 +407,8 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 	}
 	started := mk(domain.EventCommandStarted)
 	fail := func(info *eventv1.ErrorInfo) []*eventv1.Event {
-		info.Message = clip(info.GetMessage())
+		// Scrub before clipping, which could cut a secret and leave part of it.
+		info.Message = clip(sc.String(info.GetMessage()))
 		callErr := mk(domain.EventCallError)
 		callErr.Error = info
 		failed := mk(domain.EventCommandFailed)
@@ -422,6 +448,10 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 		return fail(info)
 	}
 	w.runs.WithLabelValues(w.cfg.Pool, kind, "ok").Inc()
+	out.result = sc.Value(out.result)
+	for scope, m := range out.set {
+		out.set[scope], _ = sc.Value(m).(map[string]any)
+	}
 	done := mk(domain.EventCallDone)
 	if len(out.set) > 0 {
 		p, err := json.Marshal(domain.CallPayload{Set: out.set})
@@ -702,12 +732,54 @@ func (w *Worker) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.
 	ctx = context.WithValue(ctx, tenantKey{}, cmd.GetTenant())
 	ctx = tools.WithChild(ctx, tools.ChildRef{Tenant: cmd.GetTenant(), ExecutionID: cmd.GetExecutionId(), Label: tc.GetLabel()})
 	res, err := w.tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep()})
-	telemetry.ErrorStatus(span, err)
+	telemetry.ErrorStatus(span, scrubberOf(ctx).Err(err))
 	return res, err
 }
 
 // tenantKey carries the tenant of the running command in a context.
 type tenantKey struct{}
+
+// scrubKey carries the running command's scrubber in a context.
+type scrubKey struct{}
+
+func withScrubber(ctx context.Context, sc *scrub.Scrubber) context.Context {
+	return context.WithValue(ctx, scrubKey{}, sc)
+}
+
+// scrubberOf returns the scrubber of the command ctx runs, or nil (which scrubs nothing).
+func scrubberOf(ctx context.Context) *scrub.Scrubber {
+	sc, _ := ctx.Value(scrubKey{}).(*scrub.Scrubber)
+	return sc
+}
+
+// newScrubber returns an empty scrubber for one command, counted in the worker's metric.
+func (w *Worker) newScrubber() *scrub.Scrubber {
+	if w.scrubbed == nil {
+		return scrub.New(nil)
+	}
+	return scrub.New(w.scrubbed)
+}
+
+// scrubEvents masks the command's secrets in every field of its events that carries text
+// from the tool: payloads, results, result summaries and schemas, and error messages. The
+// result itself was scrubbed before it was encoded; this pass catches the rest.
+func scrubEvents(sc *scrub.Scrubber, events []*eventv1.Event) []*eventv1.Event {
+	if sc.Empty() {
+		return events
+	}
+	for _, ev := range events {
+		ev.PayloadJson = sc.JSON(ev.GetPayloadJson())
+		ev.ResultJson = sc.JSON(ev.GetResultJson())
+		if ref := ev.GetResultRef(); ref != nil {
+			ref.ExtractedJson = sc.JSON(ref.GetExtractedJson())
+			ref.SchemaJson = sc.String(ref.GetSchemaJson())
+		}
+		if e := ev.GetError(); e != nil {
+			e.Message = sc.String(e.GetMessage()) // a mask is shorter than what it replaces: no clip
+		}
+	}
+	return events
+}
 
 // envelope is the output policies see: {status: ok|error, data, error: {message, retryable}}.
 func envelope(res any, err error) map[string]any {
