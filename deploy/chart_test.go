@@ -1377,3 +1377,28 @@ func deepCopy(m map[string]any) map[string]any {
 	}
 	return out
 }
+
+// TestChartHTTPEgress: each pool's NOETL_HTTP_EGRESS comes from httpEgress (public unless
+// set), and the deprecated httpAllowPrivate: true still renders private.
+func TestChartHTTPEgress(t *testing.T) {
+	t.Parallel()
+	egress := func(r *rendered) map[string]string {
+		out := map[string]string{}
+		for _, d := range r.deployments {
+			env := containerEnv(d)
+			if pool, ok := env["NOETL_WORKER_POOL"]; ok {
+				require.NotContains(t, env, "NOETL_HTTP_ALLOW_PRIVATE", d.Name)
+				out[pool] = env["NOETL_HTTP_EGRESS"]
+			}
+		}
+		return out
+	}
+	require.Equal(t, map[string]string{"shared": "public", "system": "public"}, egress(renderChart(t, nil, nil)))
+	require.Equal(t, map[string]string{"shared": "loopback", "system": "public"},
+		egress(renderChart(t, nil, nested("loopback", "workers", "pools", "shared", "httpEgress"))))
+	require.Equal(t, map[string]string{"shared": "private", "system": "private"},
+		egress(renderChart(t, nil, nested(true, "workers", "defaults", "httpAllowPrivate"))))
+	_, err := renderFiles(t, nil, nested("everything", "workers", "defaults", "httpEgress"), false)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "httpEgress")
+}

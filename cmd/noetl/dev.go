@@ -17,16 +17,20 @@ import (
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	"github.com/noetl/noetl/internal/platform/config"
+	"github.com/noetl/noetl/services/worker"
 )
 
 // devCmd is `noetl dev`: the whole mesh in this process, until SIGINT or SIGTERM.
 func devCmd() *cobra.Command {
-	var httpAddr, grpcAddr, stateDir, run, trace string
+	var httpAddr, grpcAddr, stateDir, run, trace, egress string
 	var verbose, insecure bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole mesh in one process: embedded NATS JetStream, a private Postgres, and the six services",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := worker.CheckHTTPEgress(egress); err != nil {
+				return fmt.Errorf("--http-egress %q: %w", egress, err)
+			}
 			if stateDir == "" {
 				stateDir = defaultStateDir()
 			}
@@ -40,7 +44,7 @@ func devCmd() *cobra.Command {
 			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cfg, err := devEnv(mesh.Config{StateDir: stateDir, Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), Log: log})
+			cfg, err := devEnv(mesh.Config{StateDir: stateDir, Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), HTTPEgress: egress, Log: log})
 			if err != nil {
 				return err
 			}
@@ -105,6 +109,7 @@ func devCmd() *cobra.Command {
 	cmd.Flags().StringVar(&run, "run", "", "run this playbook file once the mesh is up and print its result")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "log at info level")
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "turn the gateway's authentication off (every caller is an admin of tenant default)")
+	cmd.Flags().StringVar(&egress, "http-egress", worker.HTTPEgressLoopback, "addresses playbooks' http steps may reach: loopback (public and this machine), private (also private ranges) or public; never link-local or cloud metadata")
 	cmd.Flags().StringVar(&trace, "trace", "", "trace every service: \"stdout\", or an OTLP/gRPC collector (host:port, https://host:port); default off")
 	return cmd
 }

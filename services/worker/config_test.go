@@ -46,3 +46,43 @@ func TestParseFlags(t *testing.T) {
 	require.Equal(t, 8, cfg.Concurrency)
 	require.Equal(t, 3, cfg.StreamReplicas)
 }
+
+// NOETL_HTTP_EGRESS picks the http tool's policy; the deprecated NOETL_HTTP_ALLOW_PRIVATE=true
+// still means private, and contradicting it with another policy stops start-up.
+func TestHTTPEgressSetting(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		want    string
+		wantErr string
+	}{
+		{name: "default", want: worker.HTTPEgressPublic},
+		{name: "loopback", env: map[string]string{"NOETL_HTTP_EGRESS": "loopback"}, want: worker.HTTPEgressLoopback},
+		{name: "flag", args: []string{"--http-egress=private"}, want: worker.HTTPEgressPrivate},
+		{name: "deprecated alias", env: map[string]string{"NOETL_HTTP_ALLOW_PRIVATE": "true"}, want: worker.HTTPEgressPrivate},
+		{name: "alias off", env: map[string]string{"NOETL_HTTP_ALLOW_PRIVATE": "false", "NOETL_HTTP_EGRESS": "loopback"}, want: worker.HTTPEgressLoopback},
+		{name: "alias agrees", env: map[string]string{"NOETL_HTTP_ALLOW_PRIVATE": "true", "NOETL_HTTP_EGRESS": "private"}, want: worker.HTTPEgressPrivate},
+		{name: "alias conflicts", env: map[string]string{"NOETL_HTTP_ALLOW_PRIVATE": "true", "NOETL_HTTP_EGRESS": "loopback"},
+			wantErr: `NOETL_HTTP_ALLOW_PRIVATE=true (deprecated: it means NOETL_HTTP_EGRESS=private) conflicts with NOETL_HTTP_EGRESS="loopback"; drop NOETL_HTTP_ALLOW_PRIVATE`},
+		{name: "alias conflicts with the flag", env: map[string]string{"NOETL_HTTP_ALLOW_PRIVATE": "true"}, args: []string{"--http-egress=public"},
+			wantErr: `NOETL_HTTP_ALLOW_PRIVATE=true (deprecated: it means NOETL_HTTP_EGRESS=private) conflicts with NOETL_HTTP_EGRESS="public"; drop NOETL_HTTP_ALLOW_PRIVATE`},
+		{name: "unknown", env: map[string]string{"NOETL_HTTP_EGRESS": "everything"}, wantErr: `NOETL_HTTP_EGRESS="everything": want public, loopback or private`},
+		{name: "unknown flag value", args: []string{"--http-egress=all"}, wantErr: `--http-egress="all": want public, loopback or private`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			cfg, _, err := worker.ParseFlags(tc.args)
+			if tc.wantErr != "" {
+				require.EqualError(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, cfg.HTTPEgress)
+		})
+	}
+	require.NoError(t, worker.CheckHTTPEgress(""))
+	require.EqualError(t, worker.CheckHTTPEgress("wide"), "want public, loopback or private")
+}

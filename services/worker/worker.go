@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -55,7 +56,12 @@ type Config struct {
 	ID          string
 	// OrchestratorAddr is where credentials are resolved (CredentialService).
 	OrchestratorAddr string
-	// AllowPrivateHTTP lets the http tool reach loopback and private addresses (dev, tests).
+	// HTTPEgress is the http tool's egress policy: HTTPEgressPublic (also when empty),
+	// HTTPEgressLoopback or HTTPEgressPrivate. No policy reaches link-local addresses or
+	// cloud metadata endpoints.
+	HTTPEgress string
+	// AllowPrivateHTTP is the deprecated NOETL_HTTP_ALLOW_PRIVATE: true means HTTPEgress
+	// private, and conflicts with another HTTPEgress set alongside it.
 	AllowPrivateHTTP bool
 	// ResultstoreAddr is where results over the inline budget are stored.
 	ResultstoreAddr string
@@ -92,7 +98,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
 	fs.String(&c.FlightAddr, "flight", "NOETL_RESULTSTORE_FLIGHT_ADDR", "127.0.0.1:50066", "resultstore Arrow Flight address (tables are uploaded there)")
 	fs.Int(&c.InlineMaxBytes, "inline-max", "NOETL_INLINE_RESULT_MAX_BYTES", 64<<10, "largest result carried inline in events; larger ones go to the resultstore", config.Positive)
-	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "let the http tool reach loopback and private addresses")
+	fs.String(&c.HTTPEgress, "http-egress", "NOETL_HTTP_EGRESS", HTTPEgressPublic, "addresses the http tool may reach: public, loopback (public and loopback) or private (public, loopback and private ranges); never link-local or cloud metadata", CheckHTTPEgress)
+	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "deprecated: true means --http-egress private")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	c.Trace.Flags(fs)
 }
@@ -103,8 +110,68 @@ func (c *Config) Flags(fs *config.FlagSet) {
 func ParseFlags(args []string) (cfg Config, printed bool, err error) {
 	fs := config.New("worker")
 	cfg.Flags(fs)
-	printed, err = fs.Parse(args)
-	return cfg, printed, err
+	if printed, err = fs.Parse(args); err != nil || printed {
+		return cfg, printed, err
+	}
+	// The deprecated NOETL_HTTP_ALLOW_PRIVATE=true stands for NOETL_HTTP_EGRESS=private
+	// unless the egress policy is given too, in which case the two must agree (httpEgress).
+	if cfg.AllowPrivateHTTP {
+		given := strings.TrimSpace(os.Getenv(httpEgressEnv)) != ""
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "http-egress" })
+		if !given {
+			cfg.HTTPEgress = HTTPEgressPrivate
+		}
+	}
+	if _, err := cfg.httpEgress(); err != nil {
+		return cfg, false, err
+	}
+	return cfg, false, nil
+}
+
+// HTTP egress policies: the values of Config.HTTPEgress (NOETL_HTTP_EGRESS).
+const (
+	// HTTPEgressPublic lets the http tool reach public addresses only (the default).
+	HTTPEgressPublic = "public"
+	// HTTPEgressLoopback adds loopback addresses (127.0.0.0/8, ::1): the dev mesh's default.
+	HTTPEgressLoopback = "loopback"
+	// HTTPEgressPrivate adds private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7).
+	HTTPEgressPrivate = "private"
+)
+
+// httpEgressEnv is the variable of Config.HTTPEgress (bound in Flags).
+const httpEgressEnv = "NOETL_HTTP_EGRESS"
+
+// CheckHTTPEgress returns an error unless s names an HTTP egress policy (empty: public).
+func CheckHTTPEgress(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	if _, err := tools.ParseEgress(s); err != nil {
+		return errors.New("want public, loopback or private")
+	}
+	return nil
+}
+
+// httpEgress returns the http tool's policy: HTTPEgress, or private for the deprecated
+// AllowPrivateHTTP alone. AllowPrivateHTTP with another policy is an error.
+func (c Config) httpEgress() (tools.Egress, error) {
+	e := tools.EgressPublic
+	if strings.TrimSpace(c.HTTPEgress) != "" {
+		var err error
+		if e, err = tools.ParseEgress(c.HTTPEgress); err != nil {
+			return 0, fmt.Errorf("%s=%q: want public, loopback or private", httpEgressEnv, c.HTTPEgress)
+		}
+	}
+	if !c.AllowPrivateHTTP {
+		return e, nil
+	}
+	if strings.TrimSpace(c.HTTPEgress) == "" {
+		return tools.EgressPrivate, nil
+	}
+	if e != tools.EgressPrivate {
+		return 0, fmt.Errorf("NOETL_HTTP_ALLOW_PRIVATE=true (deprecated: it means %s=private) conflicts with %s=%q; drop NOETL_HTTP_ALLOW_PRIVATE", httpEgressEnv, httpEgressEnv, c.HTTPEgress)
+	}
+	return e, nil
 }
 
 // Run runs the worker until ctx ends.
@@ -119,6 +186,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		cfg.ID, _ = os.Hostname()
 	}
 	log = log.With(slog.String("service", "worker"), slog.String("pool", cfg.Pool))
+	egress, err := cfg.httpEgress()
+	if err != nil {
+		return err
+	}
+	if cfg.AllowPrivateHTTP {
+		log.Warn("NOETL_HTTP_ALLOW_PRIVATE is deprecated: set NOETL_HTTP_EGRESS=private instead")
+	}
 	tel, err := telemetry.Setup(ctx, "worker", cfg.Trace)
 	if err != nil {
 		return err
@@ -185,7 +259,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer func() { _ = fclient.Close() }()
 	pg := &tools.Postgres{Resolve: resolve}
 	defer pg.Close()
-	httpTool := &tools.HTTP{AllowPrivate: cfg.AllowPrivateHTTP, Resolve: resolve}
+	httpTool := &tools.HTTP{Egress: egress, Resolve: resolve}
 	defer httpTool.CloseIdleConnections()
 	w := &Worker{
 		cfg:      cfg,
@@ -219,7 +293,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv.Registry.MustRegister(w.runs, w.duration, w.inFlight, w.scrubbed, limit)
 	lag := natsx.NewLagMonitor(js, natsx.StreamCommands, consumerName(cfg.Pool), cfg.Pool, cfg.LagPoll, srv.Registry, log)
-	log.Info("worker consuming", slog.String("admin", srv.AdminAddr()))
+	log.Info("worker consuming", slog.String("admin", srv.AdminAddr()), slog.String("http_egress", egress.String()))
 	return srv.Run(ctx, 30*time.Second, w.consume, lag.Run)
 }
 

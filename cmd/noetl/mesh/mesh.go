@@ -4,6 +4,7 @@
 package mesh
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -78,6 +79,11 @@ type Config struct {
 	MaterializerStallAfter time.Duration
 	// LagPoll is how often the services read their consumers' lag (zero: the default).
 	LagPoll time.Duration
+	// HTTPEgress is the workers' http egress policy: worker.HTTPEgressPublic,
+	// HTTPEgressLoopback or HTTPEgressPrivate. Empty means loopback: playbooks reach public
+	// addresses and services on this machine (the gateway, an echo server), never private,
+	// link-local or cloud metadata addresses; `noetl dev --http-egress` changes it.
+	HTTPEgress string
 	// Log receives every service's logs.
 	Log *slog.Logger
 }
@@ -247,10 +253,10 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	run("worker", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[7]}, log)
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[7]}, log)
 	})
 	run("worker-system", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, AllowPrivateHTTP: true, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[9]}, log)
+		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[9]}, log)
 	})
 	run("gateway", func(ctx context.Context) error {
 		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, Trace: cfg.Trace, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightLocation: "grpc://" + m.FlightAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8],

@@ -10,13 +10,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -46,13 +44,16 @@ const (
 // password, or headers). The header Idempotency-Key: <command id> is sent unless the
 // config sets one.
 //
-// Unless AllowPrivate is set, connections to loopback, private, link-local (including
-// cloud metadata at 169.254.169.254), unspecified, multicast and other non-public
-// addresses are refused. The check runs on the resolved address at dial time, so DNS
-// rebinding and redirects cannot get around it. Environment proxies are not used.
+// Egress says which addresses it may connect to: public ones only (the default), also
+// loopback, or also private ranges; link-local addresses, cloud metadata endpoints
+// (169.254.169.254 and the others metadataAddrs lists), unspecified, multicast and
+// reserved addresses are refused whatever the policy. The check runs on the resolved
+// address at dial time, before the connection is attempted, so DNS rebinding and
+// redirects cannot get around it, and no packet is sent to a refused address.
+// Environment proxies are not used.
 type HTTP struct {
-	// AllowPrivate permits connections to non-public addresses (dev and test setups).
-	AllowPrivate bool
+	// Egress is the policy on the addresses the tool may reach (zero: EgressPublic).
+	Egress Egress
 	// Resolve fetches credentials named by auth; nil means auth cannot be used.
 	Resolve CredentialResolver
 	// MaxBodyBytes caps the response body (default DefaultHTTPMaxBody).
@@ -60,16 +61,6 @@ type HTTP struct {
 
 	once      sync.Once
 	transport *http.Transport
-}
-
-// blockedAddrError is returned by the dial-time check for a refused address.
-type blockedAddrError struct {
-	addr   string
-	reason string
-}
-
-func (e *blockedAddrError) Error() string {
-	return fmt.Sprintf("refusing to connect to %s (%s address; private addresses are not allowed by the worker configuration)", e.addr, e.reason)
 }
 
 // Run implements Tool.
@@ -134,12 +125,9 @@ func (h *HTTP) Run(ctx context.Context, c *Call) (any, error) {
 	return out, nil
 }
 
-// init builds the shared transport, with the address check unless AllowPrivate.
+// init builds the shared transport, with the egress policy's address check.
 func (h *HTTP) init() {
-	d := &net.Dialer{Timeout: HTTPConnectTimeout, KeepAlive: 30 * time.Second}
-	if !h.AllowPrivate {
-		d.Control = refusePrivate
-	}
+	d := &net.Dialer{Timeout: HTTPConnectTimeout, KeepAlive: 30 * time.Second, Control: h.Egress.control}
 	h.transport = &http.Transport{
 		Proxy:                 nil, // a proxy would make the dial-time check see only the proxy
 		DialContext:           d.DialContext,
@@ -343,66 +331,6 @@ func (h *HTTP) transportError(ctx context.Context, what string, timeout time.Dur
 		err = ue.Err
 	}
 	return &Error{Msg: fmt.Sprintf("http: %s: %v", what, err), Retryable: true}
-}
-
-// refusePrivate is a net.Dialer Control hook that refuses non-public addresses.
-func refusePrivate(network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return &blockedAddrError{addr: address, reason: "unparsable"}
-	}
-	if reason := nonPublic(ap.Addr()); reason != "" {
-		return &blockedAddrError{addr: address, reason: reason}
-	}
-	return nil
-}
-
-// nonPublicV4 lists IPv4 ranges beyond what netip's predicates cover.
-var nonPublicV4 = []struct {
-	prefix netip.Prefix
-	reason string
-}{
-	{netip.MustParsePrefix("0.0.0.0/8"), "this-network"},
-	{netip.MustParsePrefix("100.64.0.0/10"), "shared (carrier-grade NAT)"},
-	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignment"},
-	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
-	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
-}
-
-// nat64 is the well-known NAT64 prefix; its addresses embed an IPv4 address.
-var nat64 = netip.MustParsePrefix("64:ff9b::/96")
-
-// nonPublic names why a is not a public unicast address, or returns "".
-func nonPublic(a netip.Addr) string {
-	a = a.Unmap()
-	if a.Is6() && nat64.Contains(a) {
-		b := a.As16()
-		if r := nonPublic(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})); r != "" {
-			return r
-		}
-	}
-	switch {
-	case !a.IsValid():
-		return "invalid"
-	case a.IsLoopback():
-		return "loopback"
-	case a.IsUnspecified():
-		return "unspecified"
-	case a.IsPrivate():
-		return "private"
-	case a.IsLinkLocalUnicast():
-		return "link-local"
-	case a.IsMulticast(), a.IsLinkLocalMulticast(), a.IsInterfaceLocalMulticast():
-		return "multicast"
-	}
-	if a.Is4() {
-		for _, r := range nonPublicV4 {
-			if r.prefix.Contains(a) {
-				return r.reason
-			}
-		}
-	}
-	return ""
 }
 
 // decodeBody returns a JSON body decoded when the content type says JSON or the body

@@ -102,7 +102,7 @@ func echoedHeader(t *testing.T, res map[string]any, name string) string {
 
 func TestHTTPGetJSON(t *testing.T) {
 	srv := echoServer(t)
-	h := &HTTP{AllowPrivate: true}
+	h := &HTTP{Egress: EgressLoopback}
 	res := mustHTTP(t, h, map[string]any{
 		"url":     srv.URL + "/echo?a=1",
 		"params":  map[string]any{"b": "two", "n": float64(3), "list": []any{"x", "y"}},
@@ -138,7 +138,7 @@ func TestHTTPGetJSON(t *testing.T) {
 
 func TestHTTPBodies(t *testing.T) {
 	srv := echoServer(t)
-	h := &HTTP{AllowPrivate: true}
+	h := &HTTP{Egress: EgressLoopback}
 	for _, tc := range []struct {
 		name, key string
 		val       any
@@ -174,7 +174,7 @@ func TestHTTPBodies(t *testing.T) {
 
 func TestHTTPResponses(t *testing.T) {
 	srv := echoServer(t)
-	h := &HTTP{AllowPrivate: true, MaxBodyBytes: 1024}
+	h := &HTTP{Egress: EgressLoopback, MaxBodyBytes: 1024}
 
 	res := mustHTTP(t, h, map[string]any{"url": srv.URL + "/text"})
 	if res["status_code"] != 404 || res["body"] != "nothing here" {
@@ -240,7 +240,7 @@ func TestHTTPAuth(t *testing.T) {
 		"hdrs":  {"headers": map[string]any{"X-Api-Key": "k1"}},
 		"empty": {},
 	}
-	h := &HTTP{AllowPrivate: true, Resolve: func(_ context.Context, name string) (string, map[string]any, error) {
+	h := &HTTP{Egress: EgressLoopback, Resolve: func(_ context.Context, name string) (string, map[string]any, error) {
 		d, ok := creds[name]
 		if !ok {
 			return "", nil, errors.New("not found")
@@ -268,7 +268,7 @@ func TestHTTPAuth(t *testing.T) {
 	if _, err := get("missing"); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("missing credential: err = %v", err)
 	}
-	if _, err := (&HTTP{AllowPrivate: true}).Run(context.Background(), &Call{Config: map[string]any{"url": srv.URL, "auth": "tok"}}); err == nil {
+	if _, err := (&HTTP{Egress: EgressLoopback}).Run(context.Background(), &Call{Config: map[string]any{"url": srv.URL, "auth": "tok"}}); err == nil {
 		t.Fatal("auth without resolver: want error")
 	}
 }
@@ -282,7 +282,7 @@ func TestHTTPRefusesPrivateAddresses(t *testing.T) {
 		t.Fatalf("err = %v, want *Error", err)
 	}
 	addr := strings.TrimPrefix(srv.URL, "http://")
-	if te.Retryable || !strings.Contains(te.Msg, "refusing to connect to "+addr) || !strings.Contains(te.Msg, "loopback") {
+	if te.Retryable || !strings.Contains(te.Msg, "refusing to connect to "+addr+" (loopback address): NOETL_HTTP_EGRESS=public allows public addresses only; NOETL_HTTP_EGRESS=loopback") {
 		t.Fatalf("err = %#v", te)
 	}
 	// A hostname resolving to loopback is refused too: the check sees the dialed IP.
@@ -291,30 +291,111 @@ func TestHTTPRefusesPrivateAddresses(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "refusing to connect") {
 		t.Fatalf("localhost: err = %v", err)
 	}
+	// A redirect to an address the policy refuses is refused when it is followed.
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://169.254.169.254/latest/meta-data/", http.StatusFound)
+	}))
+	t.Cleanup(redirect.Close)
+	_, err = runHTTP(t, &HTTP{Egress: EgressPrivate}, map[string]any{"url": redirect.URL})
+	if err == nil || !strings.Contains(err.Error(), "refusing to connect to 169.254.169.254:80 (cloud metadata address): no NOETL_HTTP_EGRESS setting allows it") {
+		t.Fatalf("redirect to metadata: err = %v", err)
+	}
 }
 
-func TestNonPublic(t *testing.T) {
-	for addr, want := range map[string]string{
-		"127.0.0.1":          "loopback",
-		"::1":                "loopback",
-		"::ffff:127.0.0.1":   "loopback",
-		"10.1.2.3":           "private",
-		"172.16.0.1":         "private",
-		"192.168.1.1":        "private",
-		"fd00::1":            "private",
-		"169.254.169.254":    "link-local",
-		"fe80::1":            "link-local",
-		"0.0.0.0":            "unspecified",
-		"::":                 "unspecified",
-		"224.0.0.1":          "multicast",
-		"ff02::1":            "multicast",
-		"100.100.100.200":    "shared (carrier-grade NAT)",
-		"64:ff9b::a9fe:a9fe": "link-local",
-		"8.8.8.8":            "",
-		"2001:4860::8888":    "",
+// The guard refuses in the dialer's Control hook, which runs before connect(2): the
+// refusal is the dial's error, so nothing was sent (a connection attempt to these
+// addresses would fail otherwise: time out, be refused, or answer).
+func TestHTTPRefusesBeforeConnecting(t *testing.T) {
+	h := &HTTP{Egress: EgressLoopback}
+	for url, want := range map[string]string{
+		"http://169.254.169.254/latest/meta-data/": "refusing to connect to 169.254.169.254:80 (cloud metadata address): no NOETL_HTTP_EGRESS setting allows it",
+		"http://10.0.0.5/":                         "refusing to connect to 10.0.0.5:80 (private address): NOETL_HTTP_EGRESS=loopback allows public and loopback addresses only; NOETL_HTTP_EGRESS=private (noetl dev --http-egress private) allows private ones",
+		"http://[fe80::1]:8080/":                   "refusing to connect to [fe80::1]:8080 (link-local address): no NOETL_HTTP_EGRESS setting allows it",
+		"http://[::ffff:169.254.169.254]/":         "refusing to connect to 169.254.169.254:80 (cloud metadata address)", // dialed as IPv4
+		"http://0.0.0.0:9/":                        "(unspecified address): no NOETL_HTTP_EGRESS setting allows it",
 	} {
-		if got := nonPublic(netip.MustParseAddr(addr)); got != want {
-			t.Errorf("nonPublic(%s) = %q, want %q", addr, got, want)
+		_, err := runHTTP(t, h, map[string]any{"url": url, "timeout_seconds": 30})
+		var te *Error
+		if !errors.As(err, &te) || te.Retryable || !strings.Contains(te.Msg, want) {
+			t.Errorf("%s: err = %v, want %q", url, err, want)
 		}
+	}
+}
+
+func TestEgressPolicies(t *testing.T) {
+	const (
+		pub = "public"
+		lo  = "loopback"
+		pri = "private"
+		no  = "never"
+	)
+	// allowedFrom is the narrowest policy that allows the address (policies widen in the
+	// order public, loopback, private); "never" means no policy does.
+	for addr, want := range map[string]struct{ allowedFrom, name string }{
+		"8.8.8.8":                {pub, ""},
+		"2001:4860::8888":        {pub, ""},
+		"64:ff9b::808:808":       {pub, ""}, // NAT64 of a public address
+		"127.0.0.1":              {lo, "loopback"},
+		"127.9.9.9":              {lo, "loopback"},
+		"::1":                    {lo, "loopback"},
+		"::ffff:127.0.0.1":       {lo, "loopback"},
+		"10.0.0.5":               {pri, "private"},
+		"::ffff:10.0.0.5":        {pri, "private"},
+		"172.16.0.1":             {pri, "private"},
+		"192.168.1.1":            {pri, "private"},
+		"fd00::1":                {pri, "private"},
+		"100.64.1.2":             {pri, "shared (carrier-grade NAT)"},
+		"64:ff9b::a00:5":         {pri, "private"}, // NAT64 of 10.0.0.5
+		"2002:a00:5::1":          {pri, "private"}, // 6to4 of 10.0.0.5
+		"169.254.169.254":        {no, "cloud metadata"},
+		"::ffff:169.254.169.254": {no, "cloud metadata"},
+		"64:ff9b::a9fe:a9fe":     {no, "cloud metadata"},
+		"169.254.170.2":          {no, "cloud metadata"},
+		"fd00:ec2::254":          {no, "cloud metadata"},
+		"fd20:ce::254":           {no, "cloud metadata"},
+		"100.100.100.200":        {no, "cloud metadata"},
+		"168.63.129.16":          {no, "cloud metadata (Azure WireServer)"},
+		"169.254.1.1":            {no, "link-local"},
+		"::ffff:169.254.1.1":     {no, "link-local"},
+		"fe80::1":                {no, "link-local"},
+		"0.0.0.0":                {no, "unspecified"},
+		"::":                     {no, "unspecified"},
+		"0.1.2.3":                {no, "this-network"},
+		"224.0.0.1":              {no, "multicast"},
+		"ff02::1":                {no, "multicast"},
+		"255.255.255.255":        {no, "reserved"},
+		"198.18.0.1":             {no, "benchmarking"},
+		"192.0.2.1":              {no, "documentation"},
+		"2001:db8::1":            {no, "documentation"},
+		"::a9fe:a9fe":            {no, "reserved IPv6"}, // IPv4-compatible, deprecated
+		"fec0::1":                {no, "reserved IPv6"}, // site-local, deprecated
+	} {
+		a := netip.MustParseAddr(addr)
+		c, name := classify(a)
+		if name != want.name {
+			t.Errorf("classify(%s) name = %q, want %q", addr, name, want.name)
+		}
+		rank := map[string]Egress{pub: EgressPublic, lo: EgressLoopback, pri: EgressPrivate, no: EgressPrivate + 1}[want.allowedFrom]
+		for _, e := range []Egress{EgressPublic, EgressLoopback, EgressPrivate} {
+			if got := e.allows(c); got != (e >= rank) {
+				t.Errorf("%s under %s: allowed = %v, want %v", addr, e, got, e >= rank)
+			}
+			err := e.check(netip.AddrPortFrom(a, 443).String())
+			if (err == nil) != (e >= rank) {
+				t.Errorf("%s under %s: check = %v", addr, e, err)
+			}
+		}
+	}
+	if err := EgressLoopback.check("not-an-address"); err == nil {
+		t.Error("an unparsable address must be refused")
+	}
+	for _, s := range []string{"public", "Loopback", " private "} {
+		e, err := ParseEgress(s)
+		if err != nil || e.String() != strings.ToLower(strings.TrimSpace(s)) {
+			t.Errorf("ParseEgress(%q) = %v, %v", s, e, err)
+		}
+	}
+	if _, err := ParseEgress("everything"); err == nil || !strings.Contains(err.Error(), "want public, loopback or private") {
+		t.Errorf("ParseEgress(everything): %v", err)
 	}
 }
