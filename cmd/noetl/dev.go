@@ -125,5 +125,8 @@ func devEnv(cfg mesh.Config) (mesh.Config, error) {
 	cfg.WorkerConcurrency = env.Int("NOETL_WORKER_CONCURRENCY", 0, config.Positive)
 	cfg.ReconcileEvery = env.Duration("NOETL_RECONCILE_EVERY", 0, config.Positive)
 	cfg.StaleAfter = env.Duration("NOETL_STALE_AFTER", 0, config.Positive)
+	cfg.MaxStepEntries = env.Int("NOETL_MAX_STEP_ENTRIES", 0, config.Positive)
+	cfg.MaxEvents = env.Int("NOETL_MAX_EVENTS", 0, config.Positive)
+	cfg.TenantLimits = env.String("NOETL_TENANT_LIMITS", "") // the orchestrator checks it at start
 	return cfg, env.Err()
 }

@@ -55,6 +55,10 @@ type Config struct {
 	WorkerConcurrency int
 	// ReconcileEvery and StaleAfter tune the orchestrator's reconciler (zero: defaults).
 	ReconcileEvery, StaleAfter time.Duration
+	// MaxStepEntries, MaxEvents and TenantLimits bound every execution, as the
+	// orchestrator's settings of the same names do (zero and empty: its defaults).
+	MaxStepEntries, MaxEvents int
+	TenantLimits              string
 	// EncryptionKey is the base64 key that encrypts credentials at rest. Empty means the key
 	// in <StateDir>/encryption.key, generated there (mode 0600) on first start.
 	EncryptionKey string
@@ -250,7 +254,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 			MaxLag: cfg.MaterializerMaxLag, StallAfter: cfg.MaterializerStallAfter, LagPoll: cfg.LagPoll, Gate: m.gate.wait, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	run("worker", func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[7]}, log)
