@@ -74,7 +74,7 @@ func NewServer(name string, log *slog.Logger, grpcLis, adminLis net.Listener, op
 	metrics := grpcx.NewServerMetrics(reg)
 	opts = append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(metrics.Unary, grpcx.UnaryErrors(log)),
-		grpc.ChainStreamInterceptor(metrics.Stream),
+		grpc.ChainStreamInterceptor(metrics.Stream, grpcx.StreamErrors(log)),
 		grpc.MaxRecvMsgSize(8 << 20),
 	}, opts...)
 	s := &Server{

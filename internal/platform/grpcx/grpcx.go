@@ -6,20 +6,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// UnaryErrors maps errors that carry no gRPC status to codes: context errors keep their
-// meaning, anything else becomes Internal with its text logged but masked from the caller.
+// UnaryErrors maps errors that carry no gRPC status to codes (ToStatus).
 func UnaryErrors(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
@@ -30,7 +35,25 @@ func UnaryErrors(log *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
-// ToStatus converts err into a gRPC status error.
+// StreamErrors is UnaryErrors for streaming calls.
+func StreamErrors(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := handler(srv, ss); err != nil {
+			return ToStatus(log, info.FullMethod, err)
+		}
+		return nil
+	}
+}
+
+// UnavailableRetry is the delay an Unavailable answer asks the client to wait before it
+// retries (a RetryInfo detail; HTTP Retry-After at the gateway).
+const UnavailableRetry = time.Second
+
+// ToStatus converts err into a gRPC status error: a status passes as it is; context errors
+// keep their meaning; a lost connection to a dependency (Postgres down or restarting, a
+// refused or reset connection) becomes Unavailable with retry advice, so clients retry it;
+// anything else becomes Internal. Neither kind shows the cause, which is logged instead:
+// it names hosts and ports.
 func ToStatus(log *slog.Logger, method string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
@@ -40,11 +63,43 @@ func ToStatus(log *slog.Logger, method string, err error) error {
 		return status.Error(codes.Canceled, "request cancelled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case Unavailable(err):
+		if log != nil {
+			log.Warn("dependency unavailable", slog.String("method", method), slog.String("error", err.Error()))
+		}
+		st, derr := status.New(codes.Unavailable, "a dependency of the service is unavailable (database or bus); retry shortly").
+			WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(UnavailableRetry)})
+		if derr != nil {
+			return status.Error(codes.Unavailable, "a dependency of the service is unavailable; retry shortly")
+		}
+		return st.Err()
 	}
 	if log != nil {
 		log.Error("internal error", slog.String("method", method), slog.String("error", err.Error()))
 	}
 	return status.Error(codes.Internal, "internal error")
+}
+
+// Unavailable reports whether err means a dependency could not be reached or dropped the
+// connection: a network error (refused, reset, unreachable, timed out), an unexpected EOF,
+// or a database error of SQLSTATE class 08 (connection exception) or 57P01-57P03 (the
+// server shutting down, crashed, or not yet accepting connections). The database errors
+// are recognised by their SQLState method, so this package needs no database driver.
+func Unavailable(err error) bool {
+	var ne net.Error
+	var op *net.OpError
+	var sqlState interface{ SQLState() string }
+	switch {
+	case errors.As(err, &sqlState):
+		code := sqlState.SQLState()
+		return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
+	case errors.As(err, &op), errors.As(err, &ne) && ne.Timeout():
+		return true
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return true
+	}
+	return false
 }
 
 // ServerMetrics counts and times RPCs by method and code, gauges the calls in flight and

@@ -2,10 +2,16 @@ package grpcx_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -57,4 +63,38 @@ func family(t *testing.T, reg *prometheus.Registry, name string) (sum float64, s
 		}
 	}
 	return sum, series
+}
+
+type sqlStateErr string
+
+func (e sqlStateErr) Error() string    { return "db: " + string(e) }
+func (e sqlStateErr) SQLState() string { return string(e) }
+
+func TestToStatusUnavailable(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for name, err := range map[string]error{
+		"refused":        fmt.Errorf("failed to connect to `127.0.0.1:5432`: %w", refused),
+		"reset":          fmt.Errorf("read: %w", syscall.ECONNRESET),
+		"eof":            fmt.Errorf("conn closed: %w", io.ErrUnexpectedEOF),
+		"admin shutdown": sqlStateErr("57P01"),
+		"08006":          sqlStateErr("08006"),
+	} {
+		st := status.Convert(grpcx.ToStatus(nil, "/x", err))
+		require.Equal(t, codes.Unavailable, st.Code(), name)
+		require.NotContains(t, st.Message(), "127.0.0.1", name)
+		var retry *errdetails.RetryInfo
+		for _, d := range st.Details() {
+			if r, ok := d.(*errdetails.RetryInfo); ok {
+				retry = r
+			}
+		}
+		require.NotNil(t, retry, name)
+		require.Equal(t, grpcx.UnavailableRetry, retry.GetRetryDelay().AsDuration(), name)
+	}
+	for name, err := range map[string]error{
+		"unique violation": sqlStateErr("23505"),
+		"plain":            errors.New("boom"),
+	} {
+		require.Equal(t, codes.Internal, status.Code(grpcx.ToStatus(nil, "/x", err)), name)
+	}
 }
