@@ -569,6 +569,11 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 			}
 		}
 		require.Empty(t, c.EnvFrom, "%s: envFrom hides which variables are set", name)
+		if comp == "materializer" {
+			id := env["NOETL_MATERIALIZER_REPLICA_ID"]
+			require.True(t, id.ValueFrom != nil && id.ValueFrom.FieldRef != nil && id.ValueFrom.FieldRef.FieldPath == "metadata.name",
+				"%s: the replica id is the pod name, stable across container restarts", name)
+		}
 		_, hasPG := env["NOETL_PG_URL"]
 		require.Equal(t, slices.Contains(postgresOwners, comp), hasPG, "%s: NOETL_PG_URL", name)
 		for _, v := range []string{"NOETL_ENCRYPTION_KEY", "NOETL_BOOTSTRAP_API_KEY"} {

@@ -10,12 +10,9 @@ package materializer
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -62,8 +59,10 @@ type Config struct {
 	// NOETL_EVENTS (their leases and cursors); replicas of another name read every
 	// partition on their own.
 	Consumer string
-	// ReplicaID identifies this replica within its group (empty: host name, process id
-	// and a random suffix).
+	// ReplicaID identifies this replica within its group. A stable id (a pod name) lets a
+	// restarted replica renew its predecessor's leases at once; empty means this process's
+	// incarnation id (host, pid, a random suffix, start time and pid namespace), which a
+	// later replica on the same host can prove gone and take over at once (replica.go).
 	ReplicaID string
 	// LeaseTTL is how long a partition lease lasts unless renewed; leases are renewed every
 	// third of it, and a dead replica's partitions are taken over within it.
@@ -101,7 +100,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
 	fs.Int(&c.BatchSize, "batch-size", "NOETL_MATERIALIZER_BATCH", DefaultBatchSize, "maximum events per commit", config.Positive)
 	fs.String(&c.Consumer, "consumer", "NOETL_MATERIALIZER_CONSUMER", "materializer", "group name: replicas with the same name share the partitions of NOETL_EVENTS")
-	fs.String(&c.ReplicaID, "replica-id", "NOETL_MATERIALIZER_REPLICA_ID", "", "this replica's id within its group (default: host name, pid and a random suffix)")
+	fs.String(&c.ReplicaID, "replica-id", "NOETL_MATERIALIZER_REPLICA_ID", "", "this replica's id within its group, stable across restarts (the chart sets the pod name; default: host name, pid and this process's incarnation, which a later replica on the host can prove gone)")
 	fs.Duration(&c.LeaseTTL, "lease-ttl", "NOETL_MATERIALIZER_LEASE_TTL", DefaultLeaseTTL, "how long a partition lease lasts unless renewed (renewed every third of it)", config.Positive)
 	fs.Int(&c.MaxLag, "max-lag", "NOETL_MATERIALIZER_MAX_LAG", DefaultMaxLag, "consumer lag (events pending plus in flight) past which /readyz fails", config.Positive)
 	fs.Duration(&c.StallAfter, "stall-after", "NOETL_MATERIALIZER_STALL_AFTER", DefaultStallAfter, "how long nothing may be committed while events are pending before /readyz fails", config.Positive)
@@ -210,19 +209,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	own := &ownership{l: l, log: log, m: m, static: cfg.OwnPartitions, every: cfg.LeaseTTL / 3}
 	if cfg.OwnPartitions == nil {
 		own.table = &lease.Table{DB: db, Group: cfg.Consumer, Replica: cfg.ReplicaID, Partitions: cfg.Partitions, TTL: cfg.LeaseTTL}
+		own.gone = predecessorGone
 	}
+	srv.AddCheck("leases", own.checkLeases)
 	log.Info("materializer consuming", slog.String("admin", srv.AdminAddr()))
 	return srv.Run(ctx, 10*time.Second, own.run, lag.run)
-}
-
-// defaultReplicaID is the host name and process id (what an operator looks for) and a
-// random suffix (two replicas in one process, or a restarted container with the same pid,
-// still differ).
-func defaultReplicaID() string {
-	host, _ := os.Hostname()
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // partitionSubject is the subject of partition p's events (natsx.EventSubject of the

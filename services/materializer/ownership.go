@@ -2,8 +2,10 @@ package materializer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/noetl/noetl/services/materializer/internal/lease"
@@ -27,6 +29,11 @@ type ownership struct {
 	// until renewed + TTL by any clock that does not run slow.
 	renewed time.Time
 	inited  bool
+	// gone reports a replica of the group that has provably exited (predecessorGone).
+	gone func(replica string) bool
+	// holding is true while the last renewal succeeded and this replica consumes a
+	// partition, or has none to take (more replicas than partitions): /readyz.
+	holding atomic.Bool
 }
 
 // partitionRun is a running partition loop.
@@ -76,6 +83,13 @@ func (o *ownership) tick(ctx context.Context) {
 		}
 		o.inited = true
 	}
+	if o.gone != nil {
+		if taken, err := o.table.TakeOver(ctx, o.gone); err != nil {
+			o.log.Warn("leases of exited replicas not taken over", slog.String("error", err.Error()))
+		} else if len(taken) > 0 {
+			o.log.Info("took over the leases of exited replicas", slog.Any("replicas", taken))
+		}
+	}
 	begin := time.Now()
 	held, live, err := o.table.Renew(ctx)
 	if err != nil {
@@ -83,6 +97,7 @@ func (o *ownership) tick(ctx context.Context) {
 			return
 		}
 		o.log.Warn("leases not renewed", slog.String("error", err.Error()))
+		o.holding.Store(false)
 		if time.Since(o.renewed) >= o.table.TTL {
 			// The leases may have expired and been taken: stop rather than consume beside the
 			// new owners (which would be correct, only wasteful).
@@ -135,6 +150,17 @@ func (o *ownership) tick(ctx context.Context) {
 		}
 	}
 	o.m.owned.Set(float64(len(o.running)))
+	o.holding.Store(len(o.running) > 0 || live > o.table.Partitions)
+}
+
+// checkLeases is the readiness check of a replica that shares partitions through leases:
+// not ready until it holds its first lease (a restarted replica that waits for its
+// predecessor's leases to expire commits nothing meanwhile).
+func (o *ownership) checkLeases(context.Context) error {
+	if o.table == nil || o.holding.Load() {
+		return nil
+	}
+	return errors.New("holds no partition lease yet")
 }
 
 // owned lists the partitions with a running loop, ascending.

@@ -6,8 +6,9 @@
 // Every replica heartbeats; the number of live replicas sets a fair share,
 // ceil(partitions / live). A replica renews the leases it holds, releases those above its
 // share (so a new replica gets work) and acquires free or expired ones up to it (so a dead
-// replica's partitions are taken over once its leases expire). Expiry is judged by
-// Postgres's clock, so replicas' clocks need not agree.
+// replica's partitions are taken over once its leases expire, or at once when the replica
+// is provably gone: TakeOver). Expiry is judged by Postgres's clock, so replicas' clocks
+// need not agree.
 package lease
 
 import (
@@ -95,6 +96,48 @@ func (t *Table) Acquire(ctx context.Context, n int) ([]int, error) {
 		return nil, err
 	}
 	return scanPartitions(rows)
+}
+
+// TakeOver frees the leases and removes the heartbeat of every other replica of the group
+// that gone says has exited (a predecessor of this replica whose process is provably
+// gone), so they are acquired at once instead of after the TTL. It returns the replicas
+// taken over.
+func (t *Table) TakeOver(ctx context.Context, gone func(replica string) bool) ([]string, error) {
+	rows, err := t.DB.Query(ctx, `SELECT owner FROM noetl.materializer_partition
+		WHERE consumer = $1 AND owner <> '' AND owner <> $2 AND expires_at > now()
+		UNION SELECT replica FROM noetl.materializer_replica WHERE consumer = $1 AND replica <> $2`, t.Group, t.Replica)
+	if err != nil {
+		return nil, err
+	}
+	var others []string
+	for rows.Next() {
+		var r string
+		if err := rows.Scan(&r); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		others = append(others, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var taken []string
+	for _, r := range others {
+		if !gone(r) {
+			continue
+		}
+		if _, err := t.DB.Exec(ctx, `UPDATE noetl.materializer_partition SET owner = '', expires_at = '-infinity'
+			WHERE consumer = $1 AND owner = $2`, t.Group, r); err != nil {
+			return taken, err
+		}
+		if _, err := t.DB.Exec(ctx, `DELETE FROM noetl.materializer_replica WHERE consumer = $1 AND replica = $2`, t.Group, r); err != nil {
+			return taken, err
+		}
+		taken = append(taken, r)
+	}
+	slices.Sort(taken)
+	return taken, nil
 }
 
 // Release gives up the leases of partitions this replica holds.
