@@ -270,7 +270,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		m.wg.Wait()
 		close(m.done)
 	}()
-	// Ready when every gRPC service answers SERVING.
+	// Ready when every gRPC service answers SERVING and the materializer holds its leases.
 	for _, addr := range []string{sbAddr, orAddr, rsAddr, m.GRPCAddr} {
 		if err := waitServing(ctx, addr, m.done, 60*time.Second); err != nil {
 			if e := m.Err(); e != nil {
@@ -278,6 +278,12 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 			}
 			return nil, err
 		}
+	}
+	if err := waitReady(ctx, "http://"+m.MaterializerAdminAddr+"/readyz", m.done, 60*time.Second); err != nil {
+		if e := m.Err(); e != nil {
+			return nil, e
+		}
+		return nil, err
 	}
 	return m, nil
 }
@@ -379,6 +385,29 @@ func (m *Mesh) Dial() (*grpc.ClientConn, error) {
 // internal service name (as the services do among themselves).
 func (m *Mesh) DialInternal(addr, service string) (*grpc.ClientConn, error) {
 	return grpcx.DialSigned(addr, m.trust.Service(service))
+}
+
+// waitReady polls url until it answers 200 (a service's /readyz).
+func waitReady(ctx context.Context, url string, done <-chan struct{}, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	backoff := 10 * time.Millisecond
+	for {
+		why := probe(ctx, url)
+		if why == "ok" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s: %s", url, timeout, why)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done:
+			return errors.New("mesh stopped while starting")
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
 }
 
 func waitServing(ctx context.Context, addr string, done <-chan struct{}, timeout time.Duration) error {
