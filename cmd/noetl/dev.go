@@ -62,6 +62,7 @@ func devCmd() *cobra.Command {
 					return err
 				}
 				fmt.Printf("  postgres: %s  (also in %s)\n", m.PostgresURL, urlFile)
+				fmt.Printf("            fast mode (fsync off): an OS crash or power loss can lose the last commits; a crash of Postgres or of noetl dev loses nothing\n")
 				if m.PostgresDir != filepath.Join(stateDir, "postgres") {
 					fmt.Printf("            cluster in %s (the postgres user runs the server and cannot reach %s)\n", m.PostgresDir, stateDir)
 				}

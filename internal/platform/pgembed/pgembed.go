@@ -81,9 +81,11 @@ type Options struct {
 	Dir string
 	// Port is the TCP port on 127.0.0.1. Zero picks a free port.
 	Port int
-	// Fast turns off durability (fsync, synchronous_commit,
-	// full_page_writes) and makes initdb skip its final sync. Use it for
-	// tests and local development only.
+	// Fast turns off fsync and full_page_writes and makes initdb skip
+	// its final sync: an OS crash or power loss can lose the last commits,
+	// while a crash of the server or of its caller loses nothing, since
+	// synchronous_commit stays on. Use it for tests and local development
+	// only.
 	Fast bool
 	// Logger receives progress messages. Nil discards them.
 	Logger *slog.Logger
@@ -331,7 +333,7 @@ func (c *Cluster) launch(ctx context.Context, bin string, cred *syscall.Credenti
 		"-c", "unix_socket_directories=" + quoteListItem(c.sockDir),
 		"-c", "max_connections=200",
 		"-c", "fsync=" + onOff,
-		"-c", "synchronous_commit=" + onOff,
+		"-c", "synchronous_commit=on",
 		"-c", "full_page_writes=" + onOff,
 	}
 	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)

@@ -14,6 +14,11 @@ import (
 
 // Open connects a pool to url, waits until Postgres answers (bounded by ctx), and applies
 // the schema migrations when migrate is true.
+//
+// Its connections commit with synchronous_commit on (unless url sets the parameter), whatever
+// the server's default: a commit that NoETL acts on (the materializer forwards a command,
+// an event references a stored result) must survive a crash of Postgres, and with
+// synchronous_commit off an immediate stop discards the last commits.
 func Open(ctx context.Context, url string, maxConns int32, migrate bool, log *slog.Logger) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -23,6 +28,9 @@ func Open(ctx context.Context, url string, maxConns int32, migrate bool, log *sl
 		cfg.MaxConns = maxConns
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "noetl"
+	if _, set := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres pool: %w", err)

@@ -1,0 +1,52 @@
+package pgxext_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// TestCommitsAreSynchronousWhateverTheServerDefault: a database whose default is
+// synchronous_commit=off (so an immediate stop would discard the last commits) still gets
+// synchronous commits from NoETL's pools, unless the URL asks otherwise.
+func TestCommitsAreSynchronousWhateverTheServerDefault(t *testing.T) {
+	ctx := context.Background()
+	dbURL := testkit.StartPostgres(t)
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{u.Path[1:]}.Sanitize()+" SET synchronous_commit = off")
+	require.NoError(t, err)
+	var plain string
+	require.NoError(t, conn.Close(ctx))
+	conn, err = pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	require.NoError(t, conn.QueryRow(ctx, "SHOW synchronous_commit").Scan(&plain))
+	require.NoError(t, conn.Close(ctx))
+	require.Equal(t, "off", plain, "the database's default")
+
+	pool, err := pgxext.Open(ctx, dbURL, 2, false, nil)
+	require.NoError(t, err)
+	defer pool.Close()
+	var got string
+	require.NoError(t, pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&got))
+	require.Equal(t, "on", got)
+
+	q := u.Query()
+	q.Set("synchronous_commit", "local")
+	u.RawQuery = q.Encode()
+	explicit, err := pgxext.Open(ctx, u.String(), 2, false, nil)
+	require.NoError(t, err)
+	defer explicit.Close()
+	require.NoError(t, explicit.QueryRow(ctx, "SHOW synchronous_commit").Scan(&got))
+	require.Equal(t, "local", got, "a URL that sets it wins")
+}
