@@ -103,37 +103,43 @@ func TestRestartedReplicaTakesItsPartitionsBackAtOnce(t *testing.T) {
 }
 
 // TestNotReadyWithoutALease: a replica whose group's partitions are all leased by a live
-// replica answers /readyz 503 until one is released to it.
+// replica answers /readyz 503, naming the reason, until one is released to it.
 func TestNotReadyWithoutALease(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	const parts = 4
-	holder := &lease.Table{DB: e.db, Group: "materializer", Replica: "holder", Partitions: parts, TTL: 10 * time.Minute}
-	require.NoError(t, holder.Init(context.Background()))
-	_, _, err := holder.Renew(context.Background())
+	const parts, ttl = 4, time.Second
+	ctx := context.Background()
+	holder := &lease.Table{DB: e.db, Group: "materializer", Replica: "holder", Partitions: parts, TTL: ttl}
+	require.NoError(t, holder.Init(ctx))
+	_, _, err := holder.Renew(ctx)
 	require.NoError(t, err)
-	_, err = holder.Acquire(context.Background(), parts)
+	_, err = holder.Acquire(ctx, parts)
 	require.NoError(t, err)
 
-	r := e.start(t, Config{Partitions: parts, ReplicaID: "waiting", LeaseTTL: 10 * time.Minute, LagPoll: 50 * time.Millisecond})
+	r := e.start(t, Config{Partitions: parts, ReplicaID: "waiting", LeaseTTL: ttl, LagPoll: 50 * time.Millisecond})
+	// The holder keeps renewing (it is alive); the waiting replica has heartbeated, so it
+	// has tried, and it holds nothing and is not ready.
+	beats := map[time.Time]bool{}
 	testkit.WaitFor(t, 30*time.Second, func() error {
-		resp, err := http.Get(r.admin + "/readyz")
-		if err != nil {
-			return err
+		_, _, err := holder.Renew(ctx)
+		require.NoError(t, err)
+		var until time.Time
+		if err := e.db.QueryRow(ctx, `SELECT expires_at FROM noetl.materializer_replica WHERE consumer = 'materializer' AND replica = 'waiting'`).Scan(&until); err != nil {
+			return fmt.Errorf("waiting has not heartbeated yet: %v", err)
 		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			return fmt.Errorf("readyz %d", resp.StatusCode)
-		}
+		beats[until] = true
 		if _, ok := e.owners(t, "materializer")["waiting"]; ok {
-			return fmt.Errorf("waiting holds a lease")
+			t.Fatalf("waiting took a lease the live holder renews")
+		}
+		if !strings.Contains(readyzBody(t, r), "leases: holds no partition lease yet") {
+			t.Fatalf("readyz does not say why: %s", readyzBody(t, r))
+		}
+		if len(beats) < 3 { // it has renewed, and tried to acquire, several times
+			return fmt.Errorf("%d heartbeats seen", len(beats))
 		}
 		return nil
 	})
-	body := readyzBody(t, r)
-	require.Contains(t, body, "leases: holds no partition lease yet")
-
-	require.NoError(t, holder.Leave(context.Background()))
+	require.NoError(t, holder.Leave(ctx))
 	testkit.WaitFor(t, 30*time.Second, func() error { return ready(r) })
 }
 
