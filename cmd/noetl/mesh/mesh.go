@@ -389,27 +389,10 @@ func (m *Mesh) DialInternal(addr, service string) (*grpc.ClientConn, error) {
 
 // waitReady polls url until it answers 200 (a service's /readyz).
 func waitReady(ctx context.Context, url string, done <-chan struct{}, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	backoff := 10 * time.Millisecond
-	for {
-		why := probe(ctx, url)
-		if why == "ok" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s: %s", url, timeout, why)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-done:
-			return errors.New("mesh stopped while starting")
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 200*time.Millisecond)
-	}
+	return waitFor(ctx, done, timeout, func() string { return probe(ctx, url) }, url+" not ready")
 }
 
+// waitServing waits until the gRPC service at addr answers its health check SERVING.
 func waitServing(ctx context.Context, addr string, done <-chan struct{}, timeout time.Duration) error {
 	conn, err := grpcx.Dial(addr)
 	if err != nil {
@@ -417,17 +400,32 @@ func waitServing(ctx context.Context, addr string, done <-chan struct{}, timeout
 	}
 	defer func() { _ = conn.Close() }()
 	client := healthpb.NewHealthClient(conn)
+	return waitFor(ctx, done, timeout, func() string {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		resp, err := client.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		switch {
+		case err != nil:
+			return err.Error()
+		case resp.GetStatus() != healthpb.HealthCheckResponse_SERVING:
+			return resp.GetStatus().String()
+		}
+		return "ok"
+	}, "service at "+addr+" not serving")
+}
+
+// waitFor calls check, with a growing pause between calls, until it answers "ok", the
+// timeout passes (the error says what, and check's last answer), ctx ends or done closes.
+func waitFor(ctx context.Context, done <-chan struct{}, timeout time.Duration, check func() string, what string) error {
 	deadline := time.Now().Add(timeout)
 	backoff := 10 * time.Millisecond
 	for {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err := client.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
-		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+		why := check()
+		if why == "ok" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("service at %s not serving after %s: %v", addr, timeout, err)
+			return fmt.Errorf("%s after %s: %s", what, timeout, why)
 		}
 		select {
 		case <-ctx.Done():
