@@ -544,20 +544,7 @@ func queryParams(ctx context.Context, tx pgx.Tx, m *pgtype.Map, req *pgRequest) 
 		return nil, err
 	}
 	defer rows.Close()
-	rs := &pgResultSet{}
-	fds := rows.FieldDescriptions()
-	rs.hasRows = len(fds) > 0
-	for _, fd := range fds {
-		rs.columns = append(rs.columns, fd.Name)
-	}
-	over := false
-	for rows.Next() {
-		if len(rs.rows) >= req.maxRows {
-			over = true
-			continue
-		}
-		rs.rows = append(rs.rows, decodeRow(m, fds, rows.RawValues(), req.asObjects))
-	}
+	rs, over := collectRows(m, req, rows.FieldDescriptions(), rows.Next, rows.RawValues)
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
@@ -573,20 +560,7 @@ func queryParams(ctx context.Context, tx pgx.Tx, m *pgtype.Map, req *pgRequest) 
 // statements (SQLSTATE 42601) before running any of them.
 func queryOne(ctx context.Context, pc *pgconn.PgConn, m *pgtype.Map, req *pgRequest) (*pgResultSet, error) {
 	rr := pc.ExecParams(ctx, req.sql, nil, nil, nil, nil)
-	rs := &pgResultSet{}
-	fds := rr.FieldDescriptions()
-	rs.hasRows = len(fds) > 0
-	for _, fd := range fds {
-		rs.columns = append(rs.columns, fd.Name)
-	}
-	over := false
-	for rr.NextRow() {
-		if len(rs.rows) >= req.maxRows {
-			over = true
-			continue
-		}
-		rs.rows = append(rs.rows, decodeRow(m, fds, rr.Values(), req.asObjects))
-	}
+	rs, over := collectRows(m, req, rr.FieldDescriptions(), rr.NextRow, rr.Values)
 	tag, err := rr.Close()
 	if err != nil {
 		return nil, err
@@ -596,6 +570,23 @@ func queryOne(ctx context.Context, pc *pgconn.PgConn, m *pgtype.Map, req *pgRequ
 	}
 	rs.tag = tag
 	return rs, nil
+}
+
+// collectRows reads a statement's columns and rows (next advances, values reads the row)
+// into a result set, keeping at most req.maxRows; over reports that there were more.
+func collectRows(m *pgtype.Map, req *pgRequest, fds []pgconn.FieldDescription, next func() bool, values func() [][]byte) (rs *pgResultSet, over bool) {
+	rs = &pgResultSet{hasRows: len(fds) > 0}
+	for _, fd := range fds {
+		rs.columns = append(rs.columns, fd.Name)
+	}
+	for next() {
+		if len(rs.rows) >= req.maxRows {
+			over = true
+			continue
+		}
+		rs.rows = append(rs.rows, decodeRow(m, fds, values(), req.asObjects))
+	}
+	return rs, over
 }
 
 // querySimple runs one or more statements with the simple protocol.
