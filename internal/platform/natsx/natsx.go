@@ -208,10 +208,27 @@ type Message struct {
 // ctx travels in the header of every message that does not carry one already, so the
 // consumer's span continues the publisher's trace.
 func PublishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) error {
+	_, err := publishAll(ctx, js, msgs)
+	return err
+}
+
+// PublishNew publishes one message as PublishAll does and reports whether the stream
+// already held a message of its id within its duplicate window, in which case JetStream
+// added nothing (and no consumer will see it again).
+func PublishNew(ctx context.Context, js jetstream.JetStream, m Message) (duplicate bool, err error) {
+	acks, err := publishAll(ctx, js, []Message{m})
+	if err != nil {
+		return false, err
+	}
+	return acks[0].Duplicate, nil
+}
+
+// publishAll is PublishAll, returning the acks in the order of msgs.
+func publishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) ([]*jetstream.PubAck, error) {
 	for _, m := range msgs {
 		if len(m.Data) > MaxMessageBytes {
 			RefusedTooLarge.Inc()
-			return fmt.Errorf("publish %s (%s): %d bytes: %w", m.Subject, m.MsgID, len(m.Data), ErrMessageTooLarge)
+			return nil, fmt.Errorf("publish %s (%s): %d bytes: %w", m.Subject, m.MsgID, len(m.Data), ErrMessageTooLarge)
 		}
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
@@ -224,20 +241,22 @@ func PublishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) err
 		nm := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: h}
 		f, err := js.PublishMsgAsync(nm, jetstream.WithMsgID(m.MsgID))
 		if err != nil {
-			return fmt.Errorf("publish %s: %w", m.Subject, err)
+			return nil, fmt.Errorf("publish %s: %w", m.Subject, err)
 		}
 		futures = append(futures, f)
 	}
+	acks := make([]*jetstream.PubAck, 0, len(futures))
 	for _, f := range futures {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			acks = append(acks, ack)
 		case err := <-f.Err():
-			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+			return nil, fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	return nil
+	return acks, nil
 }
 
 // Check is a readiness check of a NATS connection.

@@ -399,15 +399,30 @@ func annotate(ctx context.Context, events []*eventv1.Event) {
 // Publish publishes events of one execution in order, each with its id as Nats-Msg-Id.
 // The trace of ctx travels with them.
 func Publish(ctx context.Context, js jetstream.JetStream, partitions int, events []*eventv1.Event) error {
+	_, err := publish(ctx, js, partitions, events, false)
+	return err
+}
+
+// PublishNew publishes one event as Publish does and reports whether NOETL_EVENTS already
+// held it (an event of the same id within the stream's duplicate window): then no consumer
+// sees it again, and no commit notice follows.
+func PublishNew(ctx context.Context, js jetstream.JetStream, partitions int, ev *eventv1.Event) (duplicate bool, err error) {
+	return publish(ctx, js, partitions, []*eventv1.Event{ev}, true)
+}
+
+func publish(ctx context.Context, js jetstream.JetStream, partitions int, events []*eventv1.Event, one bool) (bool, error) {
 	msgs := make([]natsx.Message, 0, len(events))
 	for _, ev := range events {
 		b, err := proto.Marshal(ev)
 		if err != nil {
-			return err
+			return false, err
 		}
 		msgs = append(msgs, natsx.Message{Subject: natsx.EventSubject(ev.GetExecutionId(), partitions), MsgID: ev.GetEventId(), Data: b})
 	}
-	return natsx.PublishAll(ctx, js, msgs)
+	if one && len(msgs) == 1 {
+		return natsx.PublishNew(ctx, js, msgs[0])
+	}
+	return false, natsx.PublishAll(ctx, js, msgs)
 }
 
 // RunTimers fires durable timers: it asks the statebuilder for due timers, publishes a

@@ -150,9 +150,18 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 	var id string
 	if k := req.GetIdempotencyKey(); k != "" {
 		id = uuid.NewSHA1(idempotencyNS, []byte(tenant+"\x00"+k)).String()
-		if _, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id, Tenant: tenant}); err == nil {
+		// A start already logged answers at once. When the statebuilder cannot tell, the
+		// start is published anyway: its playbook.started has the id of the first one, so
+		// the materializer keeps one copy and notifies the commit either way. A start
+		// needs only what it writes through (NATS, the materializer).
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a paused statebuilder is one that cannot tell
+		_, err := s.State.GetState(sctx, &sbv1.GetStateRequest{ExecutionId: id, Tenant: tenant})
+		cancel()
+		switch code := status.Code(err); {
+		case err == nil:
 			return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version}, nil
-		} else if status.Code(err) != codes.NotFound {
+		case code == codes.NotFound, code == codes.Unavailable, code == codes.DeadlineExceeded:
+		default:
 			return nil, err
 		}
 	} else {
@@ -186,11 +195,17 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
-	if err := engine.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
+	duplicate, err := engine.PublishNew(ctx, s.JS, s.Partitions, ev)
+	if err != nil {
 		if errors.Is(err, natsx.ErrMessageTooLarge) {
 			return nil, status.Errorf(codes.InvalidArgument, "workload: too large (%v); pass large inputs by reference", err)
 		}
 		return nil, status.Errorf(codes.Unavailable, "publish start: %v", err)
+	}
+	if duplicate {
+		// The same start (same idempotency key) is already in the stream, durably: it is
+		// committed, or will be, once; no notice follows a copy the stream dropped.
+		return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version}, nil
 	}
 	timeout := s.StartTimeout
 	if timeout <= 0 {
