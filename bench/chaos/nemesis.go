@@ -64,17 +64,35 @@ type fault struct {
 	start, healed time.Time
 }
 
-// plan is the fault schedule drawn from the seed: the same seed, the same faults.
-func plan(f int, rng *mrand.Rand, shared, system int) []*fault {
-	var kinds []string
-	if f >= len(faultKinds) {
-		for range f / len(faultKinds) {
-			kinds = append(kinds, faultKinds...)
+// checkKinds returns an error naming any unknown fault kind.
+func checkKinds(kinds []string) error {
+	for _, k := range kinds {
+		known := false
+		for _, f := range faultKinds {
+			known = known || k == f
+		}
+		if !known {
+			return fmt.Errorf("unknown fault kind %q (known: %s)", k, strings.Join(faultKinds, ", "))
 		}
 	}
-	rest := rng.Perm(len(faultKinds))
+	return nil
+}
+
+// plan is the fault schedule drawn from the seed: the same seed, the same faults. Each of
+// the kinds (every kind when empty) is scheduled f/len(kinds) times, the remainder goes to
+// distinct kinds at random, and the order is shuffled.
+func plan(f int, rng *mrand.Rand, shared, system int, only []string) []*fault {
+	all := faultKinds
+	if len(only) > 0 {
+		all = only
+	}
+	var kinds []string
+	for range f / len(all) {
+		kinds = append(kinds, all...)
+	}
+	rest := rng.Perm(len(all))
 	for i := 0; len(kinds) < f; i++ {
-		kinds = append(kinds, faultKinds[rest[i]])
+		kinds = append(kinds, all[rest[i]])
 	}
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	var workers []string

@@ -11,8 +11,8 @@ import (
 // The schedule is a function of the seed, and covers every kind F/10 times.
 func TestPlanIsReplayableAndCoversEveryKind(t *testing.T) {
 	for _, f := range []int{10, 50, 13} {
-		a := plan(f, mrand.New(mrand.NewPCG(42, 1)), 2, 1)
-		b := plan(f, mrand.New(mrand.NewPCG(42, 1)), 2, 1)
+		a := plan(f, mrand.New(mrand.NewPCG(42, 1)), 2, 1, nil)
+		b := plan(f, mrand.New(mrand.NewPCG(42, 1)), 2, 1, nil)
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("F=%d: two plans from one seed differ", f)
 		}
@@ -38,8 +38,14 @@ func TestPlanIsReplayableAndCoversEveryKind(t *testing.T) {
 			}
 		}
 	}
-	c := plan(10, mrand.New(mrand.NewPCG(43, 1)), 2, 1)
-	if reflect.DeepEqual(plan(10, mrand.New(mrand.NewPCG(42, 1)), 2, 1), c) {
+	only := plan(7, mrand.New(mrand.NewPCG(42, 1)), 2, 1, []string{faultKillPostgres, faultPause})
+	for _, ft := range only {
+		if ft.Kind != faultKillPostgres && ft.Kind != faultPause {
+			t.Fatalf("restricted plan has %s", ft.Kind)
+		}
+	}
+	c := plan(10, mrand.New(mrand.NewPCG(43, 1)), 2, 1, nil)
+	if reflect.DeepEqual(plan(10, mrand.New(mrand.NewPCG(42, 1)), 2, 1, nil), c) {
 		t.Fatal("two seeds gave one plan")
 	}
 }

@@ -30,6 +30,8 @@ type Options struct {
 	// Seed draws the fault schedule and the load's mix; zero draws a seed, which is
 	// printed either way.
 	Seed uint64
+	// Kinds restricts the faults to these kinds (all ten when empty), to reproduce one.
+	Kinds []string
 	// Tenants is how many tenants start executions (default 10).
 	Tenants int
 	// InFlight bounds the executions between their first start call and their terminal
@@ -110,7 +112,14 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	defer stop()
 	wall := time.Now()
 	r := &reporter{out: o.Out, err: o.Err, seed: o.Seed}
-	r.logf("seed %d (replay: --seed %d --executions %d --faults %d)", o.Seed, o.Seed, o.Executions, o.Faults)
+	replay := fmt.Sprintf("--seed %d --executions %d --faults %d", o.Seed, o.Executions, o.Faults)
+	if len(o.Kinds) > 0 {
+		replay += " --chaos-kinds " + strings.Join(o.Kinds, ",")
+	}
+	if o.PGFast {
+		replay += " --chaos-pg-fast"
+	}
+	r.logf("seed %d (replay: %s)", o.Seed, replay)
 
 	dir := o.Dir
 	temp := dir == ""
@@ -137,7 +146,10 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	rngFaults := mrand.New(mrand.NewPCG(o.Seed, 1))
 	rngLoad := mrand.New(mrand.NewPCG(o.Seed, 2))
 	const shared, system = 2, 1
-	faults := plan(o.Faults, rngFaults, shared, system)
+	if err = checkKinds(o.Kinds); err != nil {
+		return res, err
+	}
+	faults := plan(o.Faults, rngFaults, shared, system, o.Kinds)
 	for _, f := range faults {
 		r.json(map[string]any{"phase": "plan", "fault": f})
 	}
