@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -74,6 +75,7 @@ type checker struct {
 	db       *pgxpool.Pool // noetl
 	effects  *pgxpool.Pool // chaos
 	sb       *grpc.ClientConn
+	js       jetstream.JetStream
 
 	crit  []*criterion
 	byKey map[string]*criterion
@@ -171,7 +173,7 @@ func (k *checker) run(ctx context.Context) ([]*criterion, error) {
 	if err := k.results(ctx, refs); err != nil {
 		return nil, err
 	}
-	if err := k.secrets(); err != nil {
+	if err := k.secrets(ctx, k.js); err != nil {
 		return nil, err
 	}
 	k.outcomes(execs, facts)

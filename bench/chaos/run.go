@@ -270,7 +270,7 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	res.Problems = append(res.Problems, r.resources(baseline, end)...)
 
 	// Checker.
-	k := &checker{c: c, recs: recs, tenants: byName, faults: faults, sentinel: sentinel, echo: echo, db: db, effects: effects}
+	k := &checker{c: c, recs: recs, tenants: byName, faults: faults, sentinel: sentinel, echo: echo, db: db, effects: effects, js: js}
 	crit, err := k.run(ctx)
 	if err != nil {
 		return res, fmt.Errorf("checker: %w", err)

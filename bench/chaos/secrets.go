@@ -2,14 +2,19 @@ package chaos
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // secretForms are the byte strings that would betray the sentinel: the value itself (its
@@ -135,17 +140,57 @@ func countIn(chunk, form []byte, kept int) int {
 	}
 }
 
-// secrets checks that the sentinel token appears nowhere: Postgres (its data directory:
-// the log, results, snapshots, the WAL), the NATS nodes' JetStream stores (the streams'
-// messages) and every service's log file, and reports how often the echo server saw it
-// (that the secret was used at all).
-func (k *checker) secrets() error {
-	c := k.criterion("secrets", classUnexpected, "the sentinel token (a credential sent by the http tool to the echo server, which echoes it back) appears nowhere in Postgres's data directory (noetl.event, results, snapshots, WAL), the NATS JetStream stores or the service logs, raw or base64")
-	hits, files, err := grepDir(k.c.dir, []string{"bin", "src"}, secretForms(k.sentinel))
+// secretColumns are the columns that could hold a value a command produced, read
+// through SQL: on disk Postgres compresses large values (TOAST), where a grep cannot see.
+var secretColumns = []struct{ table, expr string }{
+	{"noetl.event", "body"},
+	{"noetl.result", "extracted"},
+	{"noetl.result", "convert_to(schema_json, 'UTF8')"},
+	{"noetl.result_chunk", "data"},
+	{"noetl.state_snapshot", "body"},
+	{"noetl.credential", "convert_to(coalesce(data::text, ''), 'UTF8')"},
+	{"noetl.credential", "ciphertext"},
+	{"noetl.catalog", "convert_to(content, 'UTF8')"},
+}
+
+// secrets checks that the sentinel token appears nowhere: the tables of noetl (through
+// SQL), Postgres's data directory (the WAL included), every message left in the three
+// streams (read back through JetStream), the NATS nodes' stores and every service's log
+// file; and reports how often the echo server saw it (that the secret was used at all).
+func (k *checker) secrets(ctx context.Context, js jetstream.JetStream) error {
+	c := k.criterion("secrets", classUnexpected, "the sentinel token (a credential sent by the http tool to the echo server, which echoes it back) appears nowhere, raw or base64: not in noetl.event, results, snapshots, credentials or the catalog (SQL), the messages of the three streams (JetStream), Postgres's data directory and WAL, the NATS stores, or the service logs")
+	forms := secretForms(k.sentinel)
+	for _, col := range secretColumns {
+		for _, f := range forms {
+			c.Checked++
+			var n int
+			q := fmt.Sprintf("SELECT count(*) FROM %s WHERE position($1::bytea IN %s) > 0", col.table, col.expr)
+			if err := k.db.QueryRow(ctx, q, f).Scan(&n); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+			if n > 0 {
+				c.fail("%s.%s: %d rows", col.table, col.expr, n)
+			}
+		}
+	}
+	msgs := 0
+	for _, stream := range []string{"NOETL_EVENTS", "NOETL_COMMANDS", "NOETL_COMMITTED"} {
+		n, found, err := grepStream(ctx, js, stream, forms)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", stream, err)
+		}
+		msgs += n
+		if found > 0 {
+			c.fail("stream %s: %d messages", stream, found)
+		}
+	}
+	c.Detail["stream_messages_read"] = msgs
+	hits, files, err := grepDir(k.c.dir, []string{"bin", "src"}, forms)
 	if err != nil {
 		return err
 	}
-	c.Checked = files
+	c.Checked += files
+	c.Detail["files_read"] = files
 	names := make([]string, 0, len(hits))
 	for name := range hits {
 		names = append(names, name)
@@ -159,6 +204,62 @@ func (k *checker) secrets() error {
 	if k.echo.withSentinel.Load() == 0 {
 		c.Detail["note"] = "the echo server never saw the sentinel: the secret playbook did not exercise the credential"
 	}
-	c.Detail["searched"] = strings.Join([]string{"postgres/", "nats/", "logs/", "history.jsonl"}, " ")
 	return nil
+}
+
+// grepStream reads every message a stream holds with an ordered consumer and counts
+// those whose data or headers hold a form.
+func grepStream(ctx context.Context, js jetstream.JetStream, stream string, forms [][]byte) (read, found int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	if info.State.Msgs == 0 {
+		return 0, 0, nil
+	}
+	last := info.State.LastSeq
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, 0, err
+	}
+	for {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return read, found, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			read++
+			hit := false
+			for _, f := range forms {
+				if bytes.Contains(m.Data(), f) {
+					hit = true
+				}
+				for _, vs := range m.Headers() {
+					for _, v := range vs {
+						hit = hit || bytes.Contains([]byte(v), f)
+					}
+				}
+			}
+			if hit {
+				found++
+			}
+			if md, err := m.Metadata(); err == nil && md.Sequence.Stream >= last {
+				return read, found, nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return read, found, err
+		}
+		if got == 0 {
+			return read, found, nil // nothing more within the wait: the stream's end
+		}
+	}
 }
