@@ -51,4 +51,5 @@ func TestParseFlags(t *testing.T) {
 	require.False(t, printed)
 	require.Equal(t, 1024, cfg.MaxBodyBytes)
 	require.Equal(t, time.Minute, cfg.KeyCacheTTL)
+	require.Equal(t, 2<<20, gateway.DefaultMaxBodyBytes)
 }

@@ -3,8 +3,10 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,14 +115,56 @@ func (g *limits) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo,
 
 // restError is the REST error handler: the error shaped as at the gRPC edge (errors of
 // grpc-gateway itself, such as a malformed body, never passed it), a Retry-After header when
-// the status asks for a retry (HTTP 429), then grpc-gateway's JSON body, which carries the
-// status's details.
-func restError(log *slog.Logger) runtime.ErrorHandlerFunc {
+// the status asks for a retry (HTTP 429), HTTP 413 for a request refused for its size,
+// then grpc-gateway's JSON body, which carries the status's details.
+func restError(log *slog.Logger, maxBody int) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-		err = apierr.Edge(log, r.Method+" "+r.URL.Path, nil, credentialBodyError(r, err))
-		if d, ok := apierr.RetryAfter(status.Convert(err)); ok {
+		err = apierr.Edge(log, r.Method+" "+r.URL.Path, nil, credentialBodyError(r, sizeError(err, maxBody)))
+		st := status.Convert(err)
+		if d, ok := apierr.RetryAfter(st); ok {
 			w.Header().Set("Retry-After", apierr.RetryAfterSeconds(d))
 		}
-		runtime.DefaultHTTPErrorHandler(ctx, mux, m, challenge{w}, r, err)
+		var rw http.ResponseWriter = challenge{w}
+		if st.Code() == codes.ResourceExhausted && apierr.TooLarge(apierr.Reason(st)) {
+			rw = statusAs{ResponseWriter: rw, from: http.StatusTooManyRequests, to: http.StatusRequestEntityTooLarge}
+		}
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, rw, r, err)
 	}
+}
+
+// sizeError gives the size refusals of the layers under the REST handlers their public
+// form: a body cut at the limit while grpc-gateway read it (an InvalidArgument of
+// net/http's text), and a request message the gRPC server refused over the loopback for
+// its size (a REST body within the limit can still encode larger). Other errors pass.
+func sizeError(err error, maxBody int) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	limit := map[string]string{"limit": fmt.Sprint(maxBody)}
+	switch {
+	case st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), "http: request body too large"):
+		return apierr.New(codes.ResourceExhausted, apierr.ReasonBodyTooLarge, fmt.Sprintf("request body exceeds the limit of %d bytes", maxBody), limit)
+	case st.Code() == codes.ResourceExhausted && strings.HasPrefix(st.Message(), "grpc: received message larger than max"):
+		var n, lim int
+		if _, err := fmt.Sscanf(st.Message(), "grpc: received message larger than max (%d vs. %d)", &n, &lim); err != nil {
+			n = 0
+		}
+		return apierr.New(codes.ResourceExhausted, apierr.ReasonMessageTooLarge, fmt.Sprintf("request of %d bytes (as a message) exceeds the limit of %d bytes", n, maxBody), limit)
+	}
+	return err
+}
+
+// statusAs writes the status to instead of from.
+type statusAs struct {
+	http.ResponseWriter
+	from, to int
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (s statusAs) WriteHeader(code int) {
+	if code == s.from {
+		code = s.to
+	}
+	s.ResponseWriter.WriteHeader(code)
 }

@@ -45,7 +45,10 @@ type Config struct {
 	OrchestratorAddr string
 	StatebuilderAddr string
 	ResultstoreAddr  string
-	MaxBodyBytes     int
+	// MaxBodyBytes bounds a REST request body and, the same number, a gRPC request
+	// message (the gRPC server's receive limit): past it a request is refused with
+	// RESOURCE_EXHAUSTED (HTTP 413) before it is read.
+	MaxBodyBytes int
 
 	// Insecure turns authentication off: every caller acts as an admin (and system) of
 	// tenant "default". Only for a laptop (`noetl dev --insecure`); never the default.
@@ -105,7 +108,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
 	fs.String(&c.FlightLocation, "flight-location", "NOETL_RESULTSTORE_FLIGHT_LOCATION", "grpc://127.0.0.1:50066", "the resultstore's Arrow Flight location given to clients with their tickets")
 	fs.Duration(&c.TicketTTL, "ticket-ttl", "NOETL_FLIGHT_TICKET_TTL", auth.DefaultTicketTTL, "how long a Flight ticket signed by the gateway is accepted", config.Positive)
-	fs.Int(&c.MaxBodyBytes, "max-body", "NOETL_GATEWAY_MAX_BODY", 2<<20, "largest REST request body in bytes", config.Positive)
+	fs.Int(&c.MaxBodyBytes, "max-body", "NOETL_GATEWAY_MAX_BODY", DefaultMaxBodyBytes, "largest REST request body and gRPC request message, in bytes", config.Positive)
 	fs.Bool(&c.Insecure, "insecure", "NOETL_GATEWAY_INSECURE", false, "turn authentication off: every caller is an admin of tenant default (development only)")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	fs.Duration(&c.KeyCacheTTL, "key-cache-ttl", "NOETL_GATEWAY_KEY_CACHE_TTL", authn.DefaultKeyCacheTTL, "how long a verified API key is cached (a revoked key works at most this long)", config.Positive)
@@ -140,7 +143,7 @@ func ParseFlags(args []string) (cfg Config, printed bool, err error) {
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log = log.With(slog.String("service", "gateway"))
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 2 << 20
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	trust, err := auth.NewTrust(cfg.InternalSecret)
 	if err != nil {
@@ -202,7 +205,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	e, g := &edge{log: log}, &guard{authn: authenticator}
 	lim := newLimits(limit.New(limit.Config{RPS: float64(cfg.TenantRPS), Burst: cfg.TenantBurst, InFlight: cfg.TenantInFlight}))
 	srv := app.NewServer("gateway", log, grpcLis, adminLis, tel.ServerOption(),
-		grpc.ChainUnaryInterceptor(e.unary, g.unary, lim.unary), grpc.ChainStreamInterceptor(e.stream, g.stream, lim.stream))
+		grpc.ChainUnaryInterceptor(e.unary, g.unary, lim.unary), grpc.ChainStreamInterceptor(e.stream, g.stream, lim.stream),
+		// A request message is bounded as a REST body is, by the transport, before it is read.
+		grpc.MaxRecvMsgSize(cfg.MaxBodyBytes))
 	srv.Registry.MustRegister(lim.refused)
 	apiv1.RegisterCatalogServiceServer(srv.GRPC, impl)
 	apiv1.RegisterExecutionServiceServer(srv.GRPC, impl)
@@ -228,7 +233,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}
-	restErrors := restError(log)
+	restErrors := restError(log, cfg.MaxBodyBytes)
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
 		runtime.WithIncomingHeaderMatcher(headerMatcher), runtime.WithErrorHandler(restErrors))
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
@@ -298,10 +303,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return srv.Run(ctx, 10*time.Second, serveHTTP)
 }
 
+// DefaultMaxBodyBytes is the default of Config.MaxBodyBytes.
+const DefaultMaxBodyBytes = 2 << 20
+
 // tooLarge answers HTTP 413 for a body of n bytes over max, with the JSON error body of
 // every REST error (code RESOURCE_EXHAUSTED, an ErrorInfo of reason BODY_TOO_LARGE).
 func tooLarge(w http.ResponseWriter, m runtime.Marshaler, n, max int64) {
-	err := apierr.New(codes.ResourceExhausted, "BODY_TOO_LARGE", fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", n, max), map[string]string{"limit": fmt.Sprint(max)})
+	err := apierr.New(codes.ResourceExhausted, apierr.ReasonBodyTooLarge, fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", n, max), map[string]string{"limit": fmt.Sprint(max)})
 	body, _ := m.Marshal(status.Convert(err).Proto())
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusRequestEntityTooLarge)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,6 +53,23 @@ type backend struct {
 	waiting chan string       // a WaitExecution arrived, by tenant
 	release chan struct{}     // closed: blocked waits return
 	left    chan string       // a held watch ended because its client left, by tenant
+	starts  atomic.Int64      // StartExecution calls that reached the orchestrator
+}
+
+// StartExecution starts an execution, except for paths that fail as the orchestrator can:
+// "tests/leak" with the message that named the NATS subject (issue 12), "tests/down" as
+// unavailable, "tests/merged" as a merged workload over the limit.
+func (b *backend) StartExecution(_ context.Context, req *orchv1.StartExecutionRequest) (*orchv1.StartExecutionResponse, error) {
+	b.starts.Add(1)
+	switch req.GetPath() {
+	case "tests/leak":
+		return nil, status.Error(codes.InvalidArgument, "workload: too large (publish noetl.events.7 (e0123456789abcdefghijklmnop): 5000123 bytes: message exceeds 256 KiB); pass large inputs by reference")
+	case "tests/down":
+		return nil, status.Error(codes.Unavailable, "publish start: publish noetl.events.7: nats: timeout")
+	case "tests/merged":
+		return nil, status.Error(codes.ResourceExhausted, "workload: 200000 bytes (the playbook's workload merged with the request's, as JSON) exceeds the limit of 196608 bytes")
+	}
+	return &orchv1.StartExecutionResponse{ExecutionId: "01930000-0000-7000-8000-000000000001", Version: 1}, nil
 }
 
 // WatchExecution streams the events after after_seq of a three-event execution "x1";

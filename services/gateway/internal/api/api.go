@@ -3,6 +3,8 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -23,8 +25,22 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 )
 
-// MaxPlaybookBytes bounds a registered document.
-const MaxPlaybookBytes = 1 << 20
+// Public size limits, checked before anything is forwarded; past one a request is refused
+// with RESOURCE_EXHAUSTED (HTTP 413) naming the limit.
+const (
+	// MaxPlaybookBytes bounds a registered document.
+	MaxPlaybookBytes = 1 << 20
+	// MaxWorkloadBytes bounds a start's workload as JSON: the request's, checked here, and
+	// the playbook's workload merged with it, which the orchestrator checks against the
+	// same number. It keeps the start event within what the engine publishes (256 KiB).
+	MaxWorkloadBytes = 192 << 10
+)
+
+// tooLarge is the RESOURCE_EXHAUSTED error of a field of n bytes over its limit.
+func tooLarge(reason, field string, n, limit int) error {
+	return apierr.New(codes.ResourceExhausted, reason, fmt.Sprintf("%s: %d bytes exceeds the limit of %d bytes", field, n, limit),
+		map[string]string{"field": field, "limit": fmt.Sprint(limit)})
+}
 
 // Server implements the public services.
 type Server struct {
@@ -68,7 +84,7 @@ func playbookOf(e *orchv1.CatalogEntry) *apiv1.Playbook {
 // RegisterPlaybook implements CatalogService.
 func (s *Server) RegisterPlaybook(ctx context.Context, req *apiv1.RegisterPlaybookRequest) (*apiv1.RegisterPlaybookResponse, error) {
 	if len(req.GetContent()) > MaxPlaybookBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "content: %d bytes exceeds the limit of %d", len(req.GetContent()), MaxPlaybookBytes)
+		return nil, tooLarge(apierr.ReasonContentTooLarge, "content", len(req.GetContent()), MaxPlaybookBytes)
 	}
 	resp, err := s.Orchestrator.RegisterPlaybook(ctx, &orchv1.RegisterPlaybookRequest{Tenant: tenant(ctx), Content: req.GetContent()})
 	if err != nil {
@@ -120,17 +136,33 @@ func (s *Server) StartExecution(ctx context.Context, req *apiv1.StartExecutionRe
 	}
 	var w []byte
 	if req.GetWorkload() != nil {
-		b, err := protojson.Marshal(req.GetWorkload())
+		// Encoded as the orchestrator encodes the merged workload, so that both measure the
+		// same bytes against MaxWorkloadBytes.
+		b, err := json.Marshal(req.GetWorkload().AsMap())
 		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "workload: %v", err)
+			return nil, status.Error(codes.InvalidArgument, "workload: not representable as JSON (a NaN or infinite number)")
+		}
+		if len(b) > MaxWorkloadBytes {
+			return nil, tooLarge(apierr.ReasonWorkloadTooLarge, "workload", len(b), MaxWorkloadBytes)
 		}
 		w = b
 	}
 	resp, err := s.Orchestrator.StartExecution(ctx, &orchv1.StartExecutionRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion(), WorkloadJson: w, IdempotencyKey: req.GetIdempotencyKey()})
 	if err != nil {
-		return nil, err
+		return nil, startError(err)
 	}
 	return &apiv1.StartExecutionResponse{ExecutionId: resp.GetExecutionId(), Version: resp.GetVersion()}, nil
+}
+
+// startError gives the orchestrator's refusal of a merged workload over the limit (a
+// RESOURCE_EXHAUSTED "workload: ...") the details of the gateway's own refusal: reason
+// WORKLOAD_TOO_LARGE and the limit.
+func startError(err error) error {
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || len(st.Details()) > 0 || !strings.HasPrefix(st.Message(), "workload: ") {
+		return err
+	}
+	return apierr.New(codes.ResourceExhausted, apierr.ReasonWorkloadTooLarge, st.Message(), map[string]string{"field": "workload", "limit": fmt.Sprint(MaxWorkloadBytes)})
 }
 
 func jsonValue(b []byte) *structpb.Value {

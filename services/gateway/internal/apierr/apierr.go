@@ -45,7 +45,37 @@ const (
 	ReasonTooManyWatches = "TOO_MANY_WATCHES"
 	// ReasonInvalidPlaybook refuses a playbook that does not parse or validate.
 	ReasonInvalidPlaybook = "INVALID_PLAYBOOK"
+	// ReasonBodyTooLarge refuses a REST request body over the gateway's body limit.
+	ReasonBodyTooLarge = "BODY_TOO_LARGE"
+	// ReasonMessageTooLarge refuses a request message over the gateway's message limit
+	// (the same number as the body limit).
+	ReasonMessageTooLarge = "MESSAGE_TOO_LARGE"
+	// ReasonWorkloadTooLarge refuses a start whose workload is over the public workload
+	// limit.
+	ReasonWorkloadTooLarge = "WORKLOAD_TOO_LARGE"
+	// ReasonContentTooLarge refuses a playbook whose content is over the public size limit.
+	ReasonContentTooLarge = "CONTENT_TOO_LARGE"
 )
+
+// TooLarge reports whether reason refuses a request for its size (answered over REST with
+// HTTP 413 rather than the 429 of other RESOURCE_EXHAUSTED errors).
+func TooLarge(reason string) bool {
+	switch reason {
+	case ReasonBodyTooLarge, ReasonMessageTooLarge, ReasonWorkloadTooLarge, ReasonContentTooLarge:
+		return true
+	}
+	return false
+}
+
+// Reason returns the reason of the status's NoETL ErrorInfo, or "".
+func Reason(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
 
 // MetaCorrelationID is the ErrorInfo metadata key of a masked error's correlation id.
 const MetaCorrelationID = "correlation_id"
@@ -101,6 +131,9 @@ func Edge(log *slog.Logger, method string, req proto.Message, err error) error {
 		}
 		return mask(log, method, st)
 	}
+	if Leaks(st.Message()) {
+		return maskLeak(log, method, st)
+	}
 	var info *errdetails.ErrorInfo
 	var bad *errdetails.BadRequest
 	for _, d := range st.Details() {
@@ -132,6 +165,59 @@ func mask(log *slog.Logger, method string, st *status.Status) error {
 			slog.String("code", st.Code().String()), slog.String("error", st.Message()))
 	}
 	return New(codes.Internal, ReasonInternal, fmt.Sprintf("internal error (correlation id %s)", id), map[string]string{MetaCorrelationID: id})
+}
+
+// internalNames are fragments that name the mesh's internals: NATS subjects, streams and
+// errors, the internal gRPC services, and the transport errors of calls to them (which
+// carry internal addresses). No public message has any of them.
+var internalNames = []string{
+	"noetl.events.", "noetl.commands.", "noetl.committed.", "noetl.cancel.",
+	"NOETL_EVENTS", "NOETL_COMMANDS", "NOETL_COMMITTED",
+	"nats:", "jetstream", "publish ",
+	"noetl.orchestrator.v1", "noetl.statebuilder.v1", "noetl.resultstore.v1",
+	"connection error", "transport:", "dial tcp", "connection refused",
+}
+
+// Leaks reports whether msg names an internal part of the mesh (a NATS subject or stream,
+// an internal service, an internal address).
+func Leaks(msg string) bool {
+	for _, n := range internalNames {
+		if strings.Contains(msg, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// maskLeak replaces the message of an error that names internals (Leaks) with the public
+// text of its code and a correlation id, keeping the code and any RetryInfo, and logs the
+// original with that id.
+func maskLeak(log *slog.Logger, method string, st *status.Status) error {
+	id := newCorrelationID()
+	if log != nil {
+		log.Error("error naming internals masked", slog.String("correlation_id", id), slog.String("method", method),
+			slog.String("code", st.Code().String()), slog.String("error", st.Message()))
+	}
+	var keep []protoadapt.MessageV1
+	if d, ok := RetryAfter(st); ok {
+		keep = append(keep, RetryInfo(d))
+	}
+	return New(st.Code(), CodeName(st.Code()), fmt.Sprintf("%s (correlation id %s)", publicText(st.Code()), id), map[string]string{MetaCorrelationID: id}, keep...)
+}
+
+// publicText is what a masked error of code says.
+func publicText(c codes.Code) string {
+	switch c {
+	case codes.Unavailable:
+		return "service unavailable; retry"
+	case codes.DeadlineExceeded:
+		return "deadline exceeded"
+	case codes.ResourceExhausted:
+		return "resource exhausted"
+	case codes.InvalidArgument:
+		return "invalid argument"
+	}
+	return strings.ToLower(strings.ReplaceAll(CodeName(c), "_", " "))
 }
 
 func newCorrelationID() string {

@@ -121,3 +121,46 @@ func TestRetryAfter(t *testing.T) {
 		require.Equal(t, want, RetryAfterSeconds(in), "%s", in)
 	}
 }
+
+// An error whose message names the mesh's internals (the message of a start the engine
+// could not publish named its NATS subject) is masked whatever its code: the caller sees
+// the code, a public text and a correlation id; the log has the original.
+func TestEdgeMasksMessagesNamingInternals(t *testing.T) {
+	t.Parallel()
+	for _, in := range []error{
+		status.Error(codes.InvalidArgument, "workload: too large (publish noetl.events.3 (eabc): 5000123 bytes: message exceeds 256 KiB); pass large inputs by reference"),
+		status.Error(codes.Unavailable, "publish start: nats: timeout"),
+		status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.0.0.7:50061: connect: connection refused"`),
+		status.Error(codes.FailedPrecondition, "stream NOETL_EVENTS not found"),
+		status.Error(codes.Unimplemented, "unknown service noetl.orchestrator.v1.OrchestratorService"),
+	} {
+		var logs bytes.Buffer
+		err := Edge(slog.New(slog.NewJSONHandler(&logs, nil)), "/noetl.api.v1.ExecutionService/StartExecution", nil, in)
+		st := status.Convert(err)
+		require.Equal(t, status.Code(in), st.Code(), "the code is kept")
+		info, _ := details(t, err)
+		id := info.GetMetadata()[MetaCorrelationID]
+		require.Len(t, id, 16)
+		require.Regexp(t, `^[a-z ;]+ \(correlation id [0-9a-f]{16}\)$`, st.Message())
+		for _, s := range []string{"noetl.events", "nats", "NOETL_", "10.0.0.7", "256 KiB", "orchestrator"} {
+			require.NotContains(t, st.String(), s)
+		}
+		require.Contains(t, logs.String(), id)
+		require.Contains(t, logs.String(), status.Convert(in).Message()[:10], "the original is logged")
+		require.Equal(t, st.Proto().String(), status.Convert(Edge(nil, "m", nil, err)).Proto().String(), "idempotent")
+	}
+	d, ok := RetryAfter(status.Convert(Edge(nil, "m", nil, New(codes.Unavailable, "X", "publish start: nats: timeout", nil, RetryInfo(time.Second)))))
+	require.True(t, ok, "a RetryInfo is kept")
+	require.Equal(t, time.Second, d)
+	require.Equal(t, "playbook \"tests/x\" (version 0) not found", status.Convert(Edge(nil, "m", nil, status.Error(codes.NotFound, "playbook \"tests/x\" (version 0) not found"))).Message(), "public messages pass")
+}
+
+func TestTooLargeReasons(t *testing.T) {
+	t.Parallel()
+	for _, r := range []string{ReasonBodyTooLarge, ReasonMessageTooLarge, ReasonWorkloadTooLarge, ReasonContentTooLarge} {
+		require.True(t, TooLarge(r), r)
+		require.Equal(t, r, Reason(status.Convert(New(codes.ResourceExhausted, r, "x", nil))))
+	}
+	require.False(t, TooLarge(ReasonRateLimited))
+	require.Empty(t, Reason(status.New(codes.ResourceExhausted, "x")))
+}

@@ -129,6 +129,9 @@ func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 	st := status.Convert(err)
 	code, known := httpStatus(st.Code())
+	if st.Code() == codes.ResourceExhausted && apierr.TooLarge(apierr.Reason(st)) {
+		code = http.StatusRequestEntityTooLarge // refused for its size: a retry will not help
+	}
 	if d, ok := apierr.RetryAfter(st); ok {
 		w.Header().Set("Retry-After", apierr.RetryAfterSeconds(d))
 	}

@@ -50,6 +50,12 @@ type Server struct {
 	Sealer *Sealer
 }
 
+// MaxWorkloadBytes is the public limit on an execution's workload as JSON: the playbook's
+// workload merged with the start request's. The gateway checks the request's own workload
+// against the same number (its api.MaxWorkloadBytes). It keeps playbook.started within
+// what the engine publishes (natsx.MaxMessageBytes, 256 KiB).
+const MaxWorkloadBytes = 192 << 10
+
 var idempotencyNS = uuid.MustParse("6f1c3f36-58b4-4c1e-9a43-6e6f65746c21")
 
 func tenantOf(t string) string {
@@ -146,6 +152,10 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 		}
 	}
 	workload := Merge(cp.Playbook.Workload, over)
+	// Refused before anything is published, naming the public limit.
+	if b, err := json.Marshal(workload); err == nil && len(b) > MaxWorkloadBytes {
+		return nil, status.Errorf(codes.ResourceExhausted, "workload: %d bytes (the playbook's workload merged with the request's, as JSON) exceeds the limit of %d bytes", len(b), MaxWorkloadBytes)
+	}
 
 	var id string
 	if k := req.GetIdempotencyKey(); k != "" {
@@ -198,7 +208,8 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 	duplicate, err := engine.PublishNew(ctx, s.JS, s.Partitions, ev)
 	if err != nil {
 		if errors.Is(err, natsx.ErrMessageTooLarge) {
-			return nil, status.Errorf(codes.InvalidArgument, "workload: too large (%v); pass large inputs by reference", err)
+			// The message of err names the internal subject: not for the caller.
+			return nil, status.Errorf(codes.ResourceExhausted, "workload: the start is too large to record; keep the workload under %d bytes of JSON", MaxWorkloadBytes)
 		}
 		return nil, status.Errorf(codes.Unavailable, "publish start: %v", err)
 	}

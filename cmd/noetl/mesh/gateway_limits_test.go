@@ -1,0 +1,229 @@
+package mesh_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/noetl/noetl/cmd/noetl/mesh"
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+)
+
+// edgeLogs collects every service's logs (JSON lines) for the tests of the gateway's edge.
+type edgeLogs struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *edgeLogs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *edgeLogs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// lines returns the log lines decoded, those that are JSON objects.
+func (l *edgeLogs) lines() []map[string]any {
+	var out []map[string]any
+	for line := range strings.SplitSeq(l.String(), "\n") {
+		m := map[string]any{}
+		if json.Unmarshal([]byte(line), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func startEdgeMesh(t *testing.T) (*mesh.Mesh, *edgeLogs) {
+	t.Helper()
+	logs := &edgeLogs{}
+	m := startAuthMesh(t, mesh.Config{Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	return m, logs
+}
+
+// edgeWritten is what a refused request could have written: the executions in Postgres and
+// the messages NOETL_EVENTS ever took.
+func edgeWritten(t *testing.T, m *mesh.Mesh) (executions int, events uint64) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, m.PostgresURL)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(ctx) }()
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM noetl.execution`).Scan(&executions))
+	nc, err := nats.Connect(m.NATSURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	s, err := js.Stream(ctx, "NOETL_EVENTS")
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	return executions, info.State.LastSeq
+}
+
+// edgeReason is the reason of an error's NoETL ErrorInfo.
+func edgeReason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+// edgeRESTDetail is the first detail of a REST error body with the given type.
+func edgeRESTDetail(body map[string]any, typ string) map[string]any {
+	ds, _ := body["details"].([]any)
+	for _, d := range ds {
+		if m, _ := d.(map[string]any); m["@type"] == "type.googleapis.com/"+typ {
+			return m
+		}
+	}
+	return nil
+}
+
+// edgeRaw sends a REST request with a raw path and body and returns the status, the decoded
+// body and the headers.
+func edgeRaw(t *testing.T, m *mesh.Mesh, key, method, path string, body []byte) (int, map[string]any, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+m.HTTPAddr+path, bytes.NewReader(body))
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	out := map[string]any{}
+	_ = json.Unmarshal(raw, &out)
+	return resp.StatusCode, out, resp.Header
+}
+
+// requireNoInternals fails when a message names the mesh's internals.
+func requireNoInternals(t *testing.T, msg string) {
+	t.Helper()
+	for _, s := range []string{"noetl.events", "noetl.committed", "NOETL_", "nats", "publish", "256 KiB", "262144"} {
+		require.NotContains(t, msg, s)
+	}
+}
+
+// Issue 12, item 5: a 5 MB start answered InvalidArgument naming an internal NATS subject
+// and the 256 KiB publish limit, past a gRPC receive cap of 8 MiB. Now every oversized
+// request is RESOURCE_EXHAUSTED naming the public limit (HTTP 413), before anything is
+// published: the gRPC receive cap is the REST body cap (2 MiB), and a workload that fits
+// it but not the engine is refused against the public workload limit (192 KiB), the
+// request's at the gateway and the playbook's merged with it at the orchestrator.
+func TestOversizedRequestsAreRefusedBeforeAnythingIsPublished(t *testing.T) {
+	m, logs := startEdgeMesh(t)
+	c := newClient(t, m, m.AdminKey)
+	ctx := context.Background()
+	_, err := c.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: `
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: sized, path: tests/sized}
+workload: {blob: ""}
+workflow:
+  - step: start
+    tool: {kind: noop, result: {n: "{{ workload.blob | length }}"}}
+`})
+	require.NoError(t, err)
+	_, err = c.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: heavy, path: tests/heavy}\nworkload: {base: " +
+		strings.Repeat("y", 150<<10) + "}\nworkflow:\n  - step: start\n    tool: {kind: noop}\n"})
+	require.NoError(t, err)
+	executions, events := edgeWritten(t, m)
+
+	blob := func(n int) *structpb.Struct {
+		s, err := structpb.NewStruct(map[string]any{"blob": strings.Repeat("x", n)})
+		require.NoError(t, err)
+		return s
+	}
+	t.Run("a 5 MB gRPC start is refused by the transport at the body cap", func(t *testing.T) {
+		_, err := c.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/sized", Workload: blob(5_000_000)})
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+		require.Contains(t, status.Convert(err).Message(), "2097152", "names the limit")
+		requireNoInternals(t, status.Convert(err).Message())
+	})
+	t.Run("a 5 MB REST start is refused before it is read", func(t *testing.T) {
+		body, err := json.Marshal(map[string]any{"path": "tests/sized", "workload": map[string]any{"blob": strings.Repeat("x", 5_000_000)}})
+		require.NoError(t, err)
+		code, out, _ := edgeRaw(t, m, m.AdminKey, http.MethodPost, "/v1/executions", body)
+		require.Equal(t, http.StatusRequestEntityTooLarge, code, "%v", out)
+		require.Equal(t, float64(codes.ResourceExhausted), out["code"])
+		require.Equal(t, "BODY_TOO_LARGE", edgeRESTDetail(out, "google.rpc.ErrorInfo")["reason"])
+		require.Contains(t, out["message"], "exceeds the limit of 2097152 bytes")
+	})
+	t.Run("a 1 MB workload fits the body cap but not the public workload limit", func(t *testing.T) {
+		w, err := json.Marshal(map[string]any{"blob": strings.Repeat("x", 1<<20)})
+		require.NoError(t, err)
+		want := fmt.Sprintf("workload: %d bytes exceeds the limit of 196608 bytes", len(w))
+		_, err = c.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/sized", Workload: blob(1 << 20)})
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+		require.Equal(t, want, status.Convert(err).Message())
+		require.Equal(t, "WORKLOAD_TOO_LARGE", edgeReason(err))
+		for _, route := range []string{"/v1/executions", "/api/execute"} {
+			code, out, _ := c.rest(http.MethodPost, route, map[string]any{"path": "tests/sized", "workload": map[string]any{"blob": strings.Repeat("x", 1<<20)}})
+			require.Equal(t, http.StatusRequestEntityTooLarge, code, "%s: %v", route, out)
+			msg := fmt.Sprint(out["message"], out["error"])
+			require.Contains(t, msg, want, route)
+			requireNoInternals(t, msg)
+		}
+	})
+	t.Run("the playbook's workload merged with a small request's is held to the same limit", func(t *testing.T) {
+		_, err := c.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/heavy", Workload: blob(60 << 10)})
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+		require.Equal(t, "WORKLOAD_TOO_LARGE", edgeReason(err))
+		require.Regexp(t, `^workload: \d+ bytes \(the playbook's workload merged with the request's, as JSON\) exceeds the limit of 196608 bytes$`, status.Convert(err).Message())
+		requireNoInternals(t, status.Convert(err).Message())
+		code, out, _ := c.rest(http.MethodPost, "/v1/executions", map[string]any{"path": "tests/heavy", "workload": map[string]any{"blob": strings.Repeat("x", 60<<10)}})
+		require.Equal(t, http.StatusRequestEntityTooLarge, code, "%v", out)
+	})
+	t.Run("a playbook over the content limit is refused naming it", func(t *testing.T) {
+		_, err := c.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: strings.Repeat("#", 1<<20+1)})
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+		require.Equal(t, "content: 1048577 bytes exceeds the limit of 1048576 bytes", status.Convert(err).Message())
+		require.Equal(t, "CONTENT_TOO_LARGE", edgeReason(err))
+	})
+
+	gotExecutions, gotEvents := edgeWritten(t, m)
+	require.Equal(t, executions, gotExecutions, "no refused start created an execution")
+	require.Equal(t, events, gotEvents, "no refused start published an event")
+	for _, l := range logs.lines() {
+		require.NotEqual(t, "internal error", l["msg"], "no refusal was an internal error: %v", l)
+	}
+
+	// Within the limit, a workload runs: the limit is what the engine carries.
+	started, err := c.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/sized", Workload: blob(180 << 10)})
+	require.NoError(t, err)
+	done, err := c.exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: started.GetExecutionId(), Timeout: durationpb.New(60 * time.Second)})
+	require.NoError(t, err)
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, done.GetExecution().GetStatus(), "%v", done.GetExecution().GetError())
+	require.Equal(t, float64(180<<10), done.GetExecution().GetResult().GetStructValue().GetFields()["n"].GetNumberValue())
+}
