@@ -19,19 +19,22 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		return err
 	}
 	configtest.RejectsBadValues(t, func(fs *config.FlagSet) { new(gateway.Config).Flags(fs) }, parse, map[string]configtest.Check{
-		"NOETL_FLIGHT_TICKET_TTL":       configtest.Positive,
-		"NOETL_GATEWAY_JWKS_REFRESH":    configtest.Positive,
-		"NOETL_GATEWAY_JWT_LEEWAY":      configtest.Positive,
-		"NOETL_GATEWAY_KEY_CACHE_SIZE":  configtest.Positive,
-		"NOETL_GATEWAY_KEY_CACHE_TTL":   configtest.Positive,
-		"NOETL_GATEWAY_MAX_BODY":        configtest.Positive,
-		"NOETL_GATEWAY_TENANT_BURST":    configtest.Positive,
-		"NOETL_GATEWAY_TENANT_INFLIGHT": configtest.Positive,
-		"NOETL_GATEWAY_TENANT_RPS":      configtest.Positive,
+		"NOETL_FLIGHT_TICKET_TTL":                configtest.Positive,
+		"NOETL_GATEWAY_AUTH_FAILURE_BURST":       configtest.Positive,
+		"NOETL_GATEWAY_AUTH_FAILURES_PER_MINUTE": configtest.Positive,
+		"NOETL_GATEWAY_JWKS_REFRESH":             configtest.Positive,
+		"NOETL_GATEWAY_JWT_LEEWAY":               configtest.Positive,
+		"NOETL_GATEWAY_KEY_CACHE_SIZE":           configtest.Positive,
+		"NOETL_GATEWAY_KEY_CACHE_TTL":            configtest.Positive,
+		"NOETL_GATEWAY_MAX_BODY":                 configtest.Positive,
+		"NOETL_GATEWAY_TENANT_BURST":             configtest.Positive,
+		"NOETL_GATEWAY_TENANT_INFLIGHT":          configtest.Positive,
+		"NOETL_GATEWAY_TENANT_RPS":               configtest.Positive,
 	})
 	for _, tc := range []struct{ env, value, want string }{
 		{"NOETL_GATEWAY_INSECURE", "yes", `NOETL_GATEWAY_INSECURE="yes": invalid boolean (want true or false)`},
 		{"NOETL_GATEWAY_TENANT_RPS", "-5", `NOETL_GATEWAY_TENANT_RPS="-5": must be positive`},
+		{"NOETL_GATEWAY_TRUSTED_PROXIES", "10.0.0.0/8, proxy.local", `NOETL_GATEWAY_TRUSTED_PROXIES="10.0.0.0/8, proxy.local": "proxy.local" is not an IP address or a CIDR prefix`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)
@@ -51,5 +54,8 @@ func TestParseFlags(t *testing.T) {
 	require.False(t, printed)
 	require.Equal(t, 1024, cfg.MaxBodyBytes)
 	require.Equal(t, time.Minute, cfg.KeyCacheTTL)
+	require.Equal(t, 10, cfg.AuthFailuresPerMinute, "the default")
+	require.Equal(t, 20, cfg.AuthFailureBurst, "the default")
+	require.Empty(t, cfg.TrustedProxies, "no proxy is trusted by default")
 	require.Equal(t, 2<<20, gateway.DefaultMaxBodyBytes)
 }

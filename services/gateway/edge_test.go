@@ -11,10 +11,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/services/gateway"
 )
 
@@ -127,4 +130,102 @@ func TestMessageCapFollowsTheBodyCap(t *testing.T) {
 	require.Equal(t, "MESSAGE_TOO_LARGE", detail(out, "google.rpc.ErrorInfo")["reason"])
 	require.Regexp(t, `^request of \d+ bytes \(as a message\) exceeds the limit of 65536 bytes$`, out["message"])
 	require.Zero(t, f.be.starts.Load())
+}
+
+// TestFailedAuthenticationIsThrottledByAddressAndKeyID: issue 12, item 8, behind a trusted
+// proxy whose X-Forwarded-For names the clients. Past the burst of failures, an address is
+// refused (429, Retry-After) before its credentials are checked, a valid key included,
+// while other addresses are served; failures of one key id from many addresses throttle
+// that key id. gRPC callers count against the same buckets.
+func TestFailedAuthenticationIsThrottledByAddressAndKeyID(t *testing.T) {
+	t.Parallel()
+	const burst = 3
+	f := startGateway(t, gateway.Config{AuthFailuresPerMinute: 1, AuthFailureBurst: burst, TrustedProxies: "127.0.0.1"})
+	from := func(addr string) map[string]string { return map[string]string{"X-Forwarded-For": addr} }
+	wrong := func() string {
+		k, _, _, err := auth.NewAPIKey()
+		require.NoError(t, err)
+		return k
+	}
+
+	// Per address.
+	for i := range burst {
+		code, _, _ := f.restAs(wrong(), http.MethodGet, "/v1/playbooks", "", from("198.51.100.1"))
+		require.Equal(t, http.StatusUnauthorized, code, "failure %d is within the burst", i)
+	}
+	code, hdr, out := f.restAs(wrong(), http.MethodGet, "/v1/playbooks", "", from("198.51.100.1"))
+	require.Equal(t, http.StatusTooManyRequests, code, "%v", out)
+	require.Regexp(t, `^[1-9][0-9]*$`, hdr.Get("Retry-After"))
+	require.Equal(t, "TOO_MANY_AUTH_FAILURES", detail(out, "google.rpc.ErrorInfo")["reason"])
+	require.Contains(t, out["message"], "too many failed attempts for address 198.51.100.1; retry after")
+	code, _, _ = f.restAs(f.keyA, http.MethodGet, "/v1/playbooks", "", from("198.51.100.1"))
+	require.Equal(t, http.StatusTooManyRequests, code, "a valid key from the throttled address is refused too")
+	code, _, _ = f.restAs(f.keyA, http.MethodGet, "/api/executions/x1/status", "", from("198.51.100.1"))
+	require.Equal(t, http.StatusTooManyRequests, code, "and on the /api/ routes")
+	code, _, _ = f.restAs(f.keyA, http.MethodGet, "/v1/playbooks", "", from("198.51.100.2"))
+	require.Equal(t, http.StatusOK, code, "another address is served")
+
+	// gRPC: the proxy's x-forwarded-for metadata names the same address.
+	conn, err := grpcx.Dial(f.grpcAddr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	cat := apiv1.NewCatalogServiceClient(conn)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+f.keyA, "x-forwarded-for", "198.51.100.1")
+	_, err = cat.ListPlaybooks(ctx, &apiv1.ListPlaybooksRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	require.Equal(t, "TOO_MANY_AUTH_FAILURES", errorInfo(t, err).GetReason())
+	d, ok := retryDelay(err)
+	require.True(t, ok)
+	require.Positive(t, d)
+
+	// Per key id: the same id with wrong secrets from many addresses.
+	idB, _, ok := auth.ParseAPIKey(f.keyB)
+	require.True(t, ok)
+	forged := auth.APIKeyPrefix + idB + "_" + strings.SplitN(strings.TrimPrefix(wrong(), auth.APIKeyPrefix), "_", 2)[1]
+	for i := range burst {
+		code, _, _ := f.restAs(forged, http.MethodGet, "/v1/playbooks", "", from(fmt.Sprintf("203.0.113.%d", i+1)))
+		require.Equal(t, http.StatusUnauthorized, code)
+	}
+	code, _, out = f.restAs(f.keyB, http.MethodGet, "/v1/playbooks", "", from("203.0.113.99"))
+	require.Equal(t, http.StatusTooManyRequests, code, "the key id is throttled, its valid secret included")
+	require.Contains(t, out["message"], "API key id "+idB)
+	code, _, _ = f.restAs(f.keyA, http.MethodGet, "/v1/playbooks", "", from("203.0.113.99"))
+	require.Equal(t, http.StatusOK, code, "other keys from that address are served")
+
+	// The audit trail: address, key id, method and outcome; never a secret.
+	var outcomes []string
+	for line := range strings.SplitSeq(f.logs.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) != nil || l["audit"] != true {
+			continue
+		}
+		require.Equal(t, "WARN", l["level"])
+		require.NotEmpty(t, l["address"])
+		require.Contains(t, []any{"/noetl.api.v1.CatalogService/ListPlaybooks", "/noetl.api.v1.ExecutionService/GetExecution"}, l["method"], "%v", l)
+		outcomes = append(outcomes, fmt.Sprint(l["outcome"], " ", l["address"], " ", l["key_id"] == idB))
+	}
+	require.Contains(t, outcomes, "unauthenticated 198.51.100.1 false")
+	require.Contains(t, outcomes, "throttled 198.51.100.1 false")
+	require.Contains(t, outcomes, "unauthenticated 203.0.113.1 true")
+	require.Contains(t, outcomes, "throttled 203.0.113.99 true")
+	for _, k := range []string{f.keyA, f.keyB, forged} {
+		require.NotContains(t, f.logs.String(), k[len(k)-20:])
+	}
+}
+
+// TestForwardedForIsIgnoredByDefault: without trusted proxies a client cannot pick its
+// address with X-Forwarded-For (or the gateway's own internal metadata key), so varying it
+// does not escape the throttle.
+func TestForwardedForIsIgnoredByDefault(t *testing.T) {
+	t.Parallel()
+	f := startGateway(t, gateway.Config{AuthFailuresPerMinute: 1, AuthFailureBurst: 2})
+	for i := range 2 {
+		code, _, _ := f.restAs("noetl_bogus", http.MethodGet, "/v1/playbooks", "", map[string]string{"X-Forwarded-For": fmt.Sprint("198.51.100.", i)})
+		require.Equal(t, http.StatusUnauthorized, code)
+	}
+	code, _, out := f.restAs(f.keyA, http.MethodGet, "/v1/playbooks", "", map[string]string{
+		"X-Forwarded-For": "198.51.100.77", "Grpc-Metadata-X-Noetl-Client-Address": "198.51.100.78", "X-Noetl-Client-Address": "198.51.100.79",
+	})
+	require.Equal(t, http.StatusTooManyRequests, code, "%v", out)
+	require.Contains(t, out["message"], "address 127.0.0.1")
 }

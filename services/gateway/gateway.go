@@ -80,6 +80,17 @@ type Config struct {
 	TenantBurst    int
 	TenantInFlight int
 
+	// Throttle of failed authentication (limit.Failures), by client address and by API key
+	// id: AuthFailureBurst failures at once, forgiven at AuthFailuresPerMinute a minute. Past
+	// them an attempt is refused with ResourceExhausted (HTTP 429 with Retry-After) before
+	// its credential is checked, a valid one included. Zero means the default.
+	AuthFailuresPerMinute int
+	AuthFailureBurst      int
+	// TrustedProxies lists, comma-separated, the IP addresses and CIDR prefixes of proxies
+	// whose X-Forwarded-For (header, or gRPC metadata) names the client address. Empty (the
+	// default): the client address is the TCP peer and X-Forwarded-For is ignored.
+	TrustedProxies string
+
 	// FlightLocation is the resultstore's Arrow Flight URI, handed to clients with tickets.
 	FlightLocation string
 	// TicketTTL is how long the Flight tickets the gateway signs are accepted.
@@ -125,6 +136,9 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.TenantRPS, "tenant-rps", "NOETL_GATEWAY_TENANT_RPS", limit.DefaultRPS, "calls per second each tenant may make (token bucket rate)", config.Positive)
 	fs.Int(&c.TenantBurst, "tenant-burst", "NOETL_GATEWAY_TENANT_BURST", limit.DefaultBurst, "calls a tenant may make at once above its rate (token bucket size)", config.Positive)
 	fs.Int(&c.TenantInFlight, "tenant-inflight", "NOETL_GATEWAY_TENANT_INFLIGHT", limit.DefaultInFlight, "calls (streams included) each tenant may have in flight", config.Positive)
+	fs.Int(&c.AuthFailuresPerMinute, "auth-failures-per-minute", "NOETL_GATEWAY_AUTH_FAILURES_PER_MINUTE", limit.DefaultFailuresPerMinute, "failed authentications forgiven per minute, per client address and per API key id (token bucket rate)", config.Positive)
+	fs.Int(&c.AuthFailureBurst, "auth-failure-burst", "NOETL_GATEWAY_AUTH_FAILURE_BURST", limit.DefaultFailureBurst, "failed authentications a client address or an API key id may have at once before its attempts are refused (token bucket size)", config.Positive)
+	fs.String(&c.TrustedProxies, "trusted-proxies", "NOETL_GATEWAY_TRUSTED_PROXIES", "", "comma-separated IPs and CIDR prefixes of proxies whose X-Forwarded-For names the client (empty: trust none; the client is the TCP peer)", checkProxies)
 	fs.Duration(&c.JWTLeeway, "jwt-leeway", "NOETL_GATEWAY_JWT_LEEWAY", authn.DefaultJWTLeeway, "clock skew tolerated on JWT exp, nbf and iat", config.Positive)
 	c.Trace.Flags(fs)
 }
@@ -144,6 +158,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log = log.With(slog.String("service", "gateway"))
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	trusted, err := parseProxies(cfg.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("trusted proxies: %w", err)
 	}
 	trust, err := auth.NewTrust(cfg.InternalSecret)
 	if err != nil {
@@ -201,14 +219,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	// The chain: errors shaped at the edge (outermost, so it sees every error), then
-	// authentication and authorization, then the limits of the caller's tenant.
-	e, g := &edge{log: log}, &guard{authn: authenticator}
+	// authentication and authorization (with the throttle of failed attempts), then the
+	// limits of the caller's tenant.
+	e := &edge{log: log}
+	g := newGuard(authenticator, limit.NewFailures(limit.FailuresConfig{PerMinute: float64(cfg.AuthFailuresPerMinute), Burst: cfg.AuthFailureBurst}), trusted, log)
 	lim := newLimits(limit.New(limit.Config{RPS: float64(cfg.TenantRPS), Burst: cfg.TenantBurst, InFlight: cfg.TenantInFlight}))
 	srv := app.NewServer("gateway", log, grpcLis, adminLis, tel.ServerOption(),
 		grpc.ChainUnaryInterceptor(e.unary, g.unary, lim.unary), grpc.ChainStreamInterceptor(e.stream, g.stream, lim.stream),
 		// A request message is bounded as a REST body is, by the transport, before it is read.
 		grpc.MaxRecvMsgSize(cfg.MaxBodyBytes))
-	srv.Registry.MustRegister(lim.refused)
+	srv.Registry.MustRegister(lim.refused, g.refused)
 	apiv1.RegisterCatalogServiceServer(srv.GRPC, impl)
 	apiv1.RegisterExecutionServiceServer(srv.GRPC, impl)
 	apiv1.RegisterResultServiceServer(srv.GRPC, impl)
@@ -235,7 +255,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	restErrors := restError(log, cfg.MaxBodyBytes)
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
-		runtime.WithIncomingHeaderMatcher(headerMatcher), runtime.WithErrorHandler(restErrors))
+		runtime.WithIncomingHeaderMatcher(headerMatcher), runtime.WithMetadata(restMetadata), runtime.WithErrorHandler(restErrors))
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		apiv1.RegisterCatalogServiceHandler,
 		apiv1.RegisterExecutionServiceHandler,
@@ -277,7 +297,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-			top.ServeHTTP(w, r)
+			top.ServeHTTP(w, trusted.withClientAddr(r))
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}

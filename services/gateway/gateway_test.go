@@ -169,6 +169,8 @@ type fixture struct {
 	keyA   string
 	keyB   string
 	conns  map[string]*grpc.ClientConn
+	// grpcAddr is the gateway's gRPC address.
+	grpcAddr string
 }
 
 // startGateway runs a gateway with cfg's limits in front of the fake backends.
@@ -208,7 +210,7 @@ func startGateway(t *testing.T, cfg gateway.Config) *fixture {
 	})
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)
-	f := &fixture{t: t, http: "http://" + httpLis.Addr().String(), client: client, logs: logs, be: be, keyA: keyA, keyB: keyB, conns: map[string]*grpc.ClientConn{}}
+	f := &fixture{t: t, http: "http://" + httpLis.Addr().String(), client: client, logs: logs, be: be, keyA: keyA, keyB: keyB, conns: map[string]*grpc.ClientConn{}, grpcAddr: grpcLis.Addr().String()}
 	for _, key := range []string{keyA, keyB} {
 		conn, err := grpcx.DialSigned(grpcLis.Addr().String(), auth.Bearer(key))
 		require.NoError(t, err)

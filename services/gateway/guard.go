@@ -2,38 +2,123 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/authn"
 	"github.com/noetl/noetl/services/gateway/internal/authz"
+	"github.com/noetl/noetl/services/gateway/internal/limit"
 )
 
 // guard authenticates and authorizes every call of the public gRPC server; REST and the
 // /api/ routes reach that server through the loopback connection, so it sees them too.
 // Health and reflection are open.
+//
+// Failed authentication is throttled by client address and by API key id (failures): once
+// either has failed more than its burst, its attempts are refused with RESOURCE_EXHAUSTED
+// before any credential is checked, a valid one included, until its bucket refills. Every
+// authentication or authorization failure, and every throttled attempt, is logged as an
+// audit line (audit=true) with the address, the key id and the method, never the
+// credential.
 type guard struct {
-	authn *authn.Authenticator
+	authn    *authn.Authenticator
+	failures *limit.Failures
+	proxies  proxies
+	log      *slog.Logger
+	// refused counts audited refusals by outcome (unauthenticated, denied, throttled,
+	// unverified).
+	refused *prometheus.CounterVec
 }
+
+// newGuard returns the guard; register its metric (refused) with the service's registry.
+func newGuard(a *authn.Authenticator, failures *limit.Failures, trusted proxies, log *slog.Logger) *guard {
+	return &guard{authn: a, failures: failures, proxies: trusted, log: log, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "noetl_gateway_auth_refused_total", Help: "Calls refused by authentication or authorization, by outcome (unauthenticated, denied, throttled, unverified).",
+	}, []string{"outcome"})}
+}
+
+// Audit outcomes.
+const (
+	outcomeUnauthenticated = "unauthenticated"
+	outcomeDenied          = "denied"
+	outcomeThrottled       = "throttled"
+	// outcomeUnverified: the credential could not be checked (the orchestrator is down).
+	outcomeUnverified = "unverified"
+)
 
 // admit returns ctx carrying the caller's principal, or the error that refuses the call.
 func (g *guard) admit(ctx context.Context, method string) (context.Context, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
+	addr := g.proxies.grpcClientAddr(ctx, md)
+	kind, keyID := authn.Presented(md)
+	counted := []string{"address " + addr}
+	if keyID != "" {
+		counted = append(counted, "API key id "+keyID)
+	}
+	if key, after, ok := g.failures.Throttled(counted...); ok {
+		err := apierr.New(codes.ResourceExhausted, apierr.ReasonAuthThrottled,
+			fmt.Sprintf("authentication: too many failed attempts for %s; retry after %s", key, after.Round(100*time.Millisecond)),
+			map[string]string{"limit": fmt.Sprintf("%g failed attempts per minute (burst %d)", g.failures.PerMinute(), g.failures.Burst())}, apierr.RetryInfo(after))
+		g.audit(ctx, outcomeThrottled, method, addr, kind, keyID, nil, err)
+		return nil, err
+	}
 	p, err := g.authn.Authenticate(ctx, md)
 	if err != nil {
+		outcome := outcomeUnverified
+		if status.Code(err) == codes.Unauthenticated {
+			outcome = outcomeUnauthenticated
+			g.failures.Fail(counted...)
+		}
+		g.audit(ctx, outcome, method, addr, kind, keyID, nil, err)
 		return nil, err
 	}
 	if err := authz.Authorize(p, method); err != nil {
+		g.audit(ctx, outcomeDenied, method, addr, kind, keyID, p, err)
 		return nil, err
 	}
 	return auth.NewContext(ctx, p), nil
+}
+
+// audit logs one refused call as an audit line: warn level, audit=true, the outcome, the
+// method, the client address, the credential's kind and API key id (never the credential),
+// the principal when known, and the refusal's message (which never quotes a credential).
+func (g *guard) audit(ctx context.Context, outcome, method, addr, kind, keyID string, p *auth.Principal, err error) {
+	g.refused.WithLabelValues(outcome).Inc()
+	if g.log == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.Bool("audit", true), slog.String("outcome", outcome), slog.String("method", method), slog.String("address", addr),
+		slog.String("credential", kind), slog.String("key_id", keyID),
+	}
+	if p != nil {
+		attrs = append(attrs, slog.String("tenant", p.Tenant), slog.String("subject", p.Subject))
+	}
+	attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+	msg := "authentication failed"
+	switch outcome {
+	case outcomeDenied:
+		msg = "authorization denied"
+	case outcomeThrottled:
+		msg = "authentication throttled"
+	case outcomeUnverified:
+		msg = "authentication unverified"
+	}
+	g.log.LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
 }
 
 func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -79,19 +164,31 @@ func verifyKey(keys orchv1.ApiKeyServiceClient) authn.KeyVerifier {
 }
 
 // headerMatcher passes x-api-key to the gRPC server besides grpc-gateway's defaults
-// (Authorization is always passed).
+// (Authorization is always passed), and never a caller's header that would pass as the
+// client address the REST layer hands the gRPC server (clientAddrKey).
 func headerMatcher(key string) (string, bool) {
 	if strings.EqualFold(key, "X-Api-Key") {
 		return "x-api-key", true
 	}
-	return runtime.DefaultHeaderMatcher(key)
+	k, ok := runtime.DefaultHeaderMatcher(key)
+	if ok && strings.EqualFold(k, clientAddrKey) {
+		return "", false
+	}
+	return k, ok
 }
 
-// forwardCredentials puts the request's Authorization and x-api-key headers in the
-// outgoing gRPC metadata of its context, for handlers that call the loopback connection.
+// restMetadata is the metadata the REST layer adds to every call it makes to the gRPC
+// server: the client address (clientAddrKey).
+func restMetadata(ctx context.Context, _ *http.Request) metadata.MD {
+	return metadata.Pairs(clientAddrKey, restClientAddr(ctx))
+}
+
+// forwardCredentials puts the request's Authorization and x-api-key headers, and its
+// client address, in the outgoing gRPC metadata of its context, for handlers that call the
+// loopback connection.
 func forwardCredentials(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		md := metadata.MD{}
+		md := metadata.MD{clientAddrKey: []string{restClientAddr(r.Context())}}
 		if v := r.Header.Values("Authorization"); len(v) > 0 {
 			md["authorization"] = v
 		}

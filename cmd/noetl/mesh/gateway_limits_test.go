@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -26,6 +27,7 @@ import (
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
 )
 
 // edgeLogs collects every service's logs (JSON lines) for the tests of the gateway's edge.
@@ -226,4 +228,115 @@ workflow:
 	require.NoError(t, err)
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, done.GetExecution().GetStatus(), "%v", done.GetExecution().GetError())
 	require.Equal(t, float64(180<<10), done.GetExecution().GetResult().GetStructValue().GetFields()["n"].GetNumberValue())
+}
+
+// Issue 12, item 8: 900 wrong API keys from one address were all answered 401, none
+// refused. Now failed authentication is throttled per client address (and per key id):
+// past the burst (20 by default) attempts are refused with 429 and Retry-After before any
+// key is checked, a valid one included, and every failure is an audit line with the
+// address, the key id and the method, never the key.
+func TestFailedAuthenticationIsThrottled(t *testing.T) {
+	m, logs := startEdgeMesh(t)
+	admin := newClient(t, m, m.AdminKey)
+	ctx := context.Background()
+
+	// An authorization failure is audited with the caller's key id and tenant.
+	viewerKey, viewerID := admin.createKey(map[string]any{"roles": []string{"viewer"}})
+	viewer := newClient(t, m, viewerKey)
+	viewer.wantREST(http.StatusForbidden, http.MethodGet, "/v1/apikeys", nil)
+
+	const attempts, burst = 900, 20
+	keys := make([]string, attempts)
+	for i := range keys {
+		k, _, _, err := auth.NewAPIKey()
+		require.NoError(t, err)
+		keys[i] = k
+	}
+	client := &http.Client{}
+	began := time.Now()
+	var unauthorized, throttled int
+	for i, key := range keys {
+		req, err := http.NewRequest(http.MethodGet, "http://"+m.HTTPAddr+"/v1/playbooks", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.NotContains(t, string(raw), key[len(key)-20:], "the key is never echoed")
+		switch resp.StatusCode {
+		case http.StatusUnauthorized:
+			unauthorized++
+		case http.StatusTooManyRequests:
+			throttled++
+			require.Regexp(t, `^[1-9][0-9]*$`, resp.Header.Get("Retry-After"))
+			var out map[string]any
+			require.NoError(t, json.Unmarshal(raw, &out))
+			require.Equal(t, "TOO_MANY_AUTH_FAILURES", edgeRESTDetail(out, "google.rpc.ErrorInfo")["reason"], "%s", raw)
+			require.Contains(t, out["message"], "too many failed attempts for address 127.0.0.1")
+		default:
+			require.Failf(t, "unexpected status", "attempt %d: %d %s", i, resp.StatusCode, raw)
+		}
+		if i < burst {
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "attempt %d is within the burst", i)
+		}
+	}
+	// The bucket refills 10 a minute: at most one more failure per 6 s the flood took.
+	allowed := burst + 1 + int(time.Since(began)/(6*time.Second))
+	require.LessOrEqual(t, unauthorized, allowed)
+	require.Equal(t, attempts, unauthorized+throttled)
+	require.Greater(t, throttled, attempts/2)
+
+	// From the throttled address, a valid key is refused too, on every transport, until the
+	// bucket refills.
+	code, out, hdr := admin.rest(http.MethodGet, "/v1/playbooks", nil)
+	require.Equal(t, http.StatusTooManyRequests, code, "%v", out)
+	require.NotEmpty(t, hdr.Get("Retry-After"))
+	code, _, hdr = admin.rest(http.MethodGet, "/api/executions/01930000-0000-7000-8000-000000000000", nil)
+	require.Equal(t, http.StatusTooManyRequests, code)
+	require.NotEmpty(t, hdr.Get("Retry-After"))
+	_, err := admin.cat.ListPlaybooks(ctx, &apiv1.ListPlaybooksRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+	require.Equal(t, "TOO_MANY_AUTH_FAILURES", edgeReason(err))
+	anon := newClient(t, m, "")
+	_, err = anon.cat.ListPlaybooks(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+keys[0]), &apiv1.ListPlaybooksRequest{})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err), "gRPC callers from the address are throttled too")
+
+	// The audit trail: every failure and refusal, with the address, the key id and the
+	// method; no key anywhere in the logs.
+	var failed, refused, denied int
+	ids := map[string]bool{}
+	for _, l := range logs.lines() {
+		if l["audit"] != true {
+			continue
+		}
+		require.Equal(t, "WARN", l["level"])
+		require.Equal(t, "127.0.0.1", l["address"], "%v", l)
+		require.NotEmpty(t, l["method"], "%v", l)
+		switch l["outcome"] {
+		case "unauthenticated":
+			failed++
+			ids[fmt.Sprint(l["key_id"])] = true
+		case "throttled":
+			refused++
+		case "denied":
+			denied++
+			require.Equal(t, viewerID, l["key_id"])
+			require.Equal(t, "default", l["tenant"])
+			require.Equal(t, "/noetl.api.v1.AdminService/ListApiKeys", l["method"])
+		}
+	}
+	require.Equal(t, unauthorized, failed)
+	require.GreaterOrEqual(t, refused, throttled+3)
+	require.Equal(t, 1, denied)
+	for _, key := range keys[:burst] {
+		id, _, ok := auth.ParseAPIKey(key)
+		require.True(t, ok)
+		require.True(t, ids[id], "the key id of each failed attempt is logged")
+	}
+	all := logs.String()
+	for _, key := range append(keys, m.AdminKey, viewerKey) {
+		require.NotContains(t, all, key[len(key)-20:], "no secret in the logs")
+	}
 }

@@ -55,6 +55,9 @@ const (
 	ReasonWorkloadTooLarge = "WORKLOAD_TOO_LARGE"
 	// ReasonContentTooLarge refuses a playbook whose content is over the public size limit.
 	ReasonContentTooLarge = "CONTENT_TOO_LARGE"
+	// ReasonAuthThrottled refuses a call from an address, or naming an API key id, that
+	// failed authentication too often lately.
+	ReasonAuthThrottled = "TOO_MANY_AUTH_FAILURES"
 )
 
 // TooLarge reports whether reason refuses a request for its size (answered over REST with

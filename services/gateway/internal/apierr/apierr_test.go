@@ -162,5 +162,6 @@ func TestTooLargeReasons(t *testing.T) {
 		require.Equal(t, r, Reason(status.Convert(New(codes.ResourceExhausted, r, "x", nil))))
 	}
 	require.False(t, TooLarge(ReasonRateLimited))
+	require.False(t, TooLarge(ReasonAuthThrottled))
 	require.Empty(t, Reason(status.New(codes.ResourceExhausted, "x")))
 }

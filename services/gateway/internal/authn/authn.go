@@ -114,6 +114,35 @@ func (a *Authenticator) Authenticate(ctx context.Context, md metadata.MD) (*auth
 	return nil, status.Error(codes.Unauthenticated, "authorization: not an API key or a JWT")
 }
 
+// Credential kinds of Presented.
+const (
+	// KindNone: no credential, or more than one.
+	KindNone = "none"
+	// KindAPIKey: an API key (well-formed or not).
+	KindAPIKey = "api_key"
+	// KindJWT: something shaped as a JWT.
+	KindJWT = "jwt"
+	// KindOther: a credential that is neither.
+	KindOther = "other"
+)
+
+// Presented describes the credential of md without verifying it, for throttling and audit
+// lines: its kind, and for a well-formed API key its id (the public part of the key; never
+// the secret).
+func Presented(md metadata.MD) (kind, keyID string) {
+	token, err := credential(md)
+	switch {
+	case err != nil:
+		return KindNone, ""
+	case auth.LooksLikeAPIKey(token):
+		id, _, _ := auth.ParseAPIKey(token)
+		return KindAPIKey, id
+	case strings.Count(token, ".") == 2:
+		return KindJWT, ""
+	}
+	return KindOther, ""
+}
+
 // credential extracts the one credential of md.
 func credential(md metadata.MD) (string, error) {
 	authz, keys := md.Get("authorization"), md.Get("x-api-key")

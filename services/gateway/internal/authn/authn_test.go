@@ -185,3 +185,25 @@ func ExampleInsecurePrincipal() {
 	fmt.Println(p.Tenant, p.Roles)
 	// Output: default [admin system]
 }
+
+func TestPresentedNamesTheKindAndKeyIDNeverTheSecret(t *testing.T) {
+	t.Parallel()
+	key, id, _, err := auth.NewAPIKey()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		md       metadata.MD
+		kind, id string
+	}{
+		{metadata.Pairs("authorization", "Bearer "+key), KindAPIKey, id},
+		{metadata.Pairs("x-api-key", key), KindAPIKey, id},
+		{metadata.Pairs("authorization", "Bearer noetl_short_key"), KindAPIKey, ""},
+		{metadata.Pairs("authorization", "Bearer a.b.c"), KindJWT, ""},
+		{metadata.Pairs("authorization", "Bearer hunter2"), KindOther, ""},
+		{metadata.MD{}, KindNone, ""},
+		{metadata.Pairs("authorization", "Bearer "+key, "x-api-key", key), KindNone, ""},
+	} {
+		kind, got := Presented(tc.md)
+		require.Equal(t, tc.kind, kind, "%v", tc.md)
+		require.Equal(t, tc.id, got, "%v", tc.md)
+	}
+}

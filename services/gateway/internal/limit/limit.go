@@ -1,7 +1,8 @@
 // Package limit holds the gateway's per-tenant limits: a token bucket of requests per second
 // (golang.org/x/time/rate) and a cap on calls in flight for each tenant, so that one tenant
 // flooding the gateway is refused while the others are served. The table of tenants is
-// bounded: past its size the least recently used idle tenant is forgotten.
+// bounded: past its size the least recently used idle tenant is forgotten. Failures
+// throttles failed authentication by client address and API key id (failures.go).
 package limit
 
 import (
