@@ -2,6 +2,7 @@
 //
 //	go run ./bench --workload chain --n 200
 //	go run ./bench --workload concurrent --executions 50 --steps 10
+//	go run ./bench --workload flood --starts 10000 --concurrency 200
 //
 // It starts its own mesh in-process (embedded NATS, private Postgres) unless --gateway
 // points at a running one.
@@ -31,7 +32,7 @@ import (
 )
 
 func main() {
-	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop | ingest (the materializer alone against a raw COPY; --ingest-*) | payload (--size-mb) | flight (--rows)")
+	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop | ingest (the materializer alone against a raw COPY; --ingest-*) | payload (--size-mb) | flight (--rows) | flood (the gateway's memory after --starts starts; --concurrency, --transport, --settle)")
 	n := flag.Int("n", 200, "steps of the chain workload, iterations of the fanout workload")
 	executions := flag.Int("executions", 50, "executions of the concurrent workload")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
@@ -40,6 +41,13 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured phase (in-process mesh included) to this file")
 	flag.Parse()
 	profile = *cpuprofile
+	if *workload == "flood" {
+		if err := runFloodProcs(context.Background()); err != nil { // bench/flood.go
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *workload == "longloop" && *procs && *gateway == "" {
 		if err := runLongloopProcs(context.Background(), *n); err != nil { // bench/procs.go
 			fmt.Fprintln(os.Stderr, "bench:", err)

@@ -47,8 +47,9 @@ const procStopTimeout = 15 * time.Second
 // process against a private Postgres and an embedded NATS server that runs in the bench
 // process, so that each service's memory can be read from /proc/<pid>/status.
 type procMesh struct {
-	// GRPCAddr is the gateway's gRPC address; AdminKey the bootstrap admin API key.
-	GRPCAddr, AdminKey string
+	// GRPCAddr and HTTPAddr are the gateway's gRPC and REST addresses; AdminKey the
+	// bootstrap admin API key.
+	GRPCAddr, HTTPAddr, AdminKey string
 
 	dir   string
 	pg    *pgembed.Cluster
@@ -128,7 +129,7 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 	if _, err := rand.Read(secret); err != nil {
 		return nil, err
 	}
-	p.GRPCAddr = gwGRPC
+	p.GRPCAddr, p.HTTPAddr = gwGRPC, gwHTTP
 	env := append(os.Environ(),
 		"NOETL_INTERNAL_SECRET="+hex.EncodeToString(secret), "NOETL_BOOTSTRAP_API_KEY="+p.AdminKey,
 		"NOETL_PG_URL="+pgURL, "NOETL_NATS_URL="+p.nats.ClientURL(),

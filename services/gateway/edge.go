@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/services/gateway/internal/api"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/limit"
 )
@@ -111,6 +112,31 @@ func (g *limits) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo,
 	}
 	defer release()
 	return handler(srv, ss)
+}
+
+// checkStrings refuses a unary request with a NUL byte in a string field (api.CheckStrings).
+func checkStrings(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	m, _ := req.(proto.Message)
+	if err := api.CheckStrings(m); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+// checkStreamStrings refuses a streamed request message with a NUL byte in a string field.
+func checkStreamStrings(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &checkedStream{ServerStream: ss})
+}
+
+// checkedStream checks every message it receives (api.CheckStrings).
+type checkedStream struct{ grpc.ServerStream }
+
+func (s *checkedStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	pm, _ := m.(proto.Message)
+	return api.CheckStrings(pm)
 }
 
 // restError is the REST error handler: the error shaped as at the gRPC edge (errors of

@@ -160,7 +160,7 @@ func TestFailedAuthenticationIsThrottledByAddressAndKeyID(t *testing.T) {
 	require.Contains(t, out["message"], "too many failed attempts for address 198.51.100.1; retry after")
 	code, _, _ = f.restAs(f.keyA, http.MethodGet, "/v1/playbooks", "", from("198.51.100.1"))
 	require.Equal(t, http.StatusTooManyRequests, code, "a valid key from the throttled address is refused too")
-	code, _, _ = f.restAs(f.keyA, http.MethodGet, "/api/executions/x1/status", "", from("198.51.100.1"))
+	code, _, _ = f.restAs(f.keyA, http.MethodGet, "/api/executions/"+idX1+"/status", "", from("198.51.100.1"))
 	require.Equal(t, http.StatusTooManyRequests, code, "and on the /api/ routes")
 	code, _, _ = f.restAs(f.keyA, http.MethodGet, "/v1/playbooks", "", from("198.51.100.2"))
 	require.Equal(t, http.StatusOK, code, "another address is served")
@@ -228,4 +228,43 @@ func TestForwardedForIsIgnoredByDefault(t *testing.T) {
 	})
 	require.Equal(t, http.StatusTooManyRequests, code, "%v", out)
 	require.Contains(t, out["message"], "address 127.0.0.1")
+}
+
+// TestIDsAreValidatedBeforeAnythingIsForwarded: issue 12, item 9. GET /v1/results/%00
+// reached Postgres (500); now every id is checked at the gateway, 400 naming the field,
+// over REST, the /api/ routes, the event stream and gRPC.
+func TestIDsAreValidatedBeforeAnythingIsForwarded(t *testing.T) {
+	t.Parallel()
+	f := startGateway(t, gateway.Config{})
+	for path, field := range map[string]string{
+		"/v1/results/%00":                 "result_id",
+		"/v1/results/%00/flight":          "result_id",
+		"/v1/executions/%00":              "execution_id",
+		"/v1/executions/x1":               "execution_id",
+		"/v1/executions/%00/events:watch": "execution_id",
+		"/v1/playbooks/a%00":              "path",
+	} {
+		code, _, out := f.restAs(f.keyA, http.MethodGet, path, "", nil)
+		require.Equal(t, http.StatusBadRequest, code, "%s: %v", path, out)
+		require.True(t, strings.HasPrefix(fmt.Sprint(out["message"]), field+": "), "%s: %v", path, out)
+		violations, _ := detail(out, "google.rpc.BadRequest")["fieldViolations"].([]any)
+		require.Len(t, violations, 1, "%s: %v", path, out)
+		require.Equal(t, field, violations[0].(map[string]any)["field"])
+	}
+	code, _, out := f.restAs(f.keyA, http.MethodGet, "/api/executions/%00/status", "", nil)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.True(t, strings.HasPrefix(fmt.Sprint(out["error"]), "execution_id: "), "%v", out)
+
+	_, err := apiv1.NewResultServiceClient(f.conns[f.keyA]).GetResult(context.Background(), &apiv1.GetResultRequest{ResultId: "\x00"})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.True(t, strings.HasPrefix(status.Convert(err).Message(), "result_id: "), "%v", err)
+	s, err := f.executions(f.keyA).WatchExecution(context.Background(), &apiv1.WatchExecutionRequest{ExecutionId: idX1, AfterSeq: 0})
+	require.NoError(t, err)
+	for {
+		if _, err = s.Recv(); err != nil {
+			break
+		}
+	}
+	require.ErrorIs(t, err, io.EOF, "a valid id passes")
+	require.NotContains(t, f.logs.String(), "internal error", "nothing reached a backend that failed on it")
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -49,6 +50,14 @@ type Config struct {
 	// message (the gRPC server's receive limit): past it a request is refused with
 	// RESOURCE_EXHAUSTED (HTTP 413) before it is read.
 	MaxBodyBytes int
+	// IdleTimeout is how long an idle client connection, REST (keep-alive) or gRPC, is
+	// kept open; MaxConns bounds the client connections of each of the two listeners: past
+	// it a new REST connection closes the one idle the longest, or waits for one to end,
+	// and a new gRPC connection waits to be accepted. Together they bound what clients hold
+	// in the gateway (a goroutine and its buffers per connection, about 80 KiB) and make
+	// sure it is given back once they go quiet (see reclaim). Zero means the default.
+	IdleTimeout time.Duration
+	MaxConns    int
 
 	// Insecure turns authentication off: every caller acts as an admin (and system) of
 	// tenant "default". Only for a laptop (`noetl dev --insecure`); never the default.
@@ -120,6 +129,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.FlightLocation, "flight-location", "NOETL_RESULTSTORE_FLIGHT_LOCATION", "grpc://127.0.0.1:50066", "the resultstore's Arrow Flight location given to clients with their tickets")
 	fs.Duration(&c.TicketTTL, "ticket-ttl", "NOETL_FLIGHT_TICKET_TTL", auth.DefaultTicketTTL, "how long a Flight ticket signed by the gateway is accepted", config.Positive)
 	fs.Int(&c.MaxBodyBytes, "max-body", "NOETL_GATEWAY_MAX_BODY", DefaultMaxBodyBytes, "largest REST request body and gRPC request message, in bytes", config.Positive)
+	fs.Duration(&c.IdleTimeout, "idle-timeout", "NOETL_GATEWAY_IDLE_TIMEOUT", DefaultIdleTimeout, "how long an idle client connection (REST keep-alive or gRPC) is kept open", config.Positive)
+	fs.Int(&c.MaxConns, "max-conns", "NOETL_GATEWAY_MAX_CONNS", DefaultMaxConns, "most client connections of each public listener (REST, gRPC) at once; past it a new REST connection closes the longest idle one (or waits), a new gRPC one waits", config.Positive)
 	fs.Bool(&c.Insecure, "insecure", "NOETL_GATEWAY_INSECURE", false, "turn authentication off: every caller is an admin of tenant default (development only)")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	fs.Duration(&c.KeyCacheTTL, "key-cache-ttl", "NOETL_GATEWAY_KEY_CACHE_TTL", authn.DefaultKeyCacheTTL, "how long a verified API key is cached (a revoked key works at most this long)", config.Positive)
@@ -158,6 +169,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log = log.With(slog.String("service", "gateway"))
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	trusted, err := parseProxies(cfg.TrustedProxies)
 	if err != nil {
@@ -210,6 +227,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	grpcConns := newConnLimit(grpcLis, cfg.MaxConns)
+	grpcLis = grpcConns
 	adminLis, err := app.Listen(cfg.AdminListener, cfg.AdminAddr)
 	if err != nil {
 		return err
@@ -218,16 +237,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	restConns := newConnLimit(httpLis, cfg.MaxConns)
+	httpLis = restConns
 	// The chain: errors shaped at the edge (outermost, so it sees every error), then
 	// authentication and authorization (with the throttle of failed attempts), then the
-	// limits of the caller's tenant.
+	// limits of the caller's tenant, then the check of the request's strings.
 	e := &edge{log: log}
 	g := newGuard(authenticator, limit.NewFailures(limit.FailuresConfig{PerMinute: float64(cfg.AuthFailuresPerMinute), Burst: cfg.AuthFailureBurst}), trusted, log)
 	lim := newLimits(limit.New(limit.Config{RPS: float64(cfg.TenantRPS), Burst: cfg.TenantBurst, InFlight: cfg.TenantInFlight}))
 	srv := app.NewServer("gateway", log, grpcLis, adminLis, tel.ServerOption(),
-		grpc.ChainUnaryInterceptor(e.unary, g.unary, lim.unary), grpc.ChainStreamInterceptor(e.stream, g.stream, lim.stream),
+		grpc.ChainUnaryInterceptor(e.unary, g.unary, lim.unary, checkStrings), grpc.ChainStreamInterceptor(e.stream, g.stream, lim.stream, checkStreamStrings),
 		// A request message is bounded as a REST body is, by the transport, before it is read.
-		grpc.MaxRecvMsgSize(cfg.MaxBodyBytes))
+		grpc.MaxRecvMsgSize(cfg.MaxBodyBytes),
+		// An idle client connection is closed (clients reconnect when they call again).
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}))
 	srv.Registry.MustRegister(lim.refused, g.refused)
 	apiv1.RegisterCatalogServiceServer(srv.GRPC, impl)
 	apiv1.RegisterExecutionServiceServer(srv.GRPC, impl)
@@ -300,6 +323,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			top.ServeHTTP(w, trusted.withClientAddr(r))
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
+		// A request is read within ReadTimeout (a body trickled in holds its connection no
+		// longer); an idle keep-alive connection is closed after IdleTimeout. No write
+		// timeout: waits and event streams answer for as long as they last.
+		ReadTimeout:    readTimeout,
+		IdleTimeout:    cfg.IdleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		ConnState:      restConns.ConnState,
 	}
 	serveHTTP := func(ctx context.Context) error {
 		errc := make(chan error, 1)
@@ -320,11 +350,29 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("gateway serving", slog.String("grpc", srv.GRPCAddr()), slog.String("http", httpLis.Addr().String()), slog.String("admin", srv.AdminAddr()))
 	// The loopback listener is served until srv.Run's GracefulStop closes it.
 	go func() { _ = srv.GRPC.Serve(loop) }()
+	rctx, stopReclaim := context.WithCancel(ctx)
+	reclaimDone := make(chan struct{})
+	defer func() { stopReclaim(); <-reclaimDone }()
+	go func() {
+		defer close(reclaimDone)
+		reclaim(rctx, reclaimEvery, reclaimConns, log, restConns, grpcConns)
+	}()
 	return srv.Run(ctx, 10*time.Second, serveHTTP)
 }
 
-// DefaultMaxBodyBytes is the default of Config.MaxBodyBytes.
-const DefaultMaxBodyBytes = 2 << 20
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes = 2 << 20
+	DefaultIdleTimeout  = time.Minute
+	DefaultMaxConns     = 2048
+)
+
+// Bounds of one REST request: its headers are at most maxHeaderBytes (net/http's default is
+// 1 MiB), and it is read within readTimeout.
+const (
+	maxHeaderBytes = 64 << 10
+	readTimeout    = time.Minute
+)
 
 // tooLarge answers HTTP 413 for a body of n bytes over max, with the JSON error body of
 // every REST error (code RESOURCE_EXHAUSTED, an ErrorInfo of reason BODY_TOO_LARGE).

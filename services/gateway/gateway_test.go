@@ -56,7 +56,7 @@ type backend struct {
 	starts  atomic.Int64      // StartExecution calls that reached the orchestrator
 }
 
-// StartExecution starts an execution, except for paths that fail as the orchestrator can:
+// StartExecution starts idX1, except for paths that fail as the orchestrator can:
 // "tests/leak" with the message that named the NATS subject (issue 12), "tests/down" as
 // unavailable, "tests/merged" as a merged workload over the limit.
 func (b *backend) StartExecution(_ context.Context, req *orchv1.StartExecutionRequest) (*orchv1.StartExecutionResponse, error) {
@@ -69,17 +69,27 @@ func (b *backend) StartExecution(_ context.Context, req *orchv1.StartExecutionRe
 	case "tests/merged":
 		return nil, status.Error(codes.ResourceExhausted, "workload: 200000 bytes (the playbook's workload merged with the request's, as JSON) exceeds the limit of 196608 bytes")
 	}
-	return &orchv1.StartExecutionResponse{ExecutionId: "01930000-0000-7000-8000-000000000001", Version: 1}, nil
+	return &orchv1.StartExecutionResponse{ExecutionId: idX1, Version: 1}, nil
 }
 
-// WatchExecution streams the events after after_seq of a three-event execution "x1";
-// "held" stays open until its client leaves; "busy" is refused as past the orchestrator's
+// Execution ids the fake backends know.
+const (
+	idX1    = "01930000-0000-7000-8000-000000000001" // a three-event execution
+	idHeld  = "01930000-0000-7000-8000-000000000002" // waits and watches held open
+	idBusy  = "01930000-0000-7000-8000-000000000003" // watches refused as past the cap
+	idAbc   = "01930000-0000-7000-8000-000000000004" // reads fail internally
+	idOther = "01930000-0000-7000-8000-000000000005" // not found
+	idX     = "01930000-0000-7000-8000-000000000006"
+)
+
+// WatchExecution streams the events after after_seq of a three-event execution idX1;
+// idHeld stays open until its client leaves; idBusy is refused as past the orchestrator's
 // cap.
 func (b *backend) WatchExecution(req *orchv1.WatchExecutionRequest, stream grpc.ServerStreamingServer[orchv1.WatchExecutionResponse]) error {
 	switch req.GetExecutionId() {
-	case "busy":
+	case idBusy:
 		return status.Error(codes.ResourceExhausted, "too many concurrent watches (limit 1); retry later")
-	case "held":
+	case idHeld:
 		if err := stream.SendHeader(nil); err != nil {
 			return err
 		}
@@ -87,14 +97,14 @@ func (b *backend) WatchExecution(req *orchv1.WatchExecutionRequest, stream grpc.
 		<-stream.Context().Done()
 		b.left <- req.GetTenant()
 		return stream.Context().Err()
-	case "x1":
+	case idX1:
 	default:
 		return status.Errorf(codes.NotFound, "execution %s not found", req.GetExecutionId())
 	}
 	types := []string{"playbook.started", "step.enter", "playbook.completed"}
 	var evs []*eventv1.Event
 	for seq := req.GetAfterSeq() + 1; seq <= 3; seq++ {
-		evs = append(evs, &eventv1.Event{ExecutionId: "x1", Seq: seq, Type: types[seq-1], EventId: fmt.Sprint("e", seq)})
+		evs = append(evs, &eventv1.Event{ExecutionId: idX1, Seq: seq, Type: types[seq-1], EventId: fmt.Sprint("e", seq)})
 	}
 	if len(evs) == 0 {
 		return nil // ended before after_seq: no header, as the orchestrator does
@@ -136,8 +146,8 @@ func (b *backend) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 }
 
 func (b *backend) GetState(_ context.Context, req *sbv1.GetStateRequest) (*sbv1.GetStateResponse, error) {
-	if req.GetExecutionId() == "held" {
-		return &sbv1.GetStateResponse{State: &sbv1.ExecutionState{ExecutionId: "held", Tenant: req.GetTenant(), Seq: 1}}, nil
+	if req.GetExecutionId() == idHeld {
+		return &sbv1.GetStateResponse{State: &sbv1.ExecutionState{ExecutionId: idHeld, Tenant: req.GetTenant(), Seq: 1}}, nil
 	}
 	return nil, status.Error(codes.Unknown, secretSentinel)
 }
@@ -346,7 +356,7 @@ func TestInFlightCapRefusesTheBusyTenantOnly(t *testing.T) {
 	var wg sync.WaitGroup
 	for range inFlight {
 		wg.Go(func() {
-			_, err := f.executions(f.keyA).WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: "held"})
+			_, err := f.executions(f.keyA).WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: idHeld})
 			require.NoError(t, err)
 		})
 	}
@@ -359,11 +369,11 @@ func TestInFlightCapRefusesTheBusyTenantOnly(t *testing.T) {
 	code, hdr, _ := f.rest(f.keyA, http.MethodGet, "/v1/playbooks", "")
 	require.Equal(t, http.StatusTooManyRequests, code)
 	require.Equal(t, "1", hdr.Get("Retry-After"))
-	code, hdr, body := f.rest(f.keyA, http.MethodGet, "/api/executions/held/status", "")
+	code, hdr, body := f.rest(f.keyA, http.MethodGet, "/api/executions/"+idHeld+"/status", "")
 	require.Equal(t, http.StatusTooManyRequests, code, "the /api/ routes are limited too: %v", body)
 	require.Equal(t, "1", hdr.Get("Retry-After"))
 	require.Equal(t, "RESOURCE_EXHAUSTED", body["code"])
-	code, hdr, _ = f.rest(f.keyA, http.MethodGet, "/v1/executions/held/events:watch", "")
+	code, hdr, _ = f.rest(f.keyA, http.MethodGet, "/v1/executions/"+idHeld+"/events:watch", "")
 	require.Equal(t, http.StatusTooManyRequests, code, "and so are watches")
 	require.Equal(t, "1", hdr.Get("Retry-After"))
 
@@ -412,7 +422,7 @@ func TestInternalErrorsAreMaskedAtTheEdge(t *testing.T) {
 	logged(id)
 
 	// REST: the same over grpc-gateway's JSON error body (an Unknown error is masked too).
-	code, _, body := f.rest(f.keyA, http.MethodGet, "/v1/executions/abc", "")
+	code, _, body := f.rest(f.keyA, http.MethodGet, "/v1/executions/"+idAbc, "")
 	require.Equal(t, http.StatusInternalServerError, code)
 	raw, _ := json.Marshal(body)
 	require.NotContains(t, string(raw), "sentinel")
@@ -422,7 +432,7 @@ func TestInternalErrorsAreMaskedAtTheEdge(t *testing.T) {
 	logged(restID)
 
 	// The NoETL-compatible routes show the id too.
-	code, _, body = f.rest(f.keyA, http.MethodGet, "/api/executions/abc", "")
+	code, _, body = f.rest(f.keyA, http.MethodGet, "/api/executions/"+idAbc, "")
 	require.Equal(t, http.StatusInternalServerError, code)
 	msg, _ := body["error"].(string)
 	require.Regexp(t, `^internal error \(correlation id [0-9a-f]{16}\)$`, msg)
@@ -484,12 +494,12 @@ func TestErrorsCarryDetails(t *testing.T) {
 	require.Equal(t, "BODY_TOO_LARGE", detail(body, "google.rpc.ErrorInfo")["reason"])
 
 	// The watch route answers REST errors before its stream starts.
-	code, _, body = f.rest(f.keyA, http.MethodGet, "/v1/executions/x/events:watch?after_seq=-1", "")
+	code, _, body = f.rest(f.keyA, http.MethodGet, "/v1/executions/"+idX+"/events:watch?after_seq=-1", "")
 	require.Equal(t, http.StatusBadRequest, code)
 	violations, _ = detail(body, "google.rpc.BadRequest")["fieldViolations"].([]any)
 	require.Len(t, violations, 1)
 	require.Equal(t, "after_seq", violations[0].(map[string]any)["field"])
-	code, _, _ = f.rest("", http.MethodGet, "/v1/executions/x/events:watch", "")
+	code, _, _ = f.rest("", http.MethodGet, "/v1/executions/"+idX+"/events:watch", "")
 	require.Equal(t, http.StatusUnauthorized, code)
 }
 
@@ -501,7 +511,7 @@ func TestWatchOverGRPCAndSSE(t *testing.T) {
 	f := startGateway(t, gateway.Config{})
 	ctx := context.Background()
 
-	s, err := f.executions(f.keyA).WatchExecution(ctx, &apiv1.WatchExecutionRequest{ExecutionId: "x1", AfterSeq: 1})
+	s, err := f.executions(f.keyA).WatchExecution(ctx, &apiv1.WatchExecutionRequest{ExecutionId: idX1, AfterSeq: 1})
 	require.NoError(t, err)
 	var got []string
 	for {
@@ -514,7 +524,7 @@ func TestWatchOverGRPCAndSSE(t *testing.T) {
 	}
 	require.Equal(t, []string{"2 step.enter", "3 playbook.completed"}, got)
 
-	req, err := http.NewRequest(http.MethodGet, f.http+"/v1/executions/x1/events:watch?afterSeq=1", nil)
+	req, err := http.NewRequest(http.MethodGet, f.http+"/v1/executions/"+idX1+"/events:watch?afterSeq=1", nil)
 	require.NoError(t, err)
 	req.Header.Set("X-Api-Key", f.keyA)
 	resp, err := f.client.Do(req)
@@ -542,16 +552,16 @@ func TestWatchOverGRPCAndSSE(t *testing.T) {
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, "nothing after the terminal event")
 
-	code, _, body := f.rest(f.keyA, http.MethodGet, "/v1/executions/other/events:watch", "")
+	code, _, body := f.rest(f.keyA, http.MethodGet, "/v1/executions/"+idOther+"/events:watch", "")
 	require.Equal(t, http.StatusNotFound, code)
 	require.Equal(t, "NOT_FOUND", detail(body, "google.rpc.ErrorInfo")["reason"])
 
 	// The orchestrator's cap on open watches is a retryable refusal.
-	code, hdr, body := f.rest(f.keyA, http.MethodGet, "/v1/executions/busy/events:watch", "")
+	code, hdr, body := f.rest(f.keyA, http.MethodGet, "/v1/executions/"+idBusy+"/events:watch", "")
 	require.Equal(t, http.StatusTooManyRequests, code)
 	require.Equal(t, "1", hdr.Get("Retry-After"))
 	require.Equal(t, "TOO_MANY_WATCHES", detail(body, "google.rpc.ErrorInfo")["reason"])
-	s, err = f.executions(f.keyA).WatchExecution(ctx, &apiv1.WatchExecutionRequest{ExecutionId: "busy"})
+	s, err = f.executions(f.keyA).WatchExecution(ctx, &apiv1.WatchExecutionRequest{ExecutionId: idBusy})
 	require.NoError(t, err)
 	_, err = s.Recv()
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
@@ -561,7 +571,7 @@ func TestWatchOverGRPCAndSSE(t *testing.T) {
 
 	// A client that leaves an SSE watch ends the orchestrator's watch.
 	wctx, cancel := context.WithCancel(ctx)
-	req, err = http.NewRequestWithContext(wctx, http.MethodGet, f.http+"/v1/executions/held/events:watch", nil)
+	req, err = http.NewRequestWithContext(wctx, http.MethodGet, f.http+"/v1/executions/"+idHeld+"/events:watch", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+f.keyB)
 	resp, err = f.client.Do(req)

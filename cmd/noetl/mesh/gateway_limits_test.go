@@ -340,3 +340,82 @@ func TestFailedAuthenticationIsThrottled(t *testing.T) {
 		require.NotContains(t, all, key[len(key)-20:], "no secret in the logs")
 	}
 }
+
+// Issue 12, item 9: GET /v1/results/%00 answered 500 (the NUL reached Postgres). Now every
+// id a request names is checked at the gateway (400 / InvalidArgument naming the field)
+// before anything is looked up.
+func TestIDsAreValidatedAtTheEdge(t *testing.T) {
+	m, logs := startEdgeMesh(t)
+	c := newClient(t, m, m.AdminKey)
+	ctx := context.Background()
+
+	for _, tc := range []struct{ method, path, body, field string }{
+		{http.MethodGet, "/v1/results/%00", "", "result_id"},
+		{http.MethodGet, "/v1/results/%2500", "", "result_id"},
+		{http.MethodGet, "/v1/results/%00/flight", "", "result_id"},
+		{http.MethodGet, "/v1/executions/%00", "", "execution_id"},
+		{http.MethodGet, "/v1/executions/not-an-id", "", "execution_id"},
+		{http.MethodGet, "/v1/executions/%00:wait", "", "execution_id"},
+		{http.MethodGet, "/v1/executions/%00/events", "", "execution_id"},
+		{http.MethodGet, "/v1/executions/%00/events:watch", "", "execution_id"},
+		{http.MethodPost, "/v1/executions/%00:cancel", "{}", "execution_id"},
+		{http.MethodGet, "/v1/executions?path=a%00b", "", "path"},
+		{http.MethodGet, "/v1/playbooks/a%00b", "", "path"},
+		{http.MethodPost, "/v1/executions", `{"path": "a\u0000b"}`, "path"},
+		{http.MethodPost, "/v1/executions", `{"path": "tests/x", "idempotencyKey": "k\u0000"}`, "idempotency_key"},
+		{http.MethodPost, "/v1/apikeys/%00:revoke", "{}", "id"},
+		{http.MethodPost, "/v1/apikeys", `{"roles": ["viewer"], "name": "n\u0000"}`, "name"},
+		{http.MethodDelete, "/v1/credentials/%00", "", "name"},
+	} {
+		code, out, _ := edgeRaw(t, m, m.AdminKey, tc.method, tc.path, []byte(tc.body))
+		require.Equal(t, http.StatusBadRequest, code, "%s %s: %v", tc.method, tc.path, out)
+		msg := fmt.Sprint(out["message"])
+		require.True(t, strings.HasPrefix(msg, tc.field+": "), "%s %s: %q names the field", tc.method, tc.path, msg)
+		require.NotContains(t, msg, "correlation id")
+		violations, _ := edgeRESTDetail(out, "google.rpc.BadRequest")["fieldViolations"].([]any)
+		require.Len(t, violations, 1, "%s %s: %v", tc.method, tc.path, out)
+		require.Equal(t, tc.field, violations[0].(map[string]any)["field"])
+	}
+	for _, path := range []string{"/api/executions/%00", "/api/executions/%00/status"} {
+		code, out, _ := edgeRaw(t, m, m.AdminKey, http.MethodGet, path, nil)
+		require.Equal(t, http.StatusBadRequest, code, "%s: %v", path, out)
+		require.True(t, strings.HasPrefix(fmt.Sprint(out["error"]), "execution_id: "), "%v", out)
+	}
+
+	res := apiv1.NewResultServiceClient(c.conn)
+	for name, call := range map[string]func() error{
+		"result_id": func() error {
+			_, err := res.GetResult(ctx, &apiv1.GetResultRequest{ResultId: "\x00"})
+			return err
+		},
+		"execution_id": func() error {
+			_, err := c.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: "x'; drop table noetl.event; --"})
+			return err
+		},
+		"path": func() error {
+			_, err := c.cat.GetPlaybook(ctx, &apiv1.GetPlaybookRequest{Path: "../../etc/passwd"})
+			return err
+		},
+		"id": func() error {
+			_, err := c.admin.RevokeApiKey(ctx, &apiv1.RevokeApiKeyRequest{Id: strings.Repeat("k", 5000)})
+			return err
+		},
+		"reason": func() error {
+			_, err := c.exe.CancelExecution(ctx, &apiv1.CancelExecutionRequest{ExecutionId: "01930000-0000-7000-8000-000000000000", Reason: "\x00"})
+			return err
+		},
+	} {
+		err := call()
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
+		require.True(t, strings.HasPrefix(status.Convert(err).Message(), name+": "), "%s: %v", name, err)
+	}
+
+	// A well-formed id that names nothing is still NotFound, and nothing above was an
+	// internal error.
+	c.wantREST(http.StatusNotFound, http.MethodGet, "/v1/executions/01930000-0000-7000-8000-000000000000", nil)
+	c.wantREST(http.StatusNotFound, http.MethodGet, "/v1/results/c0000000000000000000000000", nil)
+	for _, l := range logs.lines() {
+		require.NotEqual(t, "internal error", l["msg"], "%v", l)
+		require.NotEqual(t, "error naming internals masked", l["msg"], "%v", l)
+	}
+}

@@ -3,9 +3,6 @@ package api
 import (
 	"context"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 )
@@ -44,8 +41,8 @@ func (s *Server) ListApiKeys(ctx context.Context, req *apiv1.ListApiKeysRequest)
 
 // RevokeApiKey implements AdminService.
 func (s *Server) RevokeApiKey(ctx context.Context, req *apiv1.RevokeApiKeyRequest) (*apiv1.RevokeApiKeyResponse, error) {
-	if req.GetId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "id: required")
+	if err := validKeyID("id", req.GetId()); err != nil {
+		return nil, err
 	}
 	resp, err := s.Keys.RevokeApiKey(ctx, &orchv1.RevokeApiKeyRequest{Tenant: tenant(ctx), Id: req.GetId()})
 	if err != nil {

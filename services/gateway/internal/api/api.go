@@ -109,6 +109,9 @@ func playbookError(err error) error {
 
 // GetPlaybook implements CatalogService.
 func (s *Server) GetPlaybook(ctx context.Context, req *apiv1.GetPlaybookRequest) (*apiv1.GetPlaybookResponse, error) {
+	if err := validPlaybookPath("path", req.GetPath()); err != nil {
+		return nil, err
+	}
 	resp, err := s.Orchestrator.GetPlaybook(ctx, &orchv1.GetPlaybookRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion()})
 	if err != nil {
 		return nil, err
@@ -131,8 +134,8 @@ func (s *Server) ListPlaybooks(ctx context.Context, req *apiv1.ListPlaybooksRequ
 
 // StartExecution implements ExecutionService.
 func (s *Server) StartExecution(ctx context.Context, req *apiv1.StartExecutionRequest) (*apiv1.StartExecutionResponse, error) {
-	if req.GetPath() == "" {
-		return nil, status.Error(codes.InvalidArgument, "path: required")
+	if err := validPlaybookPath("path", req.GetPath()); err != nil {
+		return nil, err
 	}
 	var w []byte
 	if req.GetWorkload() != nil {
@@ -187,8 +190,8 @@ func (s *Server) GetExecution(ctx context.Context, req *apiv1.GetExecutionReques
 
 // WaitExecution implements ExecutionService.
 func (s *Server) WaitExecution(ctx context.Context, req *apiv1.WaitExecutionRequest) (*apiv1.WaitExecutionResponse, error) {
-	if req.GetExecutionId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	if err := validExecutionID("execution_id", req.GetExecutionId()); err != nil {
+		return nil, err
 	}
 	if d := req.GetTimeout(); d != nil && (!d.IsValid() || d.AsDuration() < 0) {
 		return nil, status.Error(codes.InvalidArgument, "timeout: must be a non-negative duration")
@@ -206,8 +209,8 @@ func (s *Server) WaitExecution(ctx context.Context, req *apiv1.WaitExecutionRequ
 
 // execution reads an execution's view at or after minSeq.
 func (s *Server) execution(ctx context.Context, id string, minSeq int64) (*apiv1.Execution, error) {
-	if id == "" {
-		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	if err := validExecutionID("execution_id", id); err != nil {
+		return nil, err
 	}
 	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id, Tenant: tenant(ctx), MinSeq: minSeq})
 	if err != nil {
@@ -227,6 +230,11 @@ func (s *Server) execution(ctx context.Context, id string, minSeq int64) (*apiv1
 
 // ListExecutions implements ExecutionService.
 func (s *Server) ListExecutions(ctx context.Context, req *apiv1.ListExecutionsRequest) (*apiv1.ListExecutionsResponse, error) {
+	if req.GetPath() != "" {
+		if err := validPlaybookPath("path", req.GetPath()); err != nil {
+			return nil, err
+		}
+	}
 	resp, err := s.State.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Tenant: tenant(ctx), PageSize: req.GetPageSize(), PageToken: req.GetPageToken(), Status: req.GetStatus(), PlaybookPath: req.GetPath()})
 	if err != nil {
 		return nil, err
@@ -240,8 +248,8 @@ func (s *Server) ListExecutions(ctx context.Context, req *apiv1.ListExecutionsRe
 
 // CancelExecution implements ExecutionService.
 func (s *Server) CancelExecution(ctx context.Context, req *apiv1.CancelExecutionRequest) (*apiv1.CancelExecutionResponse, error) {
-	if req.GetExecutionId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	if err := validExecutionID("execution_id", req.GetExecutionId()); err != nil {
+		return nil, err
 	}
 	if _, err := s.Orchestrator.CancelExecution(ctx, &orchv1.CancelExecutionRequest{Tenant: tenant(ctx), ExecutionId: req.GetExecutionId(), Reason: req.GetReason()}); err != nil {
 		return nil, err
@@ -251,8 +259,8 @@ func (s *Server) CancelExecution(ctx context.Context, req *apiv1.CancelExecution
 
 // ListExecutionEvents implements ExecutionService.
 func (s *Server) ListExecutionEvents(ctx context.Context, req *apiv1.ListExecutionEventsRequest) (*apiv1.ListExecutionEventsResponse, error) {
-	if req.GetExecutionId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	if err := validExecutionID("execution_id", req.GetExecutionId()); err != nil {
+		return nil, err
 	}
 	var after int64
 	if t := req.GetPageToken(); t != "" {
@@ -281,14 +289,15 @@ func eventOf(ev *eventv1.Event) *apiv1.Event {
 		Payload: jsonValue(ev.GetPayloadJson()), Result: jsonValue(ev.GetResultJson()), ResultRef: ev.GetResultRef(), Error: ev.GetError(), Producer: ev.GetProducer(), ProduceTime: ev.GetProduceTime(), CommitTime: ev.GetCommitTime()}
 }
 
-// resultID is the result id of a request: a bare id or a URL-encoded URI.
+// resultID is the result id of a request: a bare id or a URL-encoded URI, checked once
+// decoded (validResultID).
 func resultID(raw string) (string, error) {
 	id := raw
 	if u, err := url.PathUnescape(id); err == nil {
 		id = u
 	}
-	if strings.TrimSpace(id) == "" {
-		return "", status.Error(codes.InvalidArgument, "result_id: required")
+	if err := validResultID("result_id", id); err != nil {
+		return "", err
 	}
 	return id, nil
 }

@@ -21,8 +21,8 @@ import (
 // execution for the caller's tenant, so a client may wait for it to know the watch is
 // established.
 func (s *Server) WatchExecution(req *apiv1.WatchExecutionRequest, stream grpc.ServerStreamingServer[apiv1.WatchExecutionResponse]) error {
-	if req.GetExecutionId() == "" {
-		return status.Error(codes.InvalidArgument, "execution_id: required")
+	if err := validExecutionID("execution_id", req.GetExecutionId()); err != nil {
+		return err
 	}
 	if req.GetAfterSeq() < 0 {
 		return status.Error(codes.InvalidArgument, "after_seq: must not be negative")
