@@ -134,10 +134,11 @@ func tenantPlaybooks(tenant string, timerDelay int, echoURL string) []string {
 		step("end", probe("end", "")),
 	)
 	// The check fails with division by zero at its runs 1 and 2 (1/(1/3), 1/(2/3)) and
-	// passes at run 3; the policy retries it in the same command.
+	// passes at run 3; the policy retries it in the same command (0.5 s, then 1 s; the
+	// later runs wait out an outage: 2, 4, ... s).
 	flaky := map[string]any{
 		"kind": "postgres", "auth": "chaos_pg", "command": "SELECT 1 / ($1::int / 3) AS ok", "params": []any{"{{ _attempt }}"},
-		"spec": policy(map[string]any{"when": "{{ output.status == 'error' }}", "then": map[string]any{"do": "retry", "attempts": 12, "delay": 0.5}}),
+		"spec": policy(map[string]any{"when": "{{ output.status == 'error' }}", "then": map[string]any{"do": "retry", "attempts": 10, "delay": 0.5, "backoff": "exponential"}}),
 	}
 	retry := playbookDoc(pbRetry, wl,
 		step("start", probe("start", ""), "flaky"),
