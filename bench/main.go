@@ -3,6 +3,7 @@
 //	go run ./bench --workload chain --n 200
 //	go run ./bench --workload concurrent --executions 50 --steps 10
 //	go run ./bench --workload flood --starts 10000 --concurrency 200
+//	go run ./bench --workload chaos --executions 100 --faults 10 --seed 1
 //
 // It starts its own mesh in-process (embedded NATS, private Postgres) unless --gateway
 // points at a running one.
@@ -32,15 +33,23 @@ import (
 )
 
 func main() {
-	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop | ingest (the materializer alone against a raw COPY; --ingest-*) | payload (--size-mb) | flight (--rows) | flood (the gateway's memory after --starts starts; --concurrency, --transport, --settle)")
+	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop | ingest (the materializer alone against a raw COPY; --ingest-*) | payload (--size-mb) | flight (--rows) | flood (the gateway's memory after --starts starts; --concurrency, --transport, --settle) | chaos (the fault harness of bench/chaos: --executions (default 1000), --faults, --seed, --chaos-*)")
 	n := flag.Int("n", 200, "steps of the chain workload, iterations of the fanout workload")
-	executions := flag.Int("executions", 50, "executions of the concurrent workload")
+	executions := flag.Int("executions", 50, "executions of the concurrent workload (50) and of the chaos workload (1000)")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
 	gateway := flag.String("gateway", "", "use a running gateway (gRPC address, API key in $NOETL_API_KEY) instead of an in-process mesh")
 	procs := flag.Bool("procs", true, "longloop: run each service as its own OS process (built from ./services) against a private Postgres and an embedded NATS server, and measure the orchestrator's and statebuilder's RSS; --procs=false runs the mesh in-process")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured phase (in-process mesh included) to this file")
+	chaosOpts := chaosFlags()
 	flag.Parse()
 	profile = *cpuprofile
+	if *workload == "chaos" {
+		if err := runChaos(context.Background(), chaosOpts, *executions); err != nil { // bench/chaos.go
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *workload == "flood" {
 		if err := runFloodProcs(context.Background()); err != nil { // bench/flood.go
 			fmt.Fprintln(os.Stderr, "bench:", err)

@@ -348,6 +348,7 @@ func (r *reporter) logf(format string, args ...any) {
 
 func (r *reporter) json(m map[string]any) {
 	m["workload"] = "chaos"
+	m["seed"] = r.seed
 	b, err := json.Marshal(m)
 	if err != nil {
 		b = []byte(fmt.Sprintf(`{"workload":"chaos","error":%q}`, err.Error()))
