@@ -21,6 +21,7 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 )
@@ -32,8 +33,8 @@ const (
 	MaxPlaybookBytes = 1 << 20
 	// MaxWorkloadBytes bounds a start's workload as JSON: the request's, checked here, and
 	// the playbook's workload merged with it, which the orchestrator checks against the
-	// same number. It keeps the start event within what the engine publishes (256 KiB).
-	MaxWorkloadBytes = 192 << 10
+	// same number (domain.MaxWorkloadBytes).
+	MaxWorkloadBytes = domain.MaxWorkloadBytes
 )
 
 // tooLarge is the RESOURCE_EXHAUSTED error of a field of n bytes over its limit.

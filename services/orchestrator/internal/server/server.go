@@ -50,11 +50,9 @@ type Server struct {
 	Sealer *Sealer
 }
 
-// MaxWorkloadBytes is the public limit on an execution's workload as JSON: the playbook's
-// workload merged with the start request's. The gateway checks the request's own workload
-// against the same number (its api.MaxWorkloadBytes). It keeps playbook.started within
-// what the engine publishes (natsx.MaxMessageBytes, 256 KiB).
-const MaxWorkloadBytes = 192 << 10
+// MaxWorkloadBytes is the public limit on an execution's workload as JSON, which the
+// gateway also holds a start request's own workload to (domain.MaxWorkloadBytes).
+const MaxWorkloadBytes = domain.MaxWorkloadBytes
 
 var idempotencyNS = uuid.MustParse("6f1c3f36-58b4-4c1e-9a43-6e6f65746c21")
 
