@@ -412,7 +412,7 @@ func (c *cluster) startServices(ctx context.Context, o clusterOptions) error {
 		return without("NOETL_WORKER_POOL="+pool, fmt.Sprintf("NOETL_WORKER_ID=chaos-worker-%s-%d", pool, i),
 			fmt.Sprintf("NOETL_WORKER_CONCURRENCY=%d", o.WorkerConcurrency),
 			// The probes' echo server is on 127.0.0.1.
-			"NOETL_HTTP_ALLOW_PRIVATE=true")
+			"NOETL_HTTP_EGRESS=loopback")
 	}
 	for i := range o.Shared {
 		specs = append(specs, spec{kindWorker, fmt.Sprintf("worker-shared-%d", i), "worker", workerEnv("shared", i)})
