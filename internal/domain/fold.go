@@ -26,6 +26,59 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 	}
 	st.Seq = ev.GetSeq()
 	st.LastEventId = ev.GetEventId()
+	if err := apply(st, ev); err != nil {
+		return err
+	}
+	// A step.enter or command.issued may be what held events of its step waited for.
+	if t := ev.GetType(); t == EventStepEnter || t == EventCommandIssued {
+		return releaseHeld(st, st.GetSteps()[ev.GetStep()])
+	}
+	return nil
+}
+
+// commandEvent reports whether typ is an event a worker reports for a command.
+func commandEvent(typ string) bool {
+	switch typ {
+	case EventCommandStarted, EventCallDone, EventCallError, EventCommandCompleted, EventCommandFailed:
+		return true
+	}
+	return false
+}
+
+// early reports whether ev, a worker's event for a command, belongs to an epoch or attempt
+// of its step that the log has not issued yet: its step.enter or command.issued was lost
+// with the tail of the log and published again after the command ran.
+func early(s *sbv1.StepState, ev *eventv1.Event) bool {
+	if s.GetStatus() == eventv1.StepStatus_STEP_STATUS_UNSPECIFIED {
+		return true // the step was never entered
+	}
+	epoch := ev.GetIteration().GetEpoch()
+	switch {
+	case epoch > s.GetEpoch():
+		return true
+	case epoch < s.GetEpoch() || s.GetLoop() != nil:
+		return false // a late event of an older epoch, or a loop's (issued with its enter)
+	}
+	return ev.GetCommandId() != s.GetCommandId() && ev.GetAttempt() > s.GetAttempt()
+}
+
+// releaseHeld applies the held events of step s that are no longer early, in log order.
+func releaseHeld(st *sbv1.ExecutionState, s *sbv1.StepState) error {
+	if s == nil || len(s.Held) == 0 {
+		return nil
+	}
+	held := s.Held
+	s.Held = nil
+	for _, ev := range held {
+		if err := apply(st, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply folds ev into st (Apply without the seq bookkeeping).
+func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 	if st.Steps == nil {
 		st.Steps = map[string]*sbv1.StepState{}
 	}
@@ -36,6 +89,11 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 			st.Steps[ev.GetStep()] = s
 		}
 		return s
+	}
+	if commandEvent(ev.GetType()) && ev.GetStep() != "" && early(step(), ev) {
+		s := step()
+		s.Held = append(s.Held, ev)
+		return nil
 	}
 	switch ev.GetType() {
 	case EventPlaybookStarted:
@@ -67,6 +125,8 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		}
 		s.Status = eventv1.StepStatus_STEP_STATUS_RUNNING
 		s.Epoch = p.Epoch
+		// The new epoch has issued no command yet (command.issued sets them).
+		s.CommandId, s.Attempt, s.Started = "", 0, false
 		s.EnterEventId = ev.GetEventId()
 		s.Routed = false
 		s.Error = nil

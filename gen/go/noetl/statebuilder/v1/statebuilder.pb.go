@@ -258,7 +258,13 @@ type StepState struct {
 	// Loop state of the current epoch; unset for steps without a loop.
 	Loop *LoopState `protobuf:"bytes,13,opt,name=loop,proto3" json:"loop,omitempty"`
 	// Pending durable retry of the step's command; unset when none.
-	Retry         *RetryState `protobuf:"bytes,14,opt,name=retry,proto3" json:"retry,omitempty"`
+	Retry *RetryState `protobuf:"bytes,14,opt,name=retry,proto3" json:"retry,omitempty"`
+	// Events of a command the log does not yet show issued (command.started, call.done,
+	// call.error, command.completed or command.failed of a later epoch or attempt than the
+	// step's), in log order. They come first when the tail of the log that issued the
+	// command was lost (an asynchronous replica promoted, say) and the command was
+	// published again; the fold applies them once the step.enter or command.issued arrives.
+	Held          []*v1.Event `protobuf:"bytes,16,rep,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -394,6 +400,13 @@ func (x *StepState) GetLoop() *LoopState {
 func (x *StepState) GetRetry() *RetryState {
 	if x != nil {
 		return x.Retry
+	}
+	return nil
+}
+
+func (x *StepState) GetHeld() []*v1.Event {
+	if x != nil {
+		return x.Held
 	}
 	return nil
 }
@@ -1375,7 +1388,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
-	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\xaf\x04\n" +
+	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\xda\x04\n" +
 	"\tStepState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12\x14\n" +
@@ -1395,7 +1408,8 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\astarted\x18\x0f \x01(\bR\astarted\x12\x14\n" +
 	"\x05fired\x18\f \x03(\tR\x05fired\x124\n" +
 	"\x04loop\x18\r \x01(\v2 .noetl.statebuilder.v1.LoopStateR\x04loop\x127\n" +
-	"\x05retry\x18\x0e \x01(\v2!.noetl.statebuilder.v1.RetryStateR\x05retry\"\xea\x01\n" +
+	"\x05retry\x18\x0e \x01(\v2!.noetl.statebuilder.v1.RetryStateR\x05retry\x12)\n" +
+	"\x04held\x18\x10 \x03(\v2\x15.noetl.event.v1.EventR\x04held\"\xea\x01\n" +
 	"\n" +
 	"RetryState\x12!\n" +
 	"\fnext_attempt\x18\x01 \x01(\x05R\vnextAttempt\x12#\n" +
@@ -1526,33 +1540,34 @@ var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
 	16, // 7: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
 	3,  // 8: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
 	2,  // 9: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
-	17, // 10: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
-	19, // 11: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
-	0,  // 12: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	20, // 13: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	15, // 14: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	17, // 15: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	17, // 16: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	15, // 17: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	17, // 18: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	8,  // 19: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	17, // 20: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	11, // 21: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	17, // 22: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	1,  // 23: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	4,  // 24: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	6,  // 25: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	9,  // 26: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	12, // 27: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	5,  // 28: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	7,  // 29: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	10, // 30: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	13, // 31: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	28, // [28:32] is the sub-list for method output_type
-	24, // [24:28] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	20, // 10: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
+	17, // 11: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
+	19, // 12: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
+	0,  // 13: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	20, // 14: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	15, // 15: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	17, // 16: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	17, // 17: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	15, // 18: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	17, // 19: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	8,  // 20: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	17, // 21: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	11, // 22: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	17, // 23: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	1,  // 24: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	4,  // 25: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	6,  // 26: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	9,  // 27: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	12, // 28: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	5,  // 29: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	7,  // 30: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	10, // 31: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	13, // 32: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	29, // [29:33] is the sub-list for method output_type
+	25, // [25:29] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
