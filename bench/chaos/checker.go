@@ -177,7 +177,87 @@ func (k *checker) run(ctx context.Context) ([]*criterion, error) {
 		return nil, err
 	}
 	k.outcomes(execs, facts)
+	if err := k.availability(ctx); err != nil {
+		return nil, err
+	}
 	return k.crit, nil
+}
+
+// availability reports, for each fault, the longest time in its window (from its start
+// to 30 s after it healed) in which nothing was committed to the log, and how many of the
+// start calls invoked in the window were not answered ok: what each kind of fault costs
+// while it lasts (not a pass criterion).
+func (k *checker) availability(ctx context.Context) error {
+	c := k.criterion("availability", classInfo, "per fault: the longest stretch without a commit from its start to 30 s after it healed, and the start calls in that window not answered ok; by kind: the worst and the mean stall")
+	type worst struct {
+		n     int
+		stall time.Duration
+		what  string
+	}
+	var all []worst
+	byKind := map[string]map[string]any{}
+	for _, f := range k.faults {
+		if f.start.IsZero() {
+			continue
+		}
+		c.Checked++
+		end := f.healed.Add(30 * time.Second)
+		rows, err := k.db.Query(ctx, `SELECT DISTINCT committed_at FROM noetl.event WHERE committed_at BETWEEN $1 AND $2 ORDER BY 1`, f.start, end)
+		if err != nil {
+			return err
+		}
+		prev := f.start
+		var stall time.Duration
+		for rows.Next() {
+			var at time.Time
+			if err := rows.Scan(&at); err != nil {
+				rows.Close()
+				return err
+			}
+			stall = max(stall, at.Sub(prev))
+			prev = at
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		stall = max(stall, end.Sub(prev))
+		calls, notOK := 0, 0
+		for _, r := range k.recs {
+			r.mu.Lock()
+			for _, a := range r.attempts {
+				if !a.invoke.Before(f.start) && !a.invoke.After(end) {
+					calls++
+					if a.typ != "ok" {
+						notOK++
+					}
+				}
+			}
+			r.mu.Unlock()
+		}
+		s := byKind[f.Kind]
+		if s == nil {
+			s = map[string]any{"faults": 0, "max_stall_s": 0.0, "sum_stall_s": 0.0, "start_calls": 0, "start_not_ok": 0}
+			byKind[f.Kind] = s
+		}
+		s["faults"] = s["faults"].(int) + 1
+		s["max_stall_s"] = max(s["max_stall_s"].(float64), round2(stall.Seconds()))
+		s["sum_stall_s"] = round2(s["sum_stall_s"].(float64) + stall.Seconds())
+		s["start_calls"] = s["start_calls"].(int) + calls
+		s["start_not_ok"] = s["start_not_ok"].(int) + notOK
+		all = append(all, worst{f.N, stall, fmt.Sprintf("fault %d %s %s (held %.1fs): no commit for %.1fs; %d of %d start calls not ok",
+			f.N, f.Kind, strings.Join(f.Targets, "+"), f.Hold.Seconds(), stall.Seconds(), notOK, calls)})
+	}
+	for _, s := range byKind {
+		s["mean_stall_s"] = round2(s["sum_stall_s"].(float64) / float64(s["faults"].(int)))
+		delete(s, "sum_stall_s")
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].stall > all[j].stall })
+	for i := 0; i < len(all) && i < maxExamples; i++ {
+		c.Examples = append(c.Examples, all[i].what)
+	}
+	c.Detail["by_kind"] = byKind
+	return nil
 }
 
 // events reads the whole log in (execution, seq) order, one execution at a time, and

@@ -57,6 +57,12 @@
 //   - RSS, threads, open files and goroutines per process after the drain are reported
 //     against the baseline, and fail the run only when grossly off.
 //
+// Reported without failing the run: the duplication factor, the unknown outcomes of
+// starts (and which call created the execution), how the executions ended by playbook
+// (each playbook is built to complete, so a failure names an exhausted retry or an engine
+// error), and per fault kind the longest stretch without a commit and the start calls not
+// answered ok while it lasted.
+//
 // The checker does not prove liveness beyond the drain window, nor anything about
 // executions the load did not start (their children aside).
 package chaos

@@ -25,7 +25,8 @@ import (
 type Options struct {
 	// Executions is how many executions the load starts (default 1,000).
 	Executions int
-	// Faults is how many faults the nemesis injects (default 50).
+	// Faults is how many faults the nemesis injects (bench's --faults defaults to 50; zero
+	// runs the load without faults).
 	Faults int
 	// Seed draws the fault schedule and the load's mix; zero draws a seed, which is
 	// printed either way.
