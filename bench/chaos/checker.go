@@ -183,12 +183,17 @@ func (k *checker) run(ctx context.Context) ([]*criterion, error) {
 	return k.crit, nil
 }
 
+// availabilityTail is how long after a fault healed its window lasts (unless the next
+// fault starts sooner).
+const availabilityTail = 10 * time.Second
+
 // availability reports, for each fault, the longest time in its window (from its start
-// to 30 s after it healed) in which nothing was committed to the log, and how many of the
-// start calls invoked in the window were not answered ok: what each kind of fault costs
-// while it lasts (not a pass criterion).
+// to availabilityTail after it healed, or to the next fault's start when sooner) in which
+// nothing was committed to the log, and how many of the start calls invoked in the window
+// were not answered ok: what each kind of fault costs while it lasts (not a pass
+// criterion). A pause runs beside the faults after it, so its window includes theirs.
 func (k *checker) availability(ctx context.Context) error {
-	c := k.criterion("availability", classInfo, "per fault: the longest stretch without a commit from its start to 30 s after it healed, and the start calls in that window not answered ok; by kind: the worst and the mean stall")
+	c := k.criterion("availability", classInfo, "per fault: the longest stretch without a commit from its start to 10 s after it healed (or to the next fault's start), and the start calls in that window not answered ok; by kind: the worst and the mean stall (a pause's window includes the faults run beside it)")
 	type worst struct {
 		n     int
 		stall time.Duration
@@ -196,12 +201,23 @@ func (k *checker) availability(ctx context.Context) error {
 	}
 	var all []worst
 	byKind := map[string]map[string]any{}
-	for _, f := range k.faults {
-		if f.start.IsZero() {
+	for i, f := range k.faults {
+		if f.start.IsZero() || f.healed.IsZero() {
 			continue
 		}
 		c.Checked++
-		end := f.healed.Add(30 * time.Second)
+		end := f.healed.Add(availabilityTail)
+		if f.Kind != faultPause {
+			for _, next := range k.faults[i+1:] {
+				if !next.start.IsZero() && next.start.Before(end) {
+					end = next.start
+					if end.Before(f.healed) {
+						end = f.healed
+					}
+				}
+				break
+			}
+		}
 		rows, err := k.db.Query(ctx, `SELECT DISTINCT committed_at FROM noetl.event WHERE committed_at BETWEEN $1 AND $2 ORDER BY 1`, f.start, end)
 		if err != nil {
 			return err
