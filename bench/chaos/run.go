@@ -223,6 +223,9 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
+	for _, f := range faults {
+		r.json(map[string]any{"phase": "fault", "fault": f})
+	}
 	for kind, s := range nm.summary() {
 		r.json(map[string]any{"phase": "faults", "kind": kind, "count": s["count"], "hold_s": s["hold_s"], "errors": s["errors"], "targets": s["targets"]})
 	}
