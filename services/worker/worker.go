@@ -403,12 +403,23 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	ctx = withScrubber(ctx, sc)
 	log := slog.New(sc.Handler(w.log.Handler()))
 	// A committed cancellation of the execution stops the tool.
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if sub, err := w.nc.Subscribe(natsx.CancelSubject(cmd.GetExecutionId()), func(*nats.Msg) { cancel() }); err == nil {
+	// Its cause tells tools a cancelled execution (tools.ErrExecutionCancelled) from a
+	// stopping worker (ctx's own end).
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if sub, err := w.nc.Subscribe(natsx.CancelSubject(cmd.GetExecutionId()), func(*nats.Msg) { cancel(tools.ErrExecutionCancelled) }); err == nil {
 		defer func() { _ = sub.Unsubscribe() }()
 	}
 	events := w.Execute(runCtx, cmd)
+	if ctx.Err() != nil {
+		// The worker is stopping: the tool was cancelled by the shutdown, not by the
+		// execution, so its outcome is not the command's. Publishing it would fail the
+		// step (and the redelivered run would log a second outcome); leave the command to
+		// be redelivered to another worker instead.
+		log.Info("stopping: command left for redelivery", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()))
+		_ = m.Nak()
+		return
+	}
 	if last := events[len(events)-1]; last.GetError() != nil {
 		telemetry.ErrorStatus(span, errors.New(last.GetError().GetMessage()))
 	}

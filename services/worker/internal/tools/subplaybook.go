@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -91,9 +92,10 @@ func (p *Playbook) Run(ctx context.Context, c *Call) (any, error) {
 		}
 		resp, err := p.Orchestrator.WaitExecution(ctx, &orchv1.WaitExecutionRequest{Tenant: ref.Tenant, ExecutionId: child, Timeout: durationpb.New(time.Minute)})
 		if ctx.Err() != nil {
-			// The parent was cancelled or the worker stops: a cancelled parent takes its
-			// child along.
-			if ctx.Err() == context.Canceled {
+			// A cancelled parent takes its child along. A stopping worker does not: the
+			// command runs again on another worker, whose start (same idempotency key)
+			// finds this child and waits for it.
+			if errors.Is(context.Cause(ctx), ErrExecutionCancelled) {
 				p.cancel(ref.Tenant, child, "parent cancelled")
 			}
 			return nil, ctx.Err()

@@ -36,6 +36,11 @@ type Registry map[string]Tool
 // ErrUnknownKind is returned for a kind with no implementation in this worker.
 var ErrUnknownKind = errors.New("unknown tool kind")
 
+// ErrExecutionCancelled is the cause (context.Cause) of a tool's context when its
+// execution was cancelled; any other end of the context is the worker stopping, after
+// which the command runs again elsewhere.
+var ErrExecutionCancelled = errors.New("the execution was cancelled")
+
 // Run dispatches a call.
 func (r Registry) Run(ctx context.Context, c *Call) (any, error) {
 	t, ok := r[c.Kind]
