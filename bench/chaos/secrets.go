@@ -175,7 +175,7 @@ func (k *checker) secrets(ctx context.Context, js jetstream.JetStream) error {
 	}
 	msgs := 0
 	for _, stream := range []string{"NOETL_EVENTS", "NOETL_COMMANDS", "NOETL_COMMITTED"} {
-		n, found, err := grepStream(ctx, js, stream, forms)
+		n, found, err := grepStreamRetrying(ctx, js, stream, forms)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", stream, err)
 		}
@@ -205,6 +205,27 @@ func (k *checker) secrets(ctx context.Context, js jetstream.JetStream) error {
 		c.Detail["note"] = "the echo server never saw the sentinel: the secret playbook did not exercise the credential"
 	}
 	return nil
+}
+
+// grepStreamRetrying is grepStream, read again from the start while JetStream answers
+// nothing (its meta leader re-elected after a node's restart: "no responders") or times
+// out, for up to a minute.
+func grepStreamRetrying(ctx context.Context, js jetstream.JetStream, stream string, forms [][]byte) (read, found int, err error) {
+	deadline := time.Now().Add(time.Minute)
+	backoff := 250 * time.Millisecond
+	for {
+		read, found, err = grepStream(ctx, js, stream, forms)
+		transient := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoHeartbeat)
+		if err == nil || !transient || time.Now().After(deadline) || ctx.Err() != nil {
+			return read, found, err
+		}
+		select {
+		case <-ctx.Done():
+			return read, found, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 4*time.Second)
+	}
 }
 
 // grepStream reads every message a stream holds with an ordered consumer and counts
