@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,26 +29,9 @@ import (
 	"github.com/noetl/noetl/internal/platform/auth"
 )
 
-// edgeLogs collects every service's logs (JSON lines) for the tests of the gateway's edge.
-type edgeLogs struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *edgeLogs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *edgeLogs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // lines returns the log lines decoded, those that are JSON objects.
-func (l *edgeLogs) lines() []map[string]any {
+func (l *lockedBuffer) lines() []map[string]any {
 	var out []map[string]any
 	for line := range strings.SplitSeq(l.String(), "\n") {
 		m := map[string]any{}
@@ -60,9 +42,9 @@ func (l *edgeLogs) lines() []map[string]any {
 	return out
 }
 
-func startEdgeMesh(t *testing.T) (*mesh.Mesh, *edgeLogs) {
+func startEdgeMesh(t *testing.T) (*mesh.Mesh, *lockedBuffer) {
 	t.Helper()
-	logs := &edgeLogs{}
+	logs := &lockedBuffer{}
 	m := startAuthMesh(t, mesh.Config{Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	return m, logs
 }
