@@ -29,7 +29,6 @@ import (
 	"github.com/noetl/noetl/internal/platform/auth"
 )
 
-
 // lines returns the log lines decoded, those that are JSON objects.
 func (l *lockedBuffer) lines() []map[string]any {
 	var out []map[string]any
