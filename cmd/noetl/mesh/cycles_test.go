@@ -109,7 +109,7 @@ func TestUnboundedCycleEndsFailedAtItsLimit(t *testing.T) {
 	require.NoError(t, err)
 	x = cycleRunGRPC(t, c, "tests/pages")
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, x.GetStatus(), "%v", x.GetError())
-	require.EqualValues(t, 5, x.GetResult().GetStructValue().GetFields()["pages"].GetNumberValue())
+	require.EqualValues(t, 5, x.GetResult().GetStructValue().GetFields()["pages"].GetNumberValue(), "result %v; log:\n%s", x.GetResult(), eventDump(t, c, x.GetExecutionId()))
 
 	// A limit that is not a positive integer is refused at registration, naming the field,
 	// over gRPC and REST, and nothing is registered.
@@ -316,4 +316,18 @@ func startLimitMesh(t *testing.T, set func(*orchestrator.Config)) *mesh.Mesh {
 		return err
 	})
 	return m
+}
+
+// eventDump renders an execution's log, one event per line, for a failure message.
+func eventDump(t *testing.T, c *client, id string) string {
+	t.Helper()
+	resp, err := c.exe.ListExecutionEvents(context.Background(), &apiv1.ListExecutionEventsRequest{ExecutionId: id, PageSize: 1000})
+	if err != nil {
+		return "(events: " + err.Error() + ")"
+	}
+	var b strings.Builder
+	for _, e := range resp.GetEvents() {
+		fmt.Fprintf(&b, "%d %s %s cmd=%s result=%s payload=%s\n", e.GetSeq(), e.GetType(), e.GetStep(), e.GetCommandId(), e.GetResult(), e.GetPayload())
+	}
+	return b.String()
 }
