@@ -816,13 +816,16 @@ func arith(op string, a, b any) (any, error) {
 			}
 			switch x := seq.(type) {
 			case string:
-				if int64(len(x))*n > MaxOutput {
+				if repeatOver(len(x), n) {
 					return nil, fmt.Errorf("%w (%d bytes)", ErrOutputLimit, MaxOutput)
 				}
 				return strings.Repeat(x, int(n)), nil
 			case []any:
-				if int64(len(x))*n > MaxOutput {
+				if repeatOver(len(x), n) {
 					return nil, fmt.Errorf("%w (%d items)", ErrOutputLimit, MaxOutput)
+				}
+				if len(x) == 0 {
+					return []any{}, nil // n may be huge: nothing to repeat, no loop
 				}
 				out := make([]any, 0, len(x)*int(n))
 				for range n {
@@ -833,6 +836,13 @@ func arith(op string, a, b any) (any, error) {
 		}
 	}
 	return nil, fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(a), typeName(b))
+}
+
+// repeatOver reports whether size repeated n times (n >= 0) exceeds MaxOutput, without
+// computing size*n, which overflows for a large n ("ab" * 2**62 would wrap to a negative
+// length, pass a naive check and panic in strings.Repeat).
+func repeatOver(size int, n int64) bool {
+	return size > 0 && n > 0 && int64(size) > MaxOutput/n
 }
 
 func intOp(op string, a, b int64) (any, error) {

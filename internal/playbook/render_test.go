@@ -343,12 +343,22 @@ func TestRenderLimits(t *testing.T) {
 		"{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
 		"{% set ns = namespace(s='x' * 16) %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
 		"{{ 'ab' | replace('', 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' * 40000) }}",
+		// Counts whose product with the length overflows int64 (2**62, 2**62 + 1).
+		"{{ 'ab' * 4611686018427387904 }}",
+		"{{ 4611686018427387905 * 'abc' }}",
+		"{{ [1, 2] * 4611686018427387904 }}",
 	}
 	for _, in := range cases {
 		t.Run(in, func(t *testing.T) {
 			_, err := r.Render(in, nil)
 			require.ErrorIs(t, err, ErrOutputLimit)
 		})
+	}
+	// Nothing repeated any number of times is nothing, at once.
+	for in, want := range map[string]any{"{{ '' * 1000000000000000000 }}": "", "{{ [] * 1000000000000000000 }}": []any{}} {
+		got, err := r.Render(in, nil)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
 	}
 	// The output budget covers what a whole Render call computes; lookups build nothing.
 	big := strings.Repeat("y", MaxOutput/2+1)
