@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/noetl/noetl/internal/platform/natsx"
 )
 
 // partitions is the services' NOETL_PARTITIONS (their default).
@@ -88,7 +90,7 @@ func measureBacklog(ctx context.Context, db *pgxpool.Pool, js jetstream.JetStrea
 		return b, err
 	}
 	for p := range partitions {
-		m, err := s.GetLastMsgForSubject(ctx, fmt.Sprintf("noetl.events.%d", p))
+		m, err := s.GetLastMsgForSubject(ctx, natsx.PartitionEventSubject(p))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}

@@ -218,7 +218,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 // partitionSubject is the subject of partition p's events (natsx.EventSubject of the
 // executions that hash to p).
-func partitionSubject(p int) string { return fmt.Sprintf("noetl.events.%d", p) }
+func partitionSubject(p int) string { return natsx.PartitionEventSubject(p) }
 
 type loop struct {
 	cfg    Config

@@ -56,34 +56,55 @@ func Partition(executionID string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
+// The subject prefixes of the mesh. Every subject is built by a function of this file: no
+// other package spells one (an architecture test holds the tree to it).
+const (
+	prefixEvents    = "noetl.events."
+	prefixCommands  = "noetl.commands."
+	prefixCommitted = "noetl.committed."
+	prefixCancel    = "noetl.cancel."
+)
+
+// SubjectPrefixes are the prefixes of every subject the mesh publishes on, for code that
+// must recognise one (a public error message must never name a subject).
+func SubjectPrefixes() []string {
+	return []string{prefixEvents, prefixCommands, prefixCommitted, prefixCancel}
+}
+
 // EventSubject is the subject an execution's events are published on.
 func EventSubject(executionID string, partitions int) string {
-	return fmt.Sprintf("noetl.events.%d", Partition(executionID, partitions))
+	return PartitionEventSubject(Partition(executionID, partitions))
 }
+
+// PartitionEventSubject is the subject of the events of partition p.
+func PartitionEventSubject(p int) string { return fmt.Sprintf(prefixEvents+"%d", p) }
+
+// CommittedAll matches every commit notice.
+const CommittedAll = prefixCommitted + ">"
 
 // CommandSubject is the subject a command for pool is published on.
 func CommandSubject(pool, executionID string, partitions int) string {
-	return fmt.Sprintf("noetl.commands.%s.%d", pool, Partition(executionID, partitions))
+	return fmt.Sprintf(prefixCommands+"%s.%d", pool, Partition(executionID, partitions))
 }
 
 // CommittedSubject is the subject commit notices of an execution are published on. The
 // execution id is the last token so that a caller can wait for one execution's commits
 // with a core subscription.
 func CommittedSubject(executionID string, partitions int) string {
-	return fmt.Sprintf("noetl.committed.%d.%s", Partition(executionID, partitions), executionID)
+	return fmt.Sprintf(prefixCommitted+"%d.%s", Partition(executionID, partitions), executionID)
 }
 
 // CommittedWildcard matches the commit notices of one execution on any partition.
 func CommittedWildcard(executionID string) string {
-	return "noetl.committed.*." + executionID
+	return prefixCommitted + "*." + executionID
 }
 
 // CancelSubject is the core NATS subject on which the materializer announces that an
 // execution's cancellation is committed, so workers stop its running commands.
-func CancelSubject(executionID string) string { return "noetl.cancel." + executionID }
+func CancelSubject(executionID string) string { return prefixCancel + executionID }
 
 // PoolSubjects is the filter subject of a pool's command consumer.
-func PoolSubjects(pool string) string { return "noetl.commands." + pool + ".>" }
+func PoolSubjects(pool string) string { return prefixCommands + pool + ".>" }
 
 // StreamConfig holds the tunables of the stream declarations.
 type StreamConfig struct {
@@ -115,7 +136,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		{
 			Name:        StreamEvents,
 			Description: "NoETL events in transport to the materializer",
-			Subjects:    []string{"noetl.events.>"},
+			Subjects:    []string{prefixEvents + ">"},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      cfg.EventsMaxAge,
 			Duplicates:  2 * time.Minute,
@@ -125,7 +146,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		{
 			Name:        StreamCommands,
 			Description: "NoETL committed commands for worker pools",
-			Subjects:    []string{"noetl.commands.>"},
+			Subjects:    []string{prefixCommands + ">"},
 			Retention:   jetstream.WorkQueuePolicy,
 			Duplicates:  2 * time.Minute,
 			Replicas:    cfg.Replicas,
@@ -134,7 +155,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		{
 			Name:        StreamCommitted,
 			Description: "NoETL commit notices for the orchestrator",
-			Subjects:    []string{"noetl.committed.>"},
+			Subjects:    []string{CommittedAll},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      cfg.CommittedMaxAge,
 			Duplicates:  time.Minute,

@@ -24,6 +24,8 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/noetl/noetl/internal/platform/natsx"
 )
 
 // Domain is the ErrorInfo domain of every NoETL error.
@@ -173,13 +175,12 @@ func mask(log *slog.Logger, method string, st *status.Status) error {
 // internalNames are fragments that name the mesh's internals: NATS subjects, streams and
 // errors, the internal gRPC services, and the transport errors of calls to them (which
 // carry internal addresses). No public message has any of them.
-var internalNames = []string{
-	"noetl.events.", "noetl.commands.", "noetl.committed.", "noetl.cancel.",
-	"NOETL_EVENTS", "NOETL_COMMANDS", "NOETL_COMMITTED",
+var internalNames = append(natsx.SubjectPrefixes(),
+	natsx.StreamEvents, natsx.StreamCommands, natsx.StreamCommitted,
 	"nats:", "jetstream", "publish ",
 	"noetl.orchestrator.v1", "noetl.statebuilder.v1", "noetl.resultstore.v1",
 	"connection error", "transport:", "dial tcp", "connection refused",
-}
+)
 
 // Leaks reports whether msg names an internal part of the mesh (a NATS subject or stream,
 // an internal service, an internal address).

@@ -128,7 +128,7 @@ const maxCachedStates = 2048
 func (e *Engine) Run(ctx context.Context) error {
 	cons, err := e.js.CreateOrUpdateConsumer(ctx, natsx.StreamCommitted, jetstream.ConsumerConfig{
 		Durable:       e.cfg.Consumer,
-		FilterSubject: "noetl.committed.>",
+		FilterSubject: natsx.CommittedAll,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
 		MaxAckPending: 4096,
