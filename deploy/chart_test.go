@@ -278,6 +278,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"ticket TTL without a unit", nested("300", "resultstore", "ticketTTL"), "ticketTTL", false},
 		{"Flight location not gRPC", nested("https://flight.example.com", "resultstore", "flightLocation"), "flightLocation", false},
 		{"Flight port out of range", nested(70000, "resultstore", "flightPort"), "flightPort", false},
+		{"worker grace period within its drain", nested(45, "workers", "pools", "shared", "drainTimeoutSeconds"), "terminationGracePeriodSeconds (45) must exceed drainTimeoutSeconds (45)", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -620,6 +621,11 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 		}
 		if comp == "worker" {
 			require.Contains(t, env, "NOETL_RESULTSTORE_FLIGHT_ADDR", "%s: tables go up over Flight", name)
+			// The grace period outlasts the drain, or the kubelet kills a draining worker.
+			drain, err := time.ParseDuration(env["NOETL_WORKER_DRAIN_TIMEOUT"].Value)
+			require.NoError(t, err, "%s: NOETL_WORKER_DRAIN_TIMEOUT", name)
+			grace := time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+			require.Greater(t, grace, drain, "%s: terminationGracePeriodSeconds within the drain timeout", name)
 		}
 		if e, ok := env["NOETL_PARTITIONS"]; ok {
 			partitions[name] = e.Value

@@ -39,6 +39,10 @@ type procMesh struct {
 	httpAddr, grpcAddr, flightAddr string
 	// pids are the process ids by service name.
 	pids map[string]int
+	// bin holds the built service binaries; env is what every service is started with
+	// (addresses, secrets), for tests that start more processes beside the mesh.
+	bin string
+	env []string
 }
 
 // startProcesses builds the service binaries and starts each as its own process; it
@@ -70,7 +74,7 @@ func startProcesses(t *testing.T) *procMesh {
 		"NOETL_GATEWAY_HTTP=" + gwHTTP, "NOETL_GATEWAY_GRPC=" + gwGRPC,
 		"NOETL_RESULTSTORE_FLIGHT=" + fl, "NOETL_RESULTSTORE_FLIGHT_ADDR=" + fl, "NOETL_RESULTSTORE_FLIGHT_LOCATION=grpc://" + fl,
 	}
-	p := &procMesh{root: root, pgURL: pg, adminKey: adminKey, httpAddr: gwHTTP, grpcAddr: gwGRPC, flightAddr: fl, pids: map[string]int{}}
+	p := &procMesh{root: root, pgURL: pg, adminKey: adminKey, httpAddr: gwHTTP, grpcAddr: gwGRPC, flightAddr: fl, pids: map[string]int{}, bin: bin, env: env}
 	// The schema first (as a migration Job would), then each service once the ones before
 	// it are ready, so that no client starts in a dial backoff towards a peer still
 	// starting.

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -22,10 +23,13 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		"NOETL_PARTITIONS":              configtest.Positive,
 		"NOETL_STREAM_REPLICAS":         configtest.Positive,
 		"NOETL_WORKER_CONCURRENCY":      configtest.Positive,
+		"NOETL_WORKER_DRAIN_TIMEOUT":    configtest.NonNegative,
 	})
 	for _, tc := range []struct{ env, value, want string }{
 		{"NOETL_WORKER_CONCURRENCY", "8x", `NOETL_WORKER_CONCURRENCY="8x": invalid integer`},
 		{"NOETL_WORKER_CONCURRENCY", "-4", `NOETL_WORKER_CONCURRENCY="-4": must be positive`},
+		{"NOETL_WORKER_DRAIN_TIMEOUT", "30", `NOETL_WORKER_DRAIN_TIMEOUT="30": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
+		{"NOETL_WORKER_DRAIN_TIMEOUT", "-1s", `NOETL_WORKER_DRAIN_TIMEOUT="-1s": must not be negative`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)
@@ -45,6 +49,11 @@ func TestParseFlags(t *testing.T) {
 	require.False(t, printed)
 	require.Equal(t, 8, cfg.Concurrency)
 	require.Equal(t, 3, cfg.StreamReplicas)
+	require.Equal(t, 30*time.Second, cfg.DrainTimeout, "the default drain timeout")
+	t.Setenv("NOETL_WORKER_DRAIN_TIMEOUT", "0")
+	cfg, _, err = worker.ParseFlags(nil)
+	require.NoError(t, err)
+	require.Zero(t, cfg.DrainTimeout, "0 cancels the running commands at once")
 }
 
 // NOETL_HTTP_EGRESS picks the http tool's policy; the deprecated NOETL_HTTP_ALLOW_PRIVATE=true

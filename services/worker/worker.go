@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
@@ -82,6 +83,11 @@ type Config struct {
 	AdminListener net.Listener `json:"-"`
 	// LagPoll is how often the pool consumer's lag is read (zero: natsx.DefaultLagPoll).
 	LagPoll time.Duration `json:"-"`
+	// DrainTimeout is how long a stopping worker lets its running commands finish (and
+	// publish their outcomes) after it stops claiming new ones; the commands still running
+	// then are cancelled and left for redelivery. Zero, also the value of a Config built
+	// without Flags, cancels them at once.
+	DrainTimeout time.Duration
 }
 
 // Flags binds the configuration to flags and NOETL_* env vars.
@@ -90,6 +96,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.NATSURL, "nats", "NOETL_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
 	fs.String(&c.Pool, "pool", "NOETL_WORKER_POOL", "shared", "worker pool whose commands this worker runs")
 	fs.Int(&c.Concurrency, "concurrency", "NOETL_WORKER_CONCURRENCY", 64, "commands run at once", config.Positive)
+	fs.Duration(&c.DrainTimeout, "drain-timeout", "NOETL_WORKER_DRAIN_TIMEOUT", 30*time.Second, "on SIGTERM, how long running commands may finish before they are cancelled and left for redelivery (0: at once)", config.NonNegative)
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions", config.Positive)
 	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
 	fs.String(&c.Python, "python", "NOETL_PYTHON", "python3", "python interpreter for kind: python")
@@ -318,6 +325,9 @@ type Worker struct {
 // consumerName is the durable consumer of a pool on NOETL_COMMANDS.
 func consumerName(pool string) string { return "worker-" + pool }
 
+// consume claims the pool's commands and runs up to Concurrency of them at once until ctx
+// ends; then it stops claiming, hands back the messages claimed but not started, and
+// waits for the running commands (see Config.DrainTimeout) before it returns.
 func (w *Worker) consume(ctx context.Context) error {
 	cons, err := w.js.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{
 		Durable:       consumerName(w.cfg.Pool),
@@ -334,9 +344,36 @@ func (w *Worker) consume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Commands run in runCtx, which keeps ctx's values but not its end: when ctx ends the
+	// worker stops claiming at once, and the commands it runs finish and publish their
+	// outcomes for up to DrainTimeout, after which runCtx ends them (handle then leaves
+	// them for redelivery).
+	runCtx, cancelRuns := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRuns()
+	var running atomic.Int64
+	consumed := make(chan struct{})
+	defer close(consumed)
 	go func() {
-		<-ctx.Done()
-		it.Stop()
+		select {
+		case <-consumed:
+			return
+		case <-ctx.Done():
+		}
+		// Drain rather than Stop: the messages the iterator holds already come out of Next
+		// and are handed back below, instead of waiting out the ack wait.
+		it.Drain()
+		w.log.Info("worker draining", slog.Int64("running", running.Load()), slog.Duration("drain_timeout", w.cfg.DrainTimeout))
+		t := time.NewTimer(w.cfg.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-consumed:
+		case <-t.C:
+			if n := running.Load(); n > 0 {
+				w.log.Warn("drain timeout: cancelling the running commands, left for redelivery", slog.Int64("running", n))
+			}
+			cancelRuns()
+			it.Stop()
+		}
 	}()
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -344,28 +381,41 @@ func (w *Worker) consume(ctx context.Context) error {
 	for {
 		m, err := it.Next()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return nil
 			}
-			w.log.Warn("command consumer", slog.String("error", err.Error()))
+			if ctx.Err() == nil {
+				w.log.Warn("command consumer", slog.String("error", err.Error()))
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			// Claimed before the stop but not started: another worker runs it now.
+			_ = m.Nak()
 			continue
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil
+			_ = m.Nak()
+			continue
 		}
 		wg.Add(1)
+		running.Add(1)
 		w.inFlight.Inc()
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			defer running.Add(-1)
 			defer w.inFlight.Dec()
-			w.handle(ctx, m)
+			w.handle(runCtx, m)
 		}()
 	}
 }
 
+// handle runs one claimed command and publishes its outcome, then acks it. ctx is the run
+// context of consume: it ends only when a stopping worker's drain timeout passed, and a
+// command it ended is Nak'd for another worker rather than failed.
 func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	cmd := &eventv1.Command{}
 	if err := proto.Unmarshal(m.Data(), cmd); err != nil {
@@ -404,7 +454,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	log := slog.New(sc.Handler(w.log.Handler()))
 	// A committed cancellation of the execution stops the tool.
 	// Its cause tells tools a cancelled execution (tools.ErrExecutionCancelled) from a
-	// stopping worker (ctx's own end).
+	// stopping worker whose drain timeout passed (ctx's own end).
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if sub, err := w.nc.Subscribe(natsx.CancelSubject(cmd.GetExecutionId()), func(*nats.Msg) { cancel(tools.ErrExecutionCancelled) }); err == nil {
@@ -412,10 +462,10 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	events := w.Execute(runCtx, cmd)
 	if ctx.Err() != nil {
-		// The worker is stopping: the tool was cancelled by the shutdown, not by the
-		// execution, so its outcome is not the command's. Publishing it would fail the
-		// step (and the redelivered run would log a second outcome); leave the command to
-		// be redelivered to another worker instead.
+		// The worker is stopping and its drain timeout passed: the tool was cancelled by
+		// the shutdown, not by the execution, so its outcome is not the command's.
+		// Publishing it would fail the step (and the redelivered run would log a second
+		// outcome); leave the command to be redelivered to another worker instead.
 		log.Info("stopping: command left for redelivery", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()))
 		_ = m.Nak()
 		return

@@ -48,6 +48,8 @@ func TestBadConfigurationStopsStartUp(t *testing.T) {
 		{"malformed env", []string{"NOETL_WORKER_CONCURRENCY=8x"}, nil, `worker: NOETL_WORKER_CONCURRENCY="8x": invalid integer`},
 		{"negative env", []string{"NOETL_WORKER_CONCURRENCY=-1"}, nil, `worker: NOETL_WORKER_CONCURRENCY="-1": must be positive`},
 		{"malformed flag", nil, []string{"--partitions=lots"}, `worker: --partitions="lots": invalid integer`},
+		{"drain timeout without a unit", []string{"NOETL_WORKER_DRAIN_TIMEOUT=30"}, nil,
+			`worker: NOETL_WORKER_DRAIN_TIMEOUT="30": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
 		{"two problems", []string{"NOETL_PARTITIONS=0", "NOETL_HTTP_ALLOW_PRIVATE=yes"}, nil,
 			`worker: NOETL_HTTP_ALLOW_PRIVATE="yes": invalid boolean (want true or false); NOETL_PARTITIONS="0": must be positive`},
 	} {
