@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/noetl/noetl/cmd/noetl/mesh"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/natsembed"
@@ -66,7 +67,11 @@ func runIngest(ctx context.Context) error {
 		return err
 	}
 	defer ns.Shutdown()
-	db, err := pgxext.Open(ctx, pgURL, 4, true, log)
+	urls, err := mesh.PrepareDatabase(ctx, pgURL, log)
+	if err != nil {
+		return err
+	}
+	db, err := pgxext.Open(ctx, pgURL, 4)
 	if err != nil {
 		return err
 	}
@@ -86,7 +91,7 @@ func runIngest(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := materializer.Run(mctx, materializer.Config{PostgresURL: pgURL, NATSURL: ns.ClientURL(), AdminAddr: "127.0.0.1:0",
+		if err := materializer.Run(mctx, materializer.Config{PostgresURL: urls.Materializer, NATSURL: ns.ClientURL(), AdminAddr: "127.0.0.1:0",
 			BatchSize: *ingestBatch, Gate: g.wait}, log); err != nil && mctx.Err() == nil {
 			log.Error("materializer stopped", slog.String("error", err.Error()))
 		}

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/grpcx"
@@ -132,20 +133,21 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 	p.GRPCAddr, p.HTTPAddr = gwGRPC, gwHTTP
 	env := append(os.Environ(),
 		"NOETL_INTERNAL_SECRET="+hex.EncodeToString(secret), "NOETL_BOOTSTRAP_API_KEY="+p.AdminKey,
-		"NOETL_PG_URL="+pgURL, "NOETL_NATS_URL="+p.nats.ClientURL(),
+		"NOETL_NATS_URL="+p.nats.ClientURL(),
 		"NOETL_STATEBUILDER_GRPC="+sb, "NOETL_STATEBUILDER_ADDR="+sb,
 		"NOETL_RESULTSTORE_GRPC="+rs, "NOETL_RESULTSTORE_ADDR="+rs,
 		"NOETL_ORCHESTRATOR_GRPC="+or, "NOETL_ORCHESTRATOR_ADDR="+or,
 		"NOETL_GATEWAY_HTTP="+gwHTTP, "NOETL_GATEWAY_GRPC="+gwGRPC,
 		"NOETL_RESULTSTORE_FLIGHT="+fl, "NOETL_RESULTSTORE_FLIGHT_ADDR="+fl, "NOETL_RESULTSTORE_FLIGHT_LOCATION=grpc://"+fl,
 	)
-	// The schema first (as a migration Job would), then each service once the ones before
-	// it are ready, so that no client starts in a dial backoff towards a peer still starting.
-	migrate := exec.CommandContext(ctx, filepath.Join(bin, "orchestrator"), "--migrate-only")
-	migrate.Env = env
-	if out, err := migrate.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("migrate: %w: %s", err, out)
+	// The migrate step first (as a deployment's migrate job would), then each service, as
+	// its own Postgres role, once the ones before it are ready, so that no client starts in
+	// a dial backoff towards a peer still starting.
+	urls, err := mesh.PrepareDatabase(ctx, pgURL, log)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
+	pgFor := map[string]string{"statebuilder": urls.Statebuilder, "resultstore": urls.Resultstore, "materializer": urls.Materializer, "orchestrator": urls.Orchestrator}
 	for _, s := range procServices {
 		admin, err := freeAddr()
 		if err != nil {
@@ -157,6 +159,9 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 		}
 		cmd := exec.Command(filepath.Join(bin, s), "--admin", admin)
 		cmd.Env = env
+		if u := pgFor[s]; u != "" {
+			cmd.Env = append(append([]string{}, env...), "NOETL_PG_URL="+u)
+		}
 		cmd.Stdout, cmd.Stderr = logf, logf
 		// The service dies with the bench process should the bench be killed.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/noetl/noetl/cmd/noetl/mesh"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/pgembed"
 )
@@ -378,34 +379,34 @@ func (c *cluster) startServices(ctx context.Context, o clusterOptions) error {
 		"NOETL_RESULTSTORE_FLIGHT_ADDR="+fl,
 		"NOETL_RESULTSTORE_FLIGHT_LOCATION=grpc://"+fl,
 	)
-	withPG := func(env ...string) []string {
-		return append(append(append([]string{}, common...), "NOETL_PG_URL="+c.noetlURL), env...)
+	// The migrate step first, as a deployment's migrate job would; then each service
+	// connects as its own Postgres role.
+	urls, err := mesh.PrepareDatabase(ctx, c.noetlURL, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	withPG := func(pgURL string, env ...string) []string {
+		return append(append(append([]string{}, common...), "NOETL_PG_URL="+pgURL), env...)
 	}
 	without := func(env ...string) []string { return append(append([]string{}, common...), env...) }
 
 	o.Logf("addresses: statebuilder %s, resultstore %s (flight %s), orchestrators %s behind %s, gateway grpc %s http %s",
 		sb, rs, fl, strings.Join(orch, " "), c.orchLB.Addr(), c.grpcAddr, c.httpAddr)
-	// The schema first, as a migration job would.
-	migrate := exec.CommandContext(ctx, filepath.Join(c.bin, "orchestrator"), "--migrate-only")
-	migrate.Env = withPG()
-	if out, err := migrate.CombinedOutput(); err != nil {
-		return fmt.Errorf("migrate: %w: %s", err, out)
-	}
 	type spec struct {
 		kind, name, bin string
 		env             []string
 	}
 	specs := []spec{
-		{kindStatebuilder, "statebuilder-0", "statebuilder", withPG("NOETL_STATEBUILDER_GRPC=" + sb)},
-		{kindResultstore, "resultstore-0", "resultstore", withPG("NOETL_RESULTSTORE_GRPC="+rs, "NOETL_RESULTSTORE_FLIGHT="+fl)},
+		{kindStatebuilder, "statebuilder-0", "statebuilder", withPG(urls.Statebuilder, "NOETL_STATEBUILDER_GRPC="+sb)},
+		{kindResultstore, "resultstore-0", "resultstore", withPG(urls.Resultstore, "NOETL_RESULTSTORE_GRPC="+rs, "NOETL_RESULTSTORE_FLIGHT="+fl)},
 	}
 	for i := range 2 {
 		specs = append(specs, spec{kindMaterializer, fmt.Sprintf("materializer-%d", i), "materializer",
-			withPG(fmt.Sprintf("NOETL_MATERIALIZER_REPLICA_ID=chaos-materializer-%d", i))})
+			withPG(urls.Materializer, fmt.Sprintf("NOETL_MATERIALIZER_REPLICA_ID=chaos-materializer-%d", i))})
 	}
 	for i := range 2 {
 		specs = append(specs, spec{kindOrchestrator, fmt.Sprintf("orchestrator-%d", i), "orchestrator",
-			withPG("NOETL_ORCHESTRATOR_GRPC="+orch[i], "NOETL_BOOTSTRAP_API_KEY="+c.adminKey,
+			withPG(urls.Orchestrator, "NOETL_ORCHESTRATOR_GRPC="+orch[i], "NOETL_BOOTSTRAP_API_KEY="+c.adminKey,
 				"NOETL_ENCRYPTION_KEY="+base64.StdEncoding.EncodeToString(encKey))})
 	}
 	workerEnv := func(pool string, i int) []string {

@@ -77,7 +77,7 @@ func newRoot() *cobra.Command {
 		}
 		return dialAddr(gw, key)
 	}
-	root.AddCommand(devCmd(), versionCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial), apikeyCmd(dial), resultCmd(dial))
+	root.AddCommand(devCmd(), migrateCmd(), versionCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial), apikeyCmd(dial), resultCmd(dial))
 	return root
 }
 

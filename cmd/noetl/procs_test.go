@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/noetl/noetl/cmd/noetl/mesh"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/testkit"
 )
@@ -30,8 +31,10 @@ var services = []string{"statebuilder", "resultstore", "materializer", "orchestr
 type procMesh struct {
 	// root is the repository root.
 	root string
-	// pgURL is the services' Postgres database.
-	pgURL string
+	// pgURL is the services' Postgres database, as the superuser that migrated it;
+	// pgURLs are the URLs the services connect with, each as its own login role.
+	pgURL  string
+	pgURLs mesh.PostgresURLs
 	// adminKey is the bootstrap admin API key of tenant "default".
 	adminKey string
 	// httpAddr and grpcAddr are the gateway's public addresses; flightAddr the
@@ -67,7 +70,7 @@ func startProcesses(t *testing.T) *procMesh {
 	require.NoError(t, err)
 	env := []string{
 		"NOETL_INTERNAL_SECRET=process-test-internal-secret-0123456789", "NOETL_BOOTSTRAP_API_KEY=" + adminKey,
-		"NOETL_PG_URL=" + pg, "NOETL_NATS_URL=" + natsURL,
+		"NOETL_NATS_URL=" + natsURL,
 		"NOETL_STATEBUILDER_GRPC=" + sb, "NOETL_STATEBUILDER_ADDR=" + sb,
 		"NOETL_RESULTSTORE_GRPC=" + rs, "NOETL_RESULTSTORE_ADDR=" + rs,
 		"NOETL_ORCHESTRATOR_GRPC=" + or, "NOETL_ORCHESTRATOR_ADDR=" + or,
@@ -75,17 +78,15 @@ func startProcesses(t *testing.T) *procMesh {
 		"NOETL_RESULTSTORE_FLIGHT=" + fl, "NOETL_RESULTSTORE_FLIGHT_ADDR=" + fl, "NOETL_RESULTSTORE_FLIGHT_LOCATION=grpc://" + fl,
 	}
 	p := &procMesh{root: root, pgURL: pg, adminKey: adminKey, httpAddr: gwHTTP, grpcAddr: gwGRPC, flightAddr: fl, pids: map[string]int{}, bin: bin, env: env}
-	// The schema first (as a migration Job would), then each service once the ones before
-	// it are ready, so that no client starts in a dial backoff towards a peer still
-	// starting.
-	migrate := exec.Command(filepath.Join(bin, "orchestrator"), "--migrate-only")
-	migrate.Env = append(os.Environ(), env...)
-	out, err := migrate.CombinedOutput()
-	require.NoError(t, err, "migrate: %s", out)
+	// The migrate step first (as a deployment's migrate job would), then each service, as
+	// its own Postgres role, once the ones before it are ready, so that no client starts
+	// in a dial backoff towards a peer still starting.
+	p.pgURLs, err = mesh.PrepareDatabase(t.Context(), pg, nil)
+	require.NoError(t, err)
 	for _, s := range services {
 		admin := port()
 		cmd := exec.Command(filepath.Join(bin, s), "--admin", admin)
-		cmd.Env = append(os.Environ(), env...)
+		cmd.Env = append(append(os.Environ(), env...), p.serviceEnv(s)...)
 		logs := &syncBuffer{}
 		cmd.Stderr = logs
 		require.NoError(t, cmd.Start())
@@ -129,6 +130,17 @@ func startProcesses(t *testing.T) *procMesh {
 		return nil
 	})
 	return p
+}
+
+// serviceEnv is what a service's process is started with beside the mesh's env: its own
+// Postgres URL, for the services that connect to Postgres.
+func (p *procMesh) serviceEnv(service string) []string {
+	url := map[string]string{"orchestrator": p.pgURLs.Orchestrator, "materializer": p.pgURLs.Materializer,
+		"statebuilder": p.pgURLs.Statebuilder, "resultstore": p.pgURLs.Resultstore}[service]
+	if url == "" {
+		return nil
+	}
+	return []string{"NOETL_PG_URL=" + url}
 }
 
 // do sends a REST request to the gateway as the admin.

@@ -25,6 +25,8 @@ import (
 
 	"github.com/noetl/noetl/internal/platform/natsembed"
 	"github.com/noetl/noetl/internal/platform/pgembed"
+	"github.com/noetl/noetl/internal/platform/pgxext"
+	"github.com/noetl/noetl/internal/schema"
 )
 
 // EnvPGURL names the environment variable that points StartPostgres at an
@@ -105,6 +107,27 @@ func StartPostgres(t testing.TB) string {
 	u, err := withDatabase(pgAdmin, name)
 	if err != nil {
 		t.Fatal("testkit:", err)
+	}
+	return u
+}
+
+// StartMigratedPostgres is StartPostgres with NoETL's schema migrated in the new database,
+// as the deployment's migrate step does (schema.Migrate). Its URL connects as the
+// superuser, for tests of a store that read and write the tables directly; a service
+// started through its Run connects as its own login role (schema.Setup), and all but the
+// materializer refuse the superuser.
+func StartMigratedPostgres(t testing.TB) string {
+	t.Helper()
+	u := StartPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := pgxext.Open(ctx, u, 2)
+	if err != nil {
+		t.Fatal("testkit:", err)
+	}
+	defer db.Close()
+	if err := schema.Migrate(ctx, db, nil); err != nil {
+		t.Fatal("testkit: migrate:", err)
 	}
 	return u
 }

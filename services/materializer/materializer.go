@@ -31,6 +31,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/platform/telemetry"
+	"github.com/noetl/noetl/internal/schema"
 	"github.com/noetl/noetl/services/materializer/internal/lease"
 	"github.com/noetl/noetl/services/materializer/internal/writer"
 )
@@ -50,8 +51,11 @@ const (
 
 // Config is the materializer's configuration.
 type Config struct {
-	AdminAddr   string
-	NATSURL     string
+	AdminAddr string
+	NATSURL   string
+	// PostgresURL connects as the materializer's own login role, a member of noetl_materializer
+	// (`noetl migrate` creates it). The materializer refuses to start as a role that holds
+	// other privileges, or on a schema older than it needs.
 	PostgresURL string
 	Partitions  int
 	BatchSize   int
@@ -95,7 +99,7 @@ type Config struct {
 func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.AdminAddr, "admin", "NOETL_MATERIALIZER_ADMIN", "127.0.0.1:9063", "admin HTTP listen address (/livez, /readyz, /metrics)")
 	fs.String(&c.NATSURL, "nats", "NOETL_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
-	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
+	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL, as the materializer's own login role (a member of noetl_materializer)")
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions", config.Positive)
 	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
 	fs.Int(&c.BatchSize, "batch-size", "NOETL_MATERIALIZER_BATCH", DefaultBatchSize, "maximum events per commit", config.Positive)
@@ -179,11 +183,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer tel.Close(log)
-	db, err := pgxext.Open(ctx, cfg.PostgresURL, 8, true, log)
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, 8)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if err := schema.Check(ctx, db, schema.Materializer); err != nil {
+		return err
+	}
 	nc, js, err := natsx.Connect(cfg.NATSURL, "materializer")
 	if err != nil {
 		return err

@@ -38,8 +38,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{pg: testkit.StartPostgres(t), nats: testkit.StartNATS(t)}
-	db, err := pgxext.Open(context.Background(), e.pg, 4, true, nil)
+	e := &env{pg: testkit.StartMigratedPostgres(t), nats: testkit.StartNATS(t)}
+	db, err := pgxext.Open(context.Background(), e.pg, 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	e.db = db

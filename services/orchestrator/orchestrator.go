@@ -21,6 +21,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/schema"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
 	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 	"github.com/noetl/noetl/services/orchestrator/internal/engine"
@@ -29,9 +30,12 @@ import (
 
 // Config is the orchestrator's configuration.
 type Config struct {
-	GRPCAddr         string
-	AdminAddr        string
-	NATSURL          string
+	GRPCAddr  string
+	AdminAddr string
+	NATSURL   string
+	// PostgresURL connects as the orchestrator's own login role, a member of noetl_orchestrator
+	// (`noetl migrate` creates it). The orchestrator refuses to start as a role that holds
+	// other privileges, or on a schema older than it needs.
 	PostgresURL      string
 	StatebuilderAddr string
 	// ResultstoreAddr is where render contexts too large for a command are stored.
@@ -39,8 +43,6 @@ type Config struct {
 	Partitions      int
 	Shards          int
 	StartTimeout    time.Duration
-	// MigrateOnly applies the schema migrations and exits (a Kubernetes migration Job).
-	MigrateOnly bool
 	// ReconcileEvery and StaleAfter tune the reconciler of stalled executions.
 	ReconcileEvery time.Duration
 	StaleAfter     time.Duration
@@ -88,14 +90,13 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.GRPCAddr, "grpc", "NOETL_ORCHESTRATOR_GRPC", "127.0.0.1:50061", "gRPC listen address")
 	fs.String(&c.AdminAddr, "admin", "NOETL_ORCHESTRATOR_ADMIN", "127.0.0.1:9061", "admin HTTP listen address (/livez, /readyz, /metrics)")
 	fs.String(&c.NATSURL, "nats", "NOETL_NATS_URL", "nats://127.0.0.1:4222", "NATS URL")
-	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
+	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL, as the orchestrator's own login role (a member of noetl_orchestrator)")
 	fs.String(&c.StatebuilderAddr, "statebuilder", "NOETL_STATEBUILDER_ADDR", "127.0.0.1:50062", "statebuilder gRPC address")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address (large command contexts)")
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions", config.Positive)
 	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
 	fs.Int(&c.Shards, "shards", "NOETL_ORCHESTRATOR_SHARDS", 16, "decision goroutines", config.Positive)
 	fs.Duration(&c.StartTimeout, "start-timeout", "NOETL_START_TIMEOUT", 15*time.Second, "how long a start waits for its commit", config.Positive)
-	fs.Bool(&c.MigrateOnly, "migrate-only", "NOETL_MIGRATE_ONLY", false, "apply the Postgres schema migrations and exit")
 	fs.Duration(&c.ReconcileEvery, "reconcile-every", "NOETL_RECONCILE_EVERY", 10*time.Second, "how often stalled executions are looked for", config.Positive)
 	fs.Duration(&c.StaleAfter, "stale-after", "NOETL_STALE_AFTER", 30*time.Second, "how long an execution's log may stay still before it is re-driven", config.Positive)
 	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
@@ -124,18 +125,6 @@ func ParseFlags(args []string) (cfg Config, printed bool, err error) {
 // Run runs the orchestrator until ctx ends.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log = log.With(slog.String("service", "orchestrator"))
-	if cfg.MigrateOnly {
-		if err := config.Required(&cfg, "PostgresURL"); err != nil {
-			return err
-		}
-		db, err := pgxext.Open(ctx, cfg.PostgresURL, 2, true, log)
-		if err != nil {
-			return err
-		}
-		db.Close()
-		log.Info("schema migrations applied")
-		return nil
-	}
 	if err := config.Required(&cfg, "PostgresURL", "NATSURL", "StatebuilderAddr"); err != nil {
 		return err
 	}
@@ -165,11 +154,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	} else {
 		log.Warn("NOETL_ENCRYPTION_KEY is not set: storing and resolving credentials is disabled")
 	}
-	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16, true, log)
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if err := schema.Check(ctx, db, schema.Orchestrator); err != nil {
+		return err
+	}
 	if sealer != nil {
 		n, err := (&server.Server{DB: db, Sealer: sealer}).SealPlaintextCredentials(ctx)
 		if err != nil {

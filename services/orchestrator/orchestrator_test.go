@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/noetl/noetl/internal/testkit"
@@ -13,18 +12,21 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
-// TestMigrateOnlyAppliesTheSchemaAndExits is what a deployment's migration step runs: no
-// NATS, no statebuilder, only Postgres.
-func TestMigrateOnlyAppliesTheSchemaAndExits(t *testing.T) {
-	url := testkit.StartPostgres(t)
+// TestRunRefusesADatabaseItCannotUse: the orchestrator no longer migrates at start. On a
+// database without the schema it stops, saying to run the migration; as the superuser
+// (which may write the event log) it stops too, naming the role it needs. Both happen
+// before it needs NATS or the statebuilder.
+func TestRunRefusesADatabaseItCannotUse(t *testing.T) {
 	ctx := context.Background()
-	require.NoError(t, Run(ctx, Config{MigrateOnly: true, PostgresURL: url}, slog.New(slog.DiscardHandler)))
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	defer func() { _ = conn.Close(ctx) }()
-	var n int
-	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = 'noetl' AND table_name IN ('event', 'execution', 'catalog', 'timer', 'state_snapshot', 'result')`).Scan(&n))
-	require.Equal(t, 6, n)
-	// Running it again is a no-op.
-	require.NoError(t, Run(ctx, Config{MigrateOnly: true, PostgresURL: url}, slog.New(slog.DiscardHandler)))
+	run := func(url string) error {
+		return Run(ctx, Config{PostgresURL: url, NATSURL: "nats://127.0.0.1:1", StatebuilderAddr: "127.0.0.1:1",
+			InternalSecret: "orchestrator-test-internal-secret-0123456789"}, slog.New(slog.DiscardHandler))
+	}
+	err := run(testkit.StartPostgres(t))
+	require.ErrorContains(t, err, "holds no NoETL schema")
+	require.ErrorContains(t, err, "run `noetl migrate`")
+
+	err = run(testkit.StartMigratedPostgres(t))
+	require.ErrorContains(t, err, "may write noetl.event, which only the materializer writes")
+	require.ErrorContains(t, err, "noetl_orchestrator")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/platform/telemetry"
+	"github.com/noetl/noetl/internal/schema"
 	"github.com/noetl/noetl/services/resultstore/internal/store"
 )
 
@@ -27,8 +28,11 @@ const DefaultResultTTL = 7 * 24 * time.Hour
 
 // Config is the resultstore's configuration.
 type Config struct {
-	GRPCAddr    string
-	AdminAddr   string
+	GRPCAddr  string
+	AdminAddr string
+	// PostgresURL connects as the resultstore's own login role, a member of noetl_resultstore
+	// (`noetl migrate` creates it). The resultstore refuses to start as a role that holds
+	// other privileges, or on a schema older than it needs.
 	PostgresURL string
 
 	// FlightAddr is where the Arrow Flight server listens.
@@ -65,7 +69,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Duration(&c.ResultTTL, "result-ttl", "NOETL_RESULT_TTL", DefaultResultTTL, "how long stored results are kept (0: until deleted)", config.NonNegative)
 	fs.Duration(&c.SweepEvery, "sweep-every", "NOETL_RESULT_SWEEP_EVERY", time.Minute, "how often expired results are deleted (0: never)", config.NonNegative)
 	fs.Duration(&c.TicketTTL, "ticket-ttl", "NOETL_FLIGHT_TICKET_TTL", auth.DefaultTicketTTL, "how long Flight tickets signed here are accepted", config.Positive)
-	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
+	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL, as the resultstore's own login role (a member of noetl_resultstore)")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	c.Trace.Flags(fs)
 }
@@ -95,11 +99,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer tel.Close(log)
-	db, err := pgxext.Open(ctx, cfg.PostgresURL, 8, true, log)
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, 8)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if err := schema.Check(ctx, db, schema.Resultstore); err != nil {
+		return err
+	}
 	grpcLis, err := app.Listen(cfg.GRPCListener, cfg.GRPCAddr)
 	if err != nil {
 		return err

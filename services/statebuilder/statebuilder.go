@@ -16,13 +16,17 @@ import (
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/platform/telemetry"
+	"github.com/noetl/noetl/internal/schema"
 	"github.com/noetl/noetl/services/statebuilder/internal/store"
 )
 
 // Config is the statebuilder's configuration.
 type Config struct {
-	GRPCAddr     string
-	AdminAddr    string
+	GRPCAddr  string
+	AdminAddr string
+	// PostgresURL connects as the statebuilder's own login role, a member of noetl_statebuilder
+	// (`noetl migrate` creates it). The statebuilder refuses to start as a role that holds
+	// other privileges, or on a schema older than it needs.
 	PostgresURL  string
 	CacheEntries int
 	CacheBytes   int
@@ -47,7 +51,7 @@ type Config struct {
 func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.GRPCAddr, "grpc", "NOETL_STATEBUILDER_GRPC", "127.0.0.1:50062", "gRPC listen address")
 	fs.String(&c.AdminAddr, "admin", "NOETL_STATEBUILDER_ADMIN", "127.0.0.1:9062", "admin HTTP listen address (/livez, /readyz, /metrics)")
-	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL")
+	fs.Secret(&c.PostgresURL, "pg", "NOETL_PG_URL", "", "Postgres URL, as the statebuilder's own login role (a member of noetl_statebuilder)")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	fs.Int(&c.CacheEntries, "cache-entries", "NOETL_STATEBUILDER_CACHE", 10000, "execution states kept in memory", config.Positive)
 	fs.Int(&c.CacheBytes, "cache-bytes", "NOETL_STATEBUILDER_CACHE_BYTES", 256<<20, "encoded bytes of execution states kept in memory", config.Positive)
@@ -81,11 +85,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer tel.Close(log)
-	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16, true, log)
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if err := schema.Check(ctx, db, schema.Statebuilder); err != nil {
+		return err
+	}
 	grpcLis, err := app.Listen(cfg.GRPCListener, cfg.GRPCAddr)
 	if err != nil {
 		return err

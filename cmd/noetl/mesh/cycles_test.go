@@ -289,18 +289,22 @@ func startLimitMesh(t *testing.T, set func(*orchestrator.Config)) *mesh.Mesh {
 			}
 		}()
 	}
+	// The migrate step first, as a deployment's migrate job would; then each service as
+	// its own role.
+	urls, err := mesh.PrepareDatabase(ctx, pg, log)
+	require.NoError(t, err)
 	sb, rs, flight, or, gwGRPC, gwHTTP := listen(), listen(), listen(), listen(), listen(), listen()
 	sbAddr, rsAddr, orAddr, flightAddr := sb.Addr().String(), rs.Addr().String(), or.Addr().String(), flight.Addr().String()
 	run("statebuilder", func() error {
-		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: pg, InternalSecret: secret, GRPCListener: sb, AdminListener: listen()}, log)
+		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: urls.Statebuilder, InternalSecret: secret, GRPCListener: sb, AdminListener: listen()}, log)
 	})
 	run("resultstore", func() error {
-		return resultstore.Run(ctx, resultstore.Config{PostgresURL: pg, InternalSecret: secret, GRPCListener: rs, AdminListener: listen(), FlightListener: flight}, log)
+		return resultstore.Run(ctx, resultstore.Config{PostgresURL: urls.Resultstore, InternalSecret: secret, GRPCListener: rs, AdminListener: listen(), FlightListener: flight}, log)
 	})
 	run("materializer", func() error {
-		return materializer.Run(ctx, materializer.Config{PostgresURL: pg, NATSURL: natsURL, StreamReplicas: 1, AdminListener: listen()}, log)
+		return materializer.Run(ctx, materializer.Config{PostgresURL: urls.Materializer, NATSURL: natsURL, StreamReplicas: 1, AdminListener: listen()}, log)
 	})
-	ocfg := orchestrator.Config{PostgresURL: pg, StreamReplicas: 1, InternalSecret: secret, BootstrapAPIKey: adminKey, NATSURL: natsURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: or, AdminListener: listen()}
+	ocfg := orchestrator.Config{PostgresURL: urls.Orchestrator, StreamReplicas: 1, InternalSecret: secret, BootstrapAPIKey: adminKey, NATSURL: natsURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, GRPCListener: or, AdminListener: listen()}
 	set(&ocfg)
 	run("orchestrator", func() error { return orchestrator.Run(ctx, ocfg, log) })
 	run("worker", func() error {
@@ -309,7 +313,7 @@ func startLimitMesh(t *testing.T, set func(*orchestrator.Config)) *mesh.Mesh {
 	run("gateway", func() error {
 		return gateway.Run(ctx, gateway.Config{InternalSecret: secret, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightLocation: "grpc://" + flightAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: listen()}, log)
 	})
-	m := &mesh.Mesh{HTTPAddr: gwHTTP.Addr().String(), GRPCAddr: gwGRPC.Addr().String(), NATSURL: natsURL, PostgresURL: pg, AdminKey: adminKey}
+	m := &mesh.Mesh{HTTPAddr: gwHTTP.Addr().String(), GRPCAddr: gwGRPC.Addr().String(), NATSURL: natsURL, PostgresURL: pg, PostgresURLs: urls, AdminKey: adminKey}
 	c := newClient(t, m, adminKey)
 	testkit.WaitFor(t, 60*time.Second, func() error {
 		_, err := c.cat.ListPlaybooks(ctx, &apiv1.ListPlaybooksRequest{})

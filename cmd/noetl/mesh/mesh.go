@@ -40,7 +40,9 @@ import (
 type Config struct {
 	// StateDir holds the NATS store and, for the private cluster, the Postgres data.
 	StateDir string
-	// PostgresURL uses an external Postgres instead of a private cluster.
+	// PostgresURL uses an external Postgres instead of a private cluster, as a role that
+	// owns the noetl schema (or may create it) and may create roles: the mesh migrates
+	// with it and connects each service as its own login role (PrepareDatabase).
 	PostgresURL string
 	// PostgresDir holds the private cluster (empty: where pgembed.DirFor puts the cluster
 	// of StateDir, which is StateDir/postgres unless its server user cannot reach that).
@@ -96,8 +98,12 @@ type Config struct {
 type Mesh struct {
 	// HTTPAddr and GRPCAddr are the gateway's public addresses.
 	HTTPAddr, GRPCAddr string
-	// NATSURL and PostgresURL are the substrate the services use.
+	// NATSURL is the NATS the services use. PostgresURL is the Postgres database the mesh
+	// migrated, as the role it was given (the private cluster's superuser): tests read
+	// and seed tables with it, the services never use it.
 	NATSURL, PostgresURL string
+	// PostgresURLs are the URLs the services connect with, each as its own login role.
+	PostgresURLs PostgresURLs
 	// PostgresDir is the private cluster's directory ("" with an external Postgres).
 	PostgresDir string
 	// OrchestratorAddr is the orchestrator's internal gRPC address (tests resolve
@@ -199,6 +205,12 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		cfg.PostgresURL = pg.URL()
 	}
 	m.NATSURL, m.PostgresURL = cfg.NATSURL, cfg.PostgresURL
+	// Migrations run once, here, before any service starts; each service connects as its
+	// own role and checks the schema it needs.
+	if m.PostgresURLs, err = PrepareDatabase(ctx, cfg.PostgresURL, log); err != nil {
+		return nil, err
+	}
+	pgURLs := m.PostgresURLs
 
 	var lis [10]net.Listener
 	for i := range lis {
@@ -244,17 +256,17 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		"orchestrator": lis[6].Addr().String(), "worker": lis[7].Addr().String(), "gateway": lis[8].Addr().String(), "worker-system": lis[9].Addr().String()}
 	m.MaterializerAdminAddr = m.AdminAddrs["materializer"]
 	run("statebuilder", func(ctx context.Context) error {
-		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[0], AdminListener: lis[3]}, log)
+		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: pgURLs.Statebuilder, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[0], AdminListener: lis[3]}, log)
 	})
 	run("resultstore", func(ctx context.Context) error {
-		return resultstore.Run(ctx, resultstore.Config{PostgresURL: cfg.PostgresURL, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[2], AdminListener: lis[4], FlightListener: flightLis}, log)
+		return resultstore.Run(ctx, resultstore.Config{PostgresURL: pgURLs.Resultstore, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[2], AdminListener: lis[4], FlightListener: flightLis}, log)
 	})
 	run("materializer", func(ctx context.Context) error {
-		return materializer.Run(ctx, materializer.Config{PostgresURL: cfg.PostgresURL, NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
+		return materializer.Run(ctx, materializer.Config{PostgresURL: pgURLs.Materializer, NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
 			MaxLag: cfg.MaterializerMaxLag, StallAfter: cfg.MaterializerStallAfter, LagPoll: cfg.LagPoll, Gate: m.gate.wait, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: cfg.PostgresURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: pgURLs.Orchestrator, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	run("worker", func(ctx context.Context) error {
 		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[7]}, log)

@@ -47,14 +47,14 @@ func TestExtraReplicasKeepTheLogIdentical(t *testing.T) {
 		}()
 	}
 	run(func() error {
-		return materializer.Run(ctx, materializer.Config{PostgresURL: h.m.PostgresURL, NATSURL: h.m.NATSURL, Consumer: "materializer-rogue", AdminListener: listen()}, log)
+		return materializer.Run(ctx, materializer.Config{PostgresURL: h.m.PostgresURLs.Materializer, NATSURL: h.m.NATSURL, Consumer: "materializer-rogue", AdminListener: listen()}, log)
 	})
 	sbLis := listen()
 	run(func() error {
-		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: h.m.PostgresURL, InternalSecret: h.m.InternalSecret, GRPCListener: sbLis, AdminListener: listen()}, log)
+		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: h.m.PostgresURLs.Statebuilder, InternalSecret: h.m.InternalSecret, GRPCListener: sbLis, AdminListener: listen()}, log)
 	})
 	run(func() error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: h.m.PostgresURL, InternalSecret: h.m.InternalSecret, NATSURL: h.m.NATSURL, StatebuilderAddr: sbLis.Addr().String(), GRPCListener: listen(), AdminListener: listen()}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: h.m.PostgresURLs.Orchestrator, InternalSecret: h.m.InternalSecret, NATSURL: h.m.NATSURL, StatebuilderAddr: sbLis.Addr().String(), GRPCListener: listen(), AdminListener: listen()}, log)
 	})
 
 	// Several executions at once, one of them with the clean run's key.

@@ -3,23 +3,24 @@ package pgxext
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/noetl/noetl/internal/schema"
 )
 
-// Open connects a pool to url, waits until Postgres answers (bounded by ctx), and applies
-// the schema migrations when migrate is true.
+// Open connects a pool to url and waits until Postgres answers (bounded by ctx and 30 s).
+// A refusal that waiting cannot cure (a wrong password, a role or database that does not
+// exist) is returned at once. Open applies no migrations: the deployment's migrate step
+// does, once, and each service checks the schema it needs (package schema).
 //
 // Its connections commit with synchronous_commit on (unless url sets the parameter), whatever
 // the server's default: a commit that NoETL acts on (the materializer forwards a command,
 // an event references a stored result) must survive a crash of Postgres, and with
 // synchronous_commit off an immediate stop discards the last commits.
-func Open(ctx context.Context, url string, maxConns int32, migrate bool, log *slog.Logger) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres url: %w", err)
@@ -44,6 +45,10 @@ func Open(ctx context.Context, url string, maxConns int32, migrate bool, log *sl
 		if err == nil {
 			break
 		}
+		if refused(err) {
+			pool.Close()
+			return nil, fmt.Errorf("postgres refused the connection: %w", err)
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			pool.Close()
 			return nil, fmt.Errorf("postgres not reachable: %w", err)
@@ -58,13 +63,17 @@ func Open(ctx context.Context, url string, maxConns int32, migrate bool, log *sl
 		}
 		backoff = min(backoff*2, time.Second)
 	}
-	if migrate {
-		if err := schema.Migrate(ctx, pool, log); err != nil {
-			pool.Close()
-			return nil, err
-		}
-	}
 	return pool, nil
+}
+
+// refused reports whether Postgres answered err for a connection it will keep refusing:
+// authentication failed (class 28) or the database does not exist (3D000).
+func refused(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "3D000" || (len(pe.Code) == 5 && pe.Code[:2] == "28")
 }
 
 // Check is a readiness check that pings the pool.

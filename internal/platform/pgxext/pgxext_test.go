@@ -34,7 +34,7 @@ func TestCommitsAreSynchronousWhateverTheServerDefault(t *testing.T) {
 	require.NoError(t, conn.Close(ctx))
 	require.Equal(t, "off", plain, "the database's default")
 
-	pool, err := pgxext.Open(ctx, dbURL, 2, false, nil)
+	pool, err := pgxext.Open(ctx, dbURL, 2)
 	require.NoError(t, err)
 	defer pool.Close()
 	var got string
@@ -44,7 +44,7 @@ func TestCommitsAreSynchronousWhateverTheServerDefault(t *testing.T) {
 	q := u.Query()
 	q.Set("synchronous_commit", "local")
 	u.RawQuery = q.Encode()
-	explicit, err := pgxext.Open(ctx, u.String(), 2, false, nil)
+	explicit, err := pgxext.Open(ctx, u.String(), 2)
 	require.NoError(t, err)
 	defer explicit.Close()
 	require.NoError(t, explicit.QueryRow(ctx, "SHOW synchronous_commit").Scan(&got))

@@ -26,7 +26,7 @@ func ev(exec, id, typ string) *eventv1.Event {
 
 func TestCommitDedupesSequencesAndRejects(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
+	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	w := &Writer{DB: db}
@@ -87,7 +87,7 @@ func TestCommitDedupesSequencesAndRejects(t *testing.T) {
 // terminal event is a duplicate, and a timer scheduled before the end is retired with it.
 func TestCommitTerminalInsideBatchAndTimers(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
+	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	w := &Writer{DB: db}
@@ -129,7 +129,7 @@ func TestCommitTerminalInsideBatchAndTimers(t *testing.T) {
 // in its own transaction (never back), and stores events as published when given.
 func TestCommitMovesTheCursorAndKeepsBodies(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
+	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	w := &Writer{DB: db}
@@ -167,7 +167,7 @@ func TestCommitMovesTheCursorAndKeepsBodies(t *testing.T) {
 // are gap-free per execution in arrival order, and a redelivery is all duplicates.
 func TestCommitLargeBatch(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
+	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	w := &Writer{DB: db}

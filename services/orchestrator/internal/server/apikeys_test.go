@@ -19,7 +19,7 @@ import (
 
 func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 	bg := context.Background()
-	db, err := pgxext.Open(bg, testkit.StartPostgres(t), 4, true, nil)
+	db, err := pgxext.Open(bg, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	s := &Server{DB: db}
@@ -155,7 +155,7 @@ func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 
 func TestBootstrapKeyIsStoredOnceAndStaysRevoked(t *testing.T) {
 	bg := context.Background()
-	db, err := pgxext.Open(bg, testkit.StartPostgres(t), 4, true, nil)
+	db, err := pgxext.Open(bg, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	s := &Server{DB: db}

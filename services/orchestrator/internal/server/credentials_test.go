@@ -46,7 +46,7 @@ func TestCredentialsNeedTheKeyAndNeverEchoData(t *testing.T) {
 
 func TestPlaintextCredentialsAreSealedAndListsPage(t *testing.T) {
 	ctx := auth.NewContext(context.Background(), auth.ServicePrincipal("worker"))
-	db, err := pgxext.Open(ctx, testkit.StartPostgres(t), 4, true, nil)
+	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	sealer, err := NewSealer(bytes.Repeat([]byte{1}, KeySize))

@@ -21,7 +21,7 @@ import (
 // as the log grows: the cached state and every snapshot keep the same size, however many
 // iterations are done (snapshot cost does not grow with the log).
 func TestLongLoopSnapshotsStayFlat(t *testing.T) {
-	url := testkit.StartPostgres(t)
+	url := testkit.StartMigratedPostgres(t)
 	ctx := context.Background()
 	s := newStore(t, url, Options{SnapshotEvery: 1000})
 	const exec, n = "loop", 15000

@@ -13,7 +13,7 @@ import (
 )
 
 func TestCacheMetricsAndRunningCount(t *testing.T) {
-	url := testkit.StartPostgres(t)
+	url := testkit.StartMigratedPostgres(t)
 	ctx := context.Background()
 	s := newStore(t, url, Options{MaxEntries: 3})
 	for i := range 5 {

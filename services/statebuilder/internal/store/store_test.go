@@ -40,7 +40,7 @@ func insert(t *testing.T, s *Store, exec string, seqs ...int64) {
 }
 
 func newStore(t *testing.T, url string, opt Options) *Store {
-	db, err := pgxext.Open(context.Background(), url, 4, true, nil)
+	db, err := pgxext.Open(context.Background(), url, 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	return New(db, opt, prometheus.NewRegistry())
@@ -55,7 +55,7 @@ func seqs(from, to int64) []int64 {
 }
 
 func TestSnapshotsBoundColdRebuilds(t *testing.T) {
-	url := testkit.StartPostgres(t)
+	url := testkit.StartMigratedPostgres(t)
 	ctx := context.Background()
 	s := newStore(t, url, Options{SnapshotEvery: 10})
 	insert(t, s, "x", seqs(1, 25)...)
@@ -76,7 +76,7 @@ func TestSnapshotsBoundColdRebuilds(t *testing.T) {
 }
 
 func TestGapsAndStaleReadsAreRefused(t *testing.T) {
-	url := testkit.StartPostgres(t)
+	url := testkit.StartMigratedPostgres(t)
 	ctx := context.Background()
 	s := newStore(t, url, Options{})
 	insert(t, s, "g", 1, 2, 4)
@@ -92,7 +92,7 @@ func TestGapsAndStaleReadsAreRefused(t *testing.T) {
 }
 
 func TestCacheStaysWithinItsByteBound(t *testing.T) {
-	url := testkit.StartPostgres(t)
+	url := testkit.StartMigratedPostgres(t)
 	ctx := context.Background()
 	s := newStore(t, url, Options{MaxBytes: 1000})
 	for i := 0; i < 20; i++ {
@@ -106,7 +106,7 @@ func TestCacheStaysWithinItsByteBound(t *testing.T) {
 }
 
 func TestFilteredEventPagesSkipOthersButNotGaps(t *testing.T) {
-	url := testkit.StartPostgres(t)
+	url := testkit.StartMigratedPostgres(t)
 	ctx := context.Background()
 	s := newStore(t, url, Options{})
 	insert(t, s, "f", seqs(1, 30)...)
