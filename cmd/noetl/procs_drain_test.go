@@ -159,14 +159,15 @@ type service struct {
 	err  error
 }
 
-// startService starts the binary of service name with the mesh's environment plus env and
-// returns once its /readyz answers 200. It is stopped (SIGTERM, then SIGKILL after 30 s)
-// when the test ends, and its logs are shown if the test failed.
+// startService starts the binary of service name with the mesh's environment (and the
+// service's own Postgres URL) plus env and returns once its /readyz answers 200. It is
+// stopped (SIGTERM, then SIGKILL after 30 s) when the test ends, and its logs are shown if
+// the test failed.
 func (p *procMesh) startService(t *testing.T, name string, env ...string) *service {
 	t.Helper()
 	admin := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	s := &service{cmd: exec.Command(filepath.Join(p.bin, name), "--admin", admin), logs: &syncBuffer{}, done: make(chan struct{})}
-	s.cmd.Env = append(append(os.Environ(), p.env...), env...)
+	s.cmd.Env = append(append(append(os.Environ(), p.env...), p.serviceEnv(name)...), env...)
 	s.cmd.Stderr = s.logs
 	require.NoError(t, s.cmd.Start())
 	go func() {
