@@ -544,12 +544,12 @@ func queryParams(ctx context.Context, tx pgx.Tx, m *pgtype.Map, req *pgRequest) 
 		return nil, err
 	}
 	defer rows.Close()
-	rs, over := collectRows(m, req, rows.FieldDescriptions(), rows.Next, rows.RawValues)
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
+	rs, over := collectRows(m, req, rows.FieldDescriptions(), rows.Next, rows.RawValues, func() { stopStatement(ctx, tx.Conn().PgConn()) })
 	if over {
 		return nil, &errTooManyRows{max: req.maxRows}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
 	}
 	rs.tag = rows.CommandTag()
 	return rs, nil
@@ -560,33 +560,49 @@ func queryParams(ctx context.Context, tx pgx.Tx, m *pgtype.Map, req *pgRequest) 
 // statements (SQLSTATE 42601) before running any of them.
 func queryOne(ctx context.Context, pc *pgconn.PgConn, m *pgtype.Map, req *pgRequest) (*pgResultSet, error) {
 	rr := pc.ExecParams(ctx, req.sql, nil, nil, nil, nil)
-	rs, over := collectRows(m, req, rr.FieldDescriptions(), rr.NextRow, rr.Values)
+	rs, over := collectRows(m, req, rr.FieldDescriptions(), rr.NextRow, rr.Values, func() { stopStatement(ctx, pc) })
 	tag, err := rr.Close()
-	if err != nil {
-		return nil, err
-	}
 	if over {
 		return nil, &errTooManyRows{max: req.maxRows}
+	}
+	if err != nil {
+		return nil, err
 	}
 	rs.tag = tag
 	return rs, nil
 }
 
 // collectRows reads a statement's columns and rows (next advances, values reads the row)
-// into a result set, keeping at most req.maxRows; over reports that there were more.
-func collectRows(m *pgtype.Map, req *pgRequest, fds []pgconn.FieldDescription, next func() bool, values func() [][]byte) (rs *pgResultSet, over bool) {
+// into a result set, keeping at most req.maxRows; over reports that there were more. At
+// the first row past the cap it calls stop (stopStatement) and drains what was sent.
+func collectRows(m *pgtype.Map, req *pgRequest, fds []pgconn.FieldDescription, next func() bool, values func() [][]byte, stop func()) (rs *pgResultSet, over bool) {
 	rs = &pgResultSet{hasRows: len(fds) > 0}
 	for _, fd := range fds {
 		rs.columns = append(rs.columns, fd.Name)
 	}
 	for next() {
 		if len(rs.rows) >= req.maxRows {
+			if !over {
+				stop()
+			}
 			over = true
 			continue
 		}
 		rs.rows = append(rs.rows, decodeRow(m, fds, values(), req.asObjects))
 	}
 	return rs, over
+}
+
+// stopStatement asks the server to cancel the statement running on pc, whose result is
+// already over max_rows: a runaway result (generate_series(1, 1e10)) then ends at once
+// instead of being read to its end or to statement_timeout. The cancel request returns
+// once the server has signalled the backend, so it cannot reach a later statement: a
+// backend waiting for its next command ignores a cancel. The caller drains the rows
+// already sent and fails the command; the connection stays usable.
+func stopStatement(ctx context.Context, pc *pgconn.PgConn) {
+	cctx, cancel := context.WithTimeout(ctx, postgresConnectTimeout)
+	defer cancel()
+	_ = pc.CancelRequest(cctx) // at worst the statement runs on to its end or its timeout
 }
 
 // querySimple runs one or more statements with the simple protocol.
@@ -604,6 +620,9 @@ func querySimple(ctx context.Context, pc *pgconn.PgConn, m *pgtype.Map, req *pgR
 		}
 		for rr.NextRow() {
 			if over || len(rs.rows) >= req.maxRows {
+				if !over {
+					stopStatement(ctx, pc)
+				}
 				over = true
 				continue
 			}
@@ -612,16 +631,20 @@ func querySimple(ctx context.Context, pc *pgconn.PgConn, m *pgtype.Map, req *pgR
 		tag, err := rr.Close()
 		if err != nil {
 			_ = mrr.Close()
+			if over { // the cancel's own error (57014), or one after the cap was passed
+				return nil, &errTooManyRows{max: req.maxRows}
+			}
 			return nil, err
 		}
 		rs.tag = tag
 		sets = append(sets, rs)
 	}
-	if err := mrr.Close(); err != nil {
-		return nil, err
-	}
+	err := mrr.Close()
 	if over {
 		return nil, &errTooManyRows{max: req.maxRows}
+	}
+	if err != nil {
+		return nil, err
 	}
 	return sets, nil
 }

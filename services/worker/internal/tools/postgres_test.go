@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/noetl/noetl/internal/testkit"
 )
@@ -175,6 +176,40 @@ func TestPostgres(t *testing.T) {
 		res := mustPG(t, p, with(map[string]any{"command": "SELECT generate_series(1, 10)", "max_rows": 10}))
 		if res["row_count"] != int64(10) {
 			t.Fatalf("result = %v", res)
+		}
+	})
+
+	// A runaway result is cancelled at the cap, not read to its end (10^10 rows) nor to a
+	// statement_timeout (none here), by each protocol: without the cancel the command would
+	// outlive its context's deadline and fail with that instead. The pooled connection
+	// serves the next command.
+	t.Run("max_rows stops a runaway result", func(t *testing.T) {
+		for _, tc := range []struct {
+			cfg     map[string]any
+			literal bool // the playbook's own text (simple protocol), else one statement
+		}{
+			{map[string]any{"command": "SELECT generate_series(1, 10000000000)"}, true},
+			{map[string]any{"command": "SELECT generate_series(1, 10000000000); SELECT 1"}, true},
+			{map[string]any{"command": "SELECT generate_series(1, 10000000000)"}, false},
+			{map[string]any{"command": "SELECT generate_series(1, $1::bigint)", "params": []any{1e10}}, true},
+		} {
+			cfg := tc.cfg
+			cfg["max_rows"], cfg["statement_timeout_ms"] = 10, 0
+			if tc.literal {
+				cfg = with(cfg)
+			} else {
+				cfg["connection_string"] = dsn
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			_, err := p.Run(ctx, &Call{Kind: "postgres", Config: cfg, CommandID: "c", Step: "s"})
+			cancel()
+			if err == nil || !strings.Contains(err.Error(), "more than 10 rows") {
+				t.Fatalf("%v: err = %v", cfg["command"], err)
+			}
+			res := mustPG(t, p, with(map[string]any{"command": "SELECT 1 AS one"}))
+			if res["row_count"] != int64(1) {
+				t.Fatalf("after %v: %v", cfg["command"], res)
+			}
 		}
 	})
 
