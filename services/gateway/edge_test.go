@@ -213,6 +213,42 @@ func TestFailedAuthenticationIsThrottledByAddressAndKeyID(t *testing.T) {
 	}
 }
 
+// TestDenialsBehindTheGatewayAreAudited: a call the gateway admits and the orchestrator
+// refuses with PERMISSION_DENIED (a system/ playbook started without the system role) is
+// an audit line like the gateway's own denials, over gRPC and REST; other refusals are not.
+func TestDenialsBehindTheGatewayAreAudited(t *testing.T) {
+	t.Parallel()
+	f := startGateway(t, gateway.Config{})
+	_, err := f.executions(f.keyA).StartExecution(context.Background(), &apiv1.StartExecutionRequest{Path: "system/x"})
+	require.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
+	code, _, _ := f.restAs(f.keyA, http.MethodPost, "/v1/executions", `{"path": "system/x"}`, nil)
+	require.Equal(t, http.StatusForbidden, code)
+	_, err = f.executions(f.keyA).StartExecution(context.Background(), &apiv1.StartExecutionRequest{Path: "tests/down"})
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+
+	idA, _, ok := auth.ParseAPIKey(f.keyA)
+	require.True(t, ok)
+	var denied []map[string]any
+	for line := range strings.SplitSeq(f.logs.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) == nil && l["audit"] == true {
+			require.Equal(t, "denied", l["outcome"], "%v", l)
+			denied = append(denied, l)
+		}
+	}
+	require.Len(t, denied, 2, "one line per refused call")
+	for _, l := range denied {
+		require.Equal(t, "WARN", l["level"])
+		require.Equal(t, "authorization denied", l["msg"])
+		require.Equal(t, "/noetl.api.v1.ExecutionService/StartExecution", l["method"])
+		require.Equal(t, "path: starting system/ playbooks requires the system role", l["error"])
+		require.Equal(t, idA, l["key_id"])
+		require.Equal(t, "127.0.0.1", l["address"])
+		require.NotEmpty(t, l["tenant"])
+	}
+	require.NotContains(t, f.logs.String(), f.keyA[len(f.keyA)-20:])
+}
+
 // TestForwardedForIsIgnoredByDefault: without trusted proxies a client cannot pick its
 // address with X-Forwarded-For (or the gateway's own internal metadata key), so varying it
 // does not escape the throttle.

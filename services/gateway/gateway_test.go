@@ -58,10 +58,13 @@ type backend struct {
 
 // StartExecution starts idX1, except for paths that fail as the orchestrator can:
 // "tests/leak" with the message that named the NATS subject (issue 12), "tests/down" as
-// unavailable, "tests/merged" as a merged workload over the limit.
+// unavailable, "tests/merged" as a merged workload over the limit, "system/x" as needing
+// the system role.
 func (b *backend) StartExecution(_ context.Context, req *orchv1.StartExecutionRequest) (*orchv1.StartExecutionResponse, error) {
 	b.starts.Add(1)
 	switch req.GetPath() {
+	case "system/x":
+		return nil, status.Error(codes.PermissionDenied, "path: starting system/ playbooks requires the system role")
 	case "tests/leak":
 		return nil, status.Error(codes.InvalidArgument, "workload: too large (publish noetl.events.7 (e0123456789abcdefghijklmnop): 5000123 bytes: message exceeds 256 KiB); pass large inputs by reference")
 	case "tests/down":

@@ -31,9 +31,9 @@ import (
 // Failed authentication is throttled by client address and by API key id (failures): once
 // either has failed more than its burst, its attempts are refused with RESOURCE_EXHAUSTED
 // before any credential is checked, a valid one included, until its bucket refills. Every
-// authentication or authorization failure, and every throttled attempt, is logged as an
-// audit line (audit=true) with the address, the key id and the method, never the
-// credential.
+// authentication or authorization failure, every throttled attempt, and every admitted
+// call a service behind the gateway refuses with PERMISSION_DENIED, is logged as an audit
+// line (audit=true) with the address, the key id and the method, never the credential.
 type guard struct {
 	authn    *authn.Authenticator
 	failures *limit.Failures
@@ -60,8 +60,14 @@ const (
 	outcomeUnverified = "unverified"
 )
 
+// caller is who makes an admitted call, as its audit lines name it.
+type caller struct {
+	method, addr, kind, keyID string
+	p                         *auth.Principal
+}
+
 // admit returns ctx carrying the caller's principal, or the error that refuses the call.
-func (g *guard) admit(ctx context.Context, method string) (context.Context, error) {
+func (g *guard) admit(ctx context.Context, method string) (context.Context, *caller, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	addr := g.proxies.grpcClientAddr(ctx, md)
 	kind, keyID := authn.Presented(md)
@@ -74,7 +80,7 @@ func (g *guard) admit(ctx context.Context, method string) (context.Context, erro
 			fmt.Sprintf("authentication: too many failed attempts for %s; retry after %s", key, after.Round(100*time.Millisecond)),
 			map[string]string{"limit": fmt.Sprintf("%g failed attempts per minute (burst %d)", g.failures.PerMinute(), g.failures.Burst())}, apierr.RetryInfo(after))
 		g.audit(ctx, outcomeThrottled, method, addr, kind, keyID, nil, err)
-		return nil, err
+		return nil, nil, err
 	}
 	p, err := g.authn.Authenticate(ctx, md)
 	if err != nil {
@@ -84,13 +90,23 @@ func (g *guard) admit(ctx context.Context, method string) (context.Context, erro
 			g.failures.Fail(counted...)
 		}
 		g.audit(ctx, outcome, method, addr, kind, keyID, nil, err)
-		return nil, err
+		return nil, nil, err
 	}
 	if err := authz.Authorize(p, method); err != nil {
 		g.audit(ctx, outcomeDenied, method, addr, kind, keyID, p, err)
-		return nil, err
+		return nil, nil, err
 	}
-	return auth.NewContext(ctx, p), nil
+	return auth.NewContext(ctx, p), &caller{method: method, addr: addr, kind: kind, keyID: keyID, p: p}, nil
+}
+
+// denied audits a call the gateway admitted and a service behind it refused with
+// PERMISSION_DENIED (a system/ playbook started without the system role, a key minted
+// for another tenant): that refusal is the service's, its audit line the gateway's, like
+// those of its own.
+func (g *guard) denied(ctx context.Context, c *caller, err error) {
+	if status.Code(err) == codes.PermissionDenied {
+		g.audit(ctx, outcomeDenied, c.method, c.addr, c.kind, c.keyID, c.p, err)
+	}
 }
 
 // audit logs one refused call as an audit line: warn level, audit=true, the outcome, the
@@ -125,22 +141,26 @@ func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	if auth.Exempt(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	ctx, err := g.admit(ctx, info.FullMethod)
+	ctx, c, err := g.admit(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	resp, err := handler(ctx, req)
+	g.denied(ctx, c, err)
+	return resp, err
 }
 
 func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if auth.Exempt(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	ctx, err := g.admit(ss.Context(), info.FullMethod)
+	ctx, c, err := g.admit(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
-	return handler(srv, &admittedStream{ServerStream: ss, ctx: ctx})
+	err = handler(srv, &admittedStream{ServerStream: ss, ctx: ctx})
+	g.denied(ctx, c, err)
+	return err
 }
 
 // admittedStream carries the principal in its context.
