@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -156,6 +158,34 @@ func restError(log *slog.Logger, maxBody int) runtime.ErrorHandlerFunc {
 		}
 		runtime.DefaultHTTPErrorHandler(ctx, mux, m, rw, r, err)
 	}
+}
+
+// restJSON is the REST layer's JSON marshaler: grpc-gateway's protojson one, except that a
+// body that is not JSON is refused naming the byte where it stops being JSON. grpc-gateway
+// reads a body with encoding/json before protojson, and encoding/json's syntax errors (a
+// NaN, a truncated document, nesting past 10,000 levels) say what but not where; protojson's
+// own (a duplicate key, invalid UTF-8, an unknown field) name the line and column already.
+type restJSON struct{ runtime.JSONPb }
+
+// NewDecoder implements runtime.Marshaler.
+func (j *restJSON) NewDecoder(r io.Reader) runtime.Decoder {
+	return bodyDecoder{j.JSONPb.NewDecoder(r)}
+}
+
+// bodyDecoder names the offset of a JSON syntax error.
+type bodyDecoder struct{ runtime.Decoder }
+
+// Decode implements runtime.Decoder.
+func (d bodyDecoder) Decode(v any) error {
+	err := d.Decoder.Decode(v)
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Errorf("body: not JSON at byte %d: %w", se.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("body: not JSON: it ends inside the document (%w)", err)
+	}
+	return err
 }
 
 // sizeError gives the size refusals of the layers under the REST handlers their public

@@ -213,6 +213,27 @@ func TestFailedAuthenticationIsThrottledByAddressAndKeyID(t *testing.T) {
 	}
 }
 
+// TestMalformedBodiesNameWhereTheyBreak: a REST body that is not JSON, or JSON protojson
+// refuses, is INVALID_ARGUMENT (HTTP 400) naming the byte, or the line and column, where
+// it breaks; nothing reaches the orchestrator.
+func TestMalformedBodiesNameWhereTheyBreak(t *testing.T) {
+	t.Parallel()
+	f := startGateway(t, gateway.Config{})
+	deep := `{"path": "tests/x", "workload": ` + strings.Repeat(`{"a":`, 20000) + "1" + strings.Repeat("}", 20000) + "}"
+	for body, want := range map[string]string{
+		`{"path": "tests/x", "workload": {"a": NaN}}`: "body: not JSON at byte 39: invalid character 'N' looking for beginning of value",
+		`{"path": "tests/x", "workload": {"a": 1}`:    "body: not JSON: it ends inside the document (unexpected EOF)",
+		deep: "body: not JSON at byte 50028: invalid character '{' exceeded max depth",
+		`{"path": "tests/x", "workload": {"a": 1, "a": 2}}`: `(line 1:42): duplicate map key "a"`,
+		"{\"path\": \"tests/x\xff\"}":                       "(line 1:10): invalid UTF-8 in string",
+	} {
+		code, _, out := f.restAs(f.keyA, http.MethodPost, "/v1/executions", body, nil)
+		require.Equal(t, http.StatusBadRequest, code, "%.80s: %v", body, out)
+		require.Contains(t, out["message"], want, "%.80s", body)
+	}
+	require.Zero(t, f.be.starts.Load(), "nothing was forwarded")
+}
+
 // TestDenialsBehindTheGatewayAreAudited: a call the gateway admits and the orchestrator
 // refuses with PERMISSION_DENIED (a system/ playbook started without the system role) is
 // an audit line like the gateway's own denials, over gRPC and REST; other refusals are not.

@@ -272,10 +272,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer func() { _ = lc.Close() }()
 
-	marshaler := &runtime.JSONPb{
+	marshaler := &restJSON{runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}
+	}}
 	restErrors := restError(log, cfg.MaxBodyBytes)
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
 		runtime.WithIncomingHeaderMatcher(headerMatcher), runtime.WithMetadata(restMetadata), runtime.WithErrorHandler(restErrors))
