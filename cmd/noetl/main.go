@@ -11,12 +11,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -57,6 +59,7 @@ type client struct {
 	cat   apiv1.CatalogServiceClient
 	exe   apiv1.ExecutionServiceClient
 	admin apiv1.AdminServiceClient
+	cred  apiv1.CredentialServiceClient
 }
 
 func newRoot() *cobra.Command {
@@ -65,19 +68,28 @@ func newRoot() *cobra.Command {
 		gw = "127.0.0.1:50051"
 	}
 	apiKey := os.Getenv("NOETL_API_KEY")
+	var output string
+	var tlsOpts tlsOptions
 	// Errors are printed once, by main; usage only for a misused command line.
 	root := &cobra.Command{Use: "noetl", Short: "NoETL workflow engine client and development mesh", SilenceUsage: true, SilenceErrors: true, Version: versionString()}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&gw, "gateway", gw, "gateway gRPC address ($NOETL_GATEWAY)")
 	root.PersistentFlags().StringVar(&apiKey, "api-key", apiKey, "API key or JWT sent to the gateway ($NOETL_API_KEY; default for a gateway on this machine: the dev mesh's admin.key)")
+	root.PersistentFlags().StringVarP(&output, "output", "o", "", "output of read commands: table, json or yaml (default: a table on a terminal, else json)")
+	tlsOpts.flags(root)
 	dial := func() (*client, error) {
 		key := apiKey
-		if key == "" {
+		if key == "" && !tlsOpts.enabled {
 			key = devAdminKey(gw)
 		}
-		return dialAddr(gw, key)
+		creds, err := tlsOpts.transport()
+		if err != nil {
+			return nil, err
+		}
+		return dialWith(gw, key, creds)
 	}
-	root.AddCommand(devCmd(), migrateCmd(), versionCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial), eventsCmd(dial), cancelCmd(dial), apikeyCmd(dial), resultCmd(dial))
+	root.AddCommand(devCmd(), migrateCmd(), versionCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial, &output), eventsCmd(dial, &output), cancelCmd(dial), apikeyCmd(dial, &output), resultCmd(dial),
+		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output))
 	return root
 }
 
@@ -121,9 +133,17 @@ func emitTo(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-// dialAddr connects to the gateway at addr, sending key (an API key or a JWT) when set.
-func dialAddr(addr, key string) (*client, error) {
+// dialAddr connects to the gateway at addr in plaintext, sending key (an API key or a JWT)
+// when set.
+func dialAddr(addr, key string) (*client, error) { return dialWith(addr, key, nil) }
+
+// dialWith connects to the gateway at addr over creds (TLS; nil for plaintext), sending key
+// when set.
+func dialWith(addr, key string, creds credentials.TransportCredentials) (*client, error) {
 	var opts []grpc.DialOption
+	if creds != nil {
+		opts = append(opts, grpc.WithTransportCredentials(creds))
+	}
 	if key != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(auth.Bearer(key)))
 	}
@@ -131,7 +151,7 @@ func dialAddr(addr, key string) (*client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), admin: apiv1.NewAdminServiceClient(conn)}, nil
+	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), admin: apiv1.NewAdminServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn)}, nil
 }
 
 func registerCmd(dial func() (*client, error)) *cobra.Command {
@@ -299,38 +319,31 @@ func runCmd(dial func() (*client, error)) *cobra.Command {
 	return cmd
 }
 
-func statusCmd(dial func() (*client, error)) *cobra.Command {
+func statusCmd(dial func() (*client, error), output *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status ID",
 		Short: "Show an execution",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := dial()
-			if err != nil {
-				return err
-			}
-			defer func() { _ = c.conn.Close() }()
-			resp, err := c.exe.GetExecution(cmd.Context(), &apiv1.GetExecutionRequest{ExecutionId: args[0]})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), protojson.Format(resp.GetExecution()))
-			return nil
-		},
+		RunE:  func(cmd *cobra.Command, args []string) error { return showExecution(cmd, dial, *output, args[0]) },
 	}
 }
 
-func eventsCmd(dial func() (*client, error)) *cobra.Command {
+func eventsCmd(dial func() (*client, error), output *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "events ID",
-		Short: "List an execution's events in seq order, one JSON object per line",
+		Short: "List an execution's events in seq order (-o json: one JSON object per line)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := outputFormat(*output, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
 			c, err := dial()
 			if err != nil {
 				return err
 			}
 			defer func() { _ = c.conn.Close() }()
+			l := &listing{columns: []string{"SEQ", "TYPE", "STEP", "ATTEMPT", "COMMITTED", "DETAIL"}}
 			token := ""
 			for {
 				resp, err := c.exe.ListExecutionEvents(cmd.Context(), &apiv1.ListExecutionEventsRequest{ExecutionId: args[0], PageSize: 500, PageToken: token})
@@ -338,15 +351,37 @@ func eventsCmd(dial func() (*client, error)) *cobra.Command {
 					return err
 				}
 				for _, ev := range resp.GetEvents() {
-					b, _ := protojson.Marshal(ev)
-					fmt.Fprintln(cmd.OutOrStdout(), string(b))
+					l.add(ev, strconv.FormatInt(ev.GetSeq(), 10), ev.GetType(), ev.GetStep(), attempt(ev.GetAttempt()), when(ev.GetCommitTime()), eventDetail(ev))
 				}
 				if token = resp.GetNextPageToken(); token == "" {
-					return nil
+					return l.print(cmd.OutOrStdout(), format)
 				}
 			}
 		},
 	}
+}
+
+// attempt is an event's attempt for a table, blank when the event has none.
+func attempt(n int32) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(int(n))
+}
+
+// eventDetail is the one-line gist of an event for a table: its error, else its result.
+func eventDetail(ev *apiv1.Event) string {
+	if e := ev.GetError(); e != nil {
+		return abbreviate(e.GetCode()+": "+e.GetMessage(), 100)
+	}
+	if r := ev.GetResultRef(); r != nil {
+		return "result by reference: " + r.GetUri()
+	}
+	if r := ev.GetResult(); r != nil {
+		b, _ := json.Marshal(r.AsInterface())
+		return abbreviate(string(b), 100)
+	}
+	return ""
 }
 
 func cancelCmd(dial func() (*client, error)) *cobra.Command {
@@ -372,7 +407,7 @@ func cancelCmd(dial func() (*client, error)) *cobra.Command {
 	return cmd
 }
 
-func apikeyCmd(dial func() (*client, error)) *cobra.Command {
+func apikeyCmd(dial func() (*client, error), output *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "apikey", Short: "Create, list and revoke API keys (needs the admin role)"}
 	var tenant, name string
 	var roles []string
@@ -407,14 +442,19 @@ func apikeyCmd(dial func() (*client, error)) *cobra.Command {
 	create.Flags().DurationVar(&expires, "expires", 0, "make the key stop working after this long (default: never)")
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the API keys of your tenant, one JSON object per line (never their secrets)",
+		Short: "List the API keys of your tenant (never their secrets)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			format, err := outputFormat(*output, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
 			c, err := dial()
 			if err != nil {
 				return err
 			}
 			defer func() { _ = c.conn.Close() }()
+			l := &listing{columns: []string{"ID", "TENANT", "ROLES", "NAME", "CREATED", "LAST USED", "EXPIRES", "REVOKED"}}
 			token := ""
 			for {
 				resp, err := c.admin.ListApiKeys(cmd.Context(), &apiv1.ListApiKeysRequest{PageSize: 500, PageToken: token})
@@ -422,11 +462,10 @@ func apikeyCmd(dial func() (*client, error)) *cobra.Command {
 					return err
 				}
 				for _, k := range resp.GetApiKeys() {
-					b, _ := protojson.Marshal(k)
-					fmt.Fprintln(cmd.OutOrStdout(), string(b))
+					l.add(k, k.GetId(), k.GetTenant(), strings.Join(k.GetRoles(), ","), k.GetName(), when(k.GetCreateTime()), when(k.GetLastUsedTime()), when(k.GetExpireTime()), when(k.GetRevokeTime()))
 				}
 				if token = resp.GetNextPageToken(); token == "" {
-					return nil
+					return l.print(cmd.OutOrStdout(), format)
 				}
 			}
 		},

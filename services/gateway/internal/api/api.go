@@ -122,7 +122,12 @@ func (s *Server) GetPlaybook(ctx context.Context, req *apiv1.GetPlaybookRequest)
 
 // ListPlaybooks implements CatalogService.
 func (s *Server) ListPlaybooks(ctx context.Context, req *apiv1.ListPlaybooksRequest) (*apiv1.ListPlaybooksResponse, error) {
-	resp, err := s.Orchestrator.ListPlaybooks(ctx, &orchv1.ListPlaybooksRequest{Tenant: tenant(ctx), PageSize: req.GetPageSize(), PageToken: req.GetPageToken()})
+	if req.GetPath() != "" {
+		if err := validPlaybookPath("path", req.GetPath()); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := s.Orchestrator.ListPlaybooks(ctx, &orchv1.ListPlaybooksRequest{Tenant: tenant(ctx), PageSize: req.GetPageSize(), PageToken: req.GetPageToken(), Path: req.GetPath()})
 	if err != nil {
 		return nil, err
 	}

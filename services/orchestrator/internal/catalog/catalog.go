@@ -152,6 +152,33 @@ func (c *Catalog) List(ctx context.Context, tenant string, limit int, after stri
 	return out, rows.Err()
 }
 
+// Versions returns up to limit versions of the playbook at path, newest first, below
+// version before (all versions when before is 0), without content. A path with no version
+// is ErrNotFound.
+func (c *Catalog) Versions(ctx context.Context, tenant, path string, limit int, before int64) ([]*Entry, error) {
+	rows, err := c.db.Query(ctx, `SELECT version, name, description, content_sha256, warnings, created_at
+		FROM noetl.catalog WHERE tenant=$1 AND path=$2 AND ($3 = 0 OR version < $3) ORDER BY version DESC LIMIT $4`, tenant, path, before, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Entry
+	for rows.Next() {
+		e := &Entry{Tenant: tenant, Path: path}
+		if err := rows.Scan(&e.Version, &e.Name, &e.Description, &e.SHA256, &e.Warnings, &e.Created); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 && before == 0 {
+		return nil, ErrNotFound
+	}
+	return out, nil
+}
+
 // Compiled returns the compiled form of a version (the latest when version is 0).
 func (c *Catalog) Compiled(ctx context.Context, tenant, path string, version int64) (*decide.Compiled, error) {
 	if version > 0 {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,6 +114,9 @@ func (s *Server) ListPlaybooks(ctx context.Context, req *orchv1.ListPlaybooksReq
 	if n > 500 {
 		n = 500
 	}
+	if req.GetPath() != "" {
+		return s.listVersions(ctx, req, n)
+	}
 	es, err := s.Catalog.List(ctx, tenantOf(req.GetTenant()), n, req.GetPageToken())
 	if err != nil {
 		return nil, err
@@ -123,6 +127,34 @@ func (s *Server) ListPlaybooks(ctx context.Context, req *orchv1.ListPlaybooksReq
 	}
 	if len(es) == n {
 		resp.NextPageToken = es[len(es)-1].Path
+	}
+	return resp, nil
+}
+
+// listVersions is ListPlaybooks for one path: its versions, newest first, n per page; the
+// page token is the last version returned.
+func (s *Server) listVersions(ctx context.Context, req *orchv1.ListPlaybooksRequest, n int) (*orchv1.ListPlaybooksResponse, error) {
+	var before int64
+	if t := req.GetPageToken(); t != "" {
+		v, err := strconv.ParseInt(t, 10, 64)
+		if err != nil || v <= 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "page_token: %q is not a token of this listing", t)
+		}
+		before = v
+	}
+	es, err := s.Catalog.Versions(ctx, tenantOf(req.GetTenant()), req.GetPath(), n, before)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "playbook %q not found", req.GetPath())
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp := &orchv1.ListPlaybooksResponse{}
+	for _, e := range es {
+		resp.Entries = append(resp.Entries, entryProto(e, false))
+	}
+	if len(es) == n && es[len(es)-1].Version > 1 {
+		resp.NextPageToken = strconv.FormatInt(es[len(es)-1].Version, 10)
 	}
 	return resp, nil
 }

@@ -328,7 +328,10 @@ type ListPlaybooksRequest struct {
 	// Maximum number of playbooks (default 50, max 500).
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response.
-	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// When set, every version of the playbook at this path, newest first, instead of the
+	// latest version of each path.
+	Path          string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,10 +380,18 @@ func (x *ListPlaybooksRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListPlaybooksRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 // ListPlaybooksResponse carries a page of the catalog.
 type ListPlaybooksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Latest version of each playbook, ordered by path, without content.
+	// Latest version of each playbook, ordered by path (or every version of one path,
+	// newest first), without content.
 	Playbooks []*Playbook `protobuf:"bytes,1,rep,name=playbooks,proto3" json:"playbooks,omitempty"`
 	// Token for the next page; empty when there is none.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -2239,11 +2250,12 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\"I\n" +
 	"\x13GetPlaybookResponse\x122\n" +
-	"\bplaybook\x18\x01 \x01(\v2\x16.noetl.api.v1.PlaybookR\bplaybook\"R\n" +
+	"\bplaybook\x18\x01 \x01(\v2\x16.noetl.api.v1.PlaybookR\bplaybook\"f\n" +
 	"\x14ListPlaybooksRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"u\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"u\n" +
 	"\x15ListPlaybooksResponse\x124\n" +
 	"\tplaybooks\x18\x01 \x03(\v2\x16.noetl.api.v1.PlaybookR\tplaybooks\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa3\x01\n" +

@@ -365,7 +365,9 @@ type ListPlaybooksRequest struct {
 	// Maximum number of entries (default 50, max 500).
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Opaque token from a previous response.
-	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// When set, every version of the playbook at this path, newest first.
+	Path          string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -421,10 +423,17 @@ func (x *ListPlaybooksRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListPlaybooksRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 // ListPlaybooksResponse carries a page of the catalog.
 type ListPlaybooksResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Entries ordered by path, content omitted.
+	// Entries ordered by path (or the versions of one path, newest first), content omitted.
 	Entries []*CatalogEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// Token for the next page; empty when there is none.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -2068,12 +2077,13 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x03R\aversion\"P\n" +
 	"\x13GetPlaybookResponse\x129\n" +
-	"\x05entry\x18\x01 \x01(\v2#.noetl.orchestrator.v1.CatalogEntryR\x05entry\"j\n" +
+	"\x05entry\x18\x01 \x01(\v2#.noetl.orchestrator.v1.CatalogEntryR\x05entry\"~\n" +
 	"\x14ListPlaybooksRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"~\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\"~\n" +
 	"\x15ListPlaybooksResponse\x12=\n" +
 	"\aentries\x18\x01 \x03(\v2#.noetl.orchestrator.v1.CatalogEntryR\aentries\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdb\x01\n" +
