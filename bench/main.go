@@ -4,6 +4,8 @@
 //	go run ./bench --workload concurrent --executions 50 --steps 10
 //	go run ./bench --workload flood --starts 10000 --concurrency 200
 //	go run ./bench --workload chaos --executions 100 --faults 10 --seed 1
+//	go run ./bench --workload natssync
+//	go run ./bench --workload concurrent --nats-sync always
 //
 // It starts its own mesh in-process (embedded NATS, private Postgres) unless --gateway
 // points at a running one.
@@ -33,7 +35,7 @@ import (
 )
 
 func main() {
-	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop | ingest (the materializer alone against a raw COPY; --ingest-*) | payload (--size-mb) | flight (--rows) | flood (the gateway's memory after --starts starts; --concurrency, --transport, --settle) | chaos (the fault harness of bench/chaos: --executions (default 1000), --faults, --seed, --chaos-*)")
+	workload := flag.String("workload", "chain", "chain | concurrent | fanout | longloop | ingest (the materializer alone against a raw COPY; --ingest-*) | payload (--size-mb) | flight (--rows) | flood (the gateway's memory after --starts starts; --concurrency, --transport, --settle) | natssync (JetStream's acknowledged publishes per second for each sync_interval of --natssync-policies, on one server and on three; --natssync-*) | chaos (the fault harness of bench/chaos: --executions (default 1000), --faults, --seed, --chaos-*)")
 	n := flag.Int("n", 200, "steps of the chain workload, iterations of the fanout workload")
 	executions := flag.Int("executions", 50, "executions of the concurrent workload (50) and of the chaos workload (1000)")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
@@ -41,10 +43,18 @@ func main() {
 	procs := flag.Bool("procs", true, "longloop: run each service as its own OS process (built from ./services) against a private Postgres and an embedded NATS server, and measure the orchestrator's and statebuilder's RSS; --procs=false runs the mesh in-process")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured phase (in-process mesh included) to this file")
 	chaosOpts := chaosFlags()
+	flag.StringVar(&natsSync, "nats-sync", "", "the in-process mesh's NATS jetstream.sync_interval: always, a period (2m), or empty for the server's default (2m)")
 	flag.Parse()
 	profile = *cpuprofile
 	if *workload == "chaos" {
 		if err := runChaos(context.Background(), chaosOpts, *executions); err != nil { // bench/chaos.go
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *workload == "natssync" {
+		if err := runNATSSync(context.Background()); err != nil { // bench/natssync.go
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -72,6 +82,9 @@ func main() {
 
 // profile is the CPU profile path, empty for none.
 var profile string
+
+// natsSync is the in-process mesh's NATS sync policy (--nats-sync).
+var natsSync string
 
 func chain(name string, n int) string {
 	var b strings.Builder
@@ -161,7 +174,7 @@ func run(workload string, n, executions, steps int, gateway string) error {
 		if err := os.Chmod(dir, 0o755); err != nil {
 			return err
 		}
-		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: os.Getenv("NOETL_PG_URL"), Log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: os.Getenv("NOETL_PG_URL"), NATSSync: natsSync, Log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 		if err != nil {
 			return err
 		}

@@ -265,7 +265,10 @@ func (c *cluster) restartPostgres(ctx context.Context) error {
 }
 
 // startNATS starts three JetStream nodes with routes to each other and waits until each
-// reports healthy (JetStream current, a meta leader elected).
+// reports healthy (JetStream current, a meta leader elected). They fsync every write
+// before acknowledging it (sync_interval: always), the setting docs/operations.md ("NATS
+// durability") recommends for a 3-node cluster, so a run measures the configuration a
+// deployment should have.
 func (c *cluster) startNATS(ctx context.Context) error {
 	const n = 3
 	var client, route, mon [n]string
@@ -294,21 +297,7 @@ func (c *cluster) startNATS(ctx context.Context) error {
 				routes = append(routes, "nats://"+route[j])
 			}
 		}
-		conf := fmt.Sprintf(`server_name: %s
-listen: %q
-http: %q
-max_payload: 1MB
-jetstream {
-  store_dir: %q
-  max_memory_store: 256MB
-  max_file_store: 8GB
-}
-cluster {
-  name: noetl-chaos
-  listen: %q
-  routes: [%s]
-}
-`, name, client[i], mon[i], store, route[i], `"`+strings.Join(routes, `", "`)+`"`)
+		conf := natsNodeConf(name, client[i], mon[i], store, route[i], routes)
 		confPath := filepath.Join(c.dir, "nats", name+".conf")
 		if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 			return err
@@ -334,6 +323,27 @@ cluster {
 		}
 	}
 	return nil
+}
+
+// natsNodeConf is the configuration file of one NATS node of the cluster: its name, client,
+// monitoring and route addresses, store directory and the routes to the other nodes.
+func natsNodeConf(name, client, mon, store, route string, routes []string) string {
+	return fmt.Sprintf(`server_name: %s
+listen: %q
+http: %q
+max_payload: 1MB
+jetstream {
+  store_dir: %q
+  max_memory_store: 256MB
+  max_file_store: 8GB
+  sync_interval: always
+}
+cluster {
+  name: noetl-chaos
+  listen: %q
+  routes: [%s]
+}
+`, name, client, mon, store, route, `"`+strings.Join(routes, `", "`)+`"`)
 }
 
 // startServices starts the services in dependency order after applying the schema once.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // The schedule is a function of the seed, and covers every kind F/10 times.
@@ -98,5 +100,27 @@ func TestGrepFindsTheSentinelAcrossPieces(t *testing.T) {
 	}
 	if files != 2 || len(hits) != 1 || hits["a.log"] != 2 {
 		t.Fatalf("files %d, hits %v", files, hits)
+	}
+}
+
+// The cluster's NATS nodes fsync every write before acknowledging it, as
+// docs/operations.md recommends for a 3-node cluster: their configuration file parses to
+// JetStream's SyncAlways.
+func TestNATSNodesSyncAlways(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats-0.conf")
+	text := natsNodeConf("nats-0", "127.0.0.1:4222", "127.0.0.1:8222", filepath.Join(dir, "store"), "127.0.0.1:6222", []string{"nats://127.0.0.1:6223", "nats://127.0.0.1:6224"})
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !opts.JetStream || !opts.SyncAlways {
+		t.Fatalf("JetStream %v, SyncAlways %v; want both", opts.JetStream, opts.SyncAlways)
+	}
+	if len(opts.Routes) != 2 || opts.Cluster.Name != "noetl-chaos" {
+		t.Fatalf("routes %v, cluster %q", opts.Routes, opts.Cluster.Name)
 	}
 }

@@ -12,11 +12,13 @@ import (
 	"path/filepath"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	"github.com/noetl/noetl/internal/platform/config"
+	"github.com/noetl/noetl/internal/platform/natsembed"
 	"github.com/noetl/noetl/services/worker"
 )
 
@@ -67,6 +69,12 @@ func devCmd() *cobra.Command {
 					fmt.Printf("            cluster in %s (the postgres user runs the server and cannot reach %s)\n", m.PostgresDir, stateDir)
 				}
 			}
+			fmt.Printf("  nats:  %s  (JetStream store in %s)\n", m.NATSURL, filepath.Join(stateDir, "nats"))
+			if always, _, _ := natsembed.ParseSync(cfg.NATSSync); always {
+				fmt.Printf("         fsync on every write (NOETL_NATS_SYNC_INTERVAL=always): an OS crash or power loss loses no acknowledged message\n")
+			} else {
+				fmt.Printf("         fsync every %s (NOETL_NATS_SYNC_INTERVAL): an OS crash or power loss can lose messages acknowledged since the last one; a crash of noetl dev loses nothing\n", natsSyncPeriod(cfg.NATSSync))
+			}
 			fmt.Printf("  admin (/livez, /readyz, /metrics):\n")
 			for _, name := range slices.Sorted(maps.Keys(m.AdminAddrs)) {
 				fmt.Printf("    %-14s http://%s\n", name, m.AdminAddrs[name])
@@ -115,6 +123,14 @@ func devCmd() *cobra.Command {
 	return cmd
 }
 
+// natsSyncPeriod is the fsync period a Sync value that is not "always" means.
+func natsSyncPeriod(sync string) time.Duration {
+	if _, d, _ := natsembed.ParseSync(sync); d > 0 {
+		return d
+	}
+	return natsembed.SyncDefault
+}
+
 // devEnv fills cfg from the NOETL_* variables `noetl dev` honours, strictly: a malformed
 // or out-of-range value is an error naming the variable and the value. Unset numbers keep
 // the mesh's defaults.
@@ -129,5 +145,6 @@ func devEnv(cfg mesh.Config) (mesh.Config, error) {
 	cfg.MaxStepEntries = env.Int("NOETL_MAX_STEP_ENTRIES", 0, config.Positive)
 	cfg.MaxEvents = env.Int("NOETL_MAX_EVENTS", 0, config.Positive)
 	cfg.TenantLimits = env.String("NOETL_TENANT_LIMITS", "") // the orchestrator checks it at start
+	cfg.NATSSync = env.String("NOETL_NATS_SYNC_INTERVAL", "", natsembed.CheckSync)
 	return cfg, env.Err()
 }

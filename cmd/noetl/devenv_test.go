@@ -30,6 +30,17 @@ func TestDevEnvIsStrict(t *testing.T) {
 	require.Equal(t, 8, cfg.WorkerConcurrency)
 	require.Equal(t, 45*time.Second, cfg.StaleAfter)
 	require.Zero(t, cfg.Partitions, "unset keeps the mesh's default")
+	require.Empty(t, cfg.NATSSync, "unset keeps the NATS server's default")
+
+	for _, v := range []string{"always", "1s", "2m"} {
+		t.Setenv("NOETL_NATS_SYNC_INTERVAL", v)
+		cfg, err = devEnv(mesh.Config{})
+		require.NoError(t, err)
+		require.Equal(t, v, cfg.NATSSync)
+	}
+	t.Setenv("NOETL_NATS_SYNC_INTERVAL", "sometimes")
+	_, err = devEnv(mesh.Config{})
+	require.ErrorContains(t, err, `NOETL_NATS_SYNC_INTERVAL="sometimes": want "always" or a positive duration`)
 }
 
 // TestDevFailsOnBadEnvBeforeStarting: noetl dev stops at once, naming the variable.
@@ -39,4 +50,11 @@ func TestDevFailsOnBadEnvBeforeStarting(t *testing.T) {
 	root.SetArgs([]string{"dev", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"})
 	err := root.Execute()
 	require.ErrorContains(t, err, `NOETL_STALE_AFTER="soon"`)
+
+	t.Setenv("NOETL_STALE_AFTER", "")
+	t.Setenv("NOETL_NATS_SYNC_INTERVAL", "0s")
+	root = newRoot()
+	root.SetArgs([]string{"dev", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"})
+	err = root.Execute()
+	require.ErrorContains(t, err, `NOETL_NATS_SYNC_INTERVAL="0s"`)
 }

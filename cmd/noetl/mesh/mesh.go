@@ -49,6 +49,10 @@ type Config struct {
 	PostgresDir string
 	// NATSURL uses an external NATS instead of the embedded server.
 	NATSURL string
+	// NATSSync is the embedded server's JetStream fsync policy, natsembed.Options.Sync:
+	// "always", a period such as "2m", or empty for the server's default (2m). It does not
+	// apply to an external NATS (NATSURL), which has its own configuration.
+	NATSSync string
 	// HTTPAddr and GRPCAddr are the gateway's public addresses ("127.0.0.1:0" picks ports).
 	HTTPAddr, GRPCAddr string
 	// Partitions is the number of execution partitions.
@@ -184,7 +188,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		}
 	}()
 	if cfg.NATSURL == "" {
-		ns, err := natsembed.Start(natsembed.Options{StoreDir: filepath.Join(cfg.StateDir, "nats"), Logger: log})
+		ns, err := natsembed.Start(natsembed.Options{StoreDir: filepath.Join(cfg.StateDir, "nats"), Logger: log, Sync: cfg.NATSSync})
 		if err != nil {
 			return nil, err
 		}

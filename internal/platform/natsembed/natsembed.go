@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,46 @@ type Options struct {
 	Port int
 	// Logger receives the server's log (notices at Info). Nil discards it.
 	Logger *slog.Logger
+	// Sync is how the JetStream file store reaches the disk, in the syntax of the NATS
+	// server's jetstream.sync_interval (see ParseSync): "always" to fsync every write
+	// before it is acknowledged, a period such as "2m" to fsync in the background that
+	// often, or empty for the server's default (SyncDefault). With a period, an OS crash
+	// or a power loss can lose messages acknowledged within the last period; a crash of
+	// the process alone loses nothing (the data is in the OS's page cache).
+	Sync string
+}
+
+// SyncAlways is the Sync value that fsyncs every JetStream write before it is
+// acknowledged.
+const SyncAlways = "always"
+
+// SyncDefault is the NATS server's own sync interval, which an empty Sync keeps.
+const SyncDefault = 2 * time.Minute
+
+// ParseSync parses a jetstream.sync_interval value: "always" (any case) returns always
+// true, a positive duration (a number with a unit: 500ms, 10s, 2m) returns that interval,
+// and the empty string returns neither (the server's default, SyncDefault). Anything else
+// is an error saying what is accepted, without naming the setting.
+func ParseSync(s string) (always bool, interval time.Duration, err error) {
+	s = strings.TrimSpace(s)
+	switch {
+	case s == "":
+		return false, 0, nil
+	case strings.EqualFold(s, SyncAlways):
+		return true, 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return false, 0, errors.New(`want "always" or a positive duration with a unit (1s, 2m)`)
+	}
+	return false, d, nil
+}
+
+// CheckSync reports whether s is a valid Sync value; it is the check a configuration
+// setting that holds one runs (config.Env.String, config.FlagSet.String).
+func CheckSync(s string) error {
+	_, _, err := ParseSync(s)
+	return err
 }
 
 // Server is a running embedded NATS server.
@@ -37,10 +78,14 @@ type Server struct {
 	once   sync.Once
 }
 
-// Start starts a NATS server with JetStream enabled, no signal handlers and
-// the default 1 MiB max payload, and waits up to 10 s until it accepts
+// Start starts a NATS server with JetStream enabled, no signal handlers, the default
+// 1 MiB max payload and opt.Sync's fsync policy, and waits up to 10 s until it accepts
 // connections.
 func Start(opt Options) (*Server, error) {
+	always, interval, err := ParseSync(opt.Sync)
+	if err != nil {
+		return nil, fmt.Errorf("natsembed: sync %q: %w", opt.Sync, err)
+	}
 	s := &Server{}
 	storeDir := opt.StoreDir
 	if storeDir == "" {
@@ -66,6 +111,10 @@ func Start(opt Options) (*Server, error) {
 		StoreDir:   storeDir,
 		NoSigs:     true,
 		MaxPayload: server.MAX_PAYLOAD_SIZE,
+		// Zero keeps the server's default interval (SyncInterval is also the period of
+		// the background sync that runs beside SyncAlways).
+		SyncAlways:   always,
+		SyncInterval: interval,
 	}
 	ns, err := server.NewServer(sopts)
 	if err != nil {

@@ -3,9 +3,11 @@ package natsembed
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -132,3 +134,112 @@ func TestFixedPort(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestSyncReachesTheServer: the Sync option is what the running server's JetStream uses
+// (its effective configuration), and a bad value stops Start before a server runs.
+func TestSyncReachesTheServer(t *testing.T) {
+	for _, tc := range []struct {
+		sync         string
+		wantAlways   bool
+		wantInterval time.Duration
+	}{
+		{"", false, SyncDefault},
+		{"always", true, SyncDefault},
+		{"ALWAYS", true, SyncDefault},
+		{"1s", false, time.Second},
+		{" 10s ", false, 10 * time.Second},
+	} {
+		t.Run(fmt.Sprintf("%q", tc.sync), func(t *testing.T) {
+			s, err := Start(Options{StoreDir: t.TempDir(), Sync: tc.sync})
+			require.NoError(t, err)
+			defer s.Shutdown()
+			cfg := s.NATS().JetStreamConfig()
+			require.NotNil(t, cfg)
+			require.Equal(t, tc.wantAlways, cfg.SyncAlways)
+			require.Equal(t, tc.wantInterval, cfg.SyncInterval)
+		})
+	}
+	for _, bad := range []string{"sometimes", "0", "0s", "-1s", "5"} {
+		t.Run("bad "+bad, func(t *testing.T) {
+			require.Error(t, CheckSync(bad))
+			_, err := Start(Options{StoreDir: t.TempDir(), Sync: bad})
+			require.ErrorContains(t, err, fmt.Sprintf("natsembed: sync %q: want \"always\" or a positive duration", bad))
+		})
+	}
+}
+
+// TestLostTailReusesSequences shows what a store that loses its unsynced tail (an OS crash
+// or power loss with a sync period) does to a stream: the server comes back at the last
+// sequence on disk and gives the next message a sequence an acknowledged, lost message had.
+// A reader that remembers stream sequences (the materializer's partition cursor) is then
+// ahead of the stream. docs/operations.md ("NATS durability") relies on this test. The
+// loss is simulated by restoring the store directory as it was after message 100, once 200
+// were acknowledged.
+func TestLostTailReusesSequences(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	store, at100 := filepath.Join(dir, "store"), filepath.Join(dir, "at100")
+	publish := func(js jetstream.JetStream, from, to int) uint64 {
+		var seq uint64
+		for i := from; i <= to; i++ {
+			ack, err := js.Publish(ctx, "e.x", fmt.Appendf(nil, "m%d", i))
+			require.NoError(t, err)
+			seq = ack.Sequence
+		}
+		return seq
+	}
+
+	s, err := Start(Options{StoreDir: store})
+	require.NoError(t, err)
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "E", Subjects: []string{"e.>"}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	require.EqualValues(t, 100, publish(js, 1, 100))
+	require.NoError(t, copyDir(store, at100))
+	require.EqualValues(t, 200, publish(js, 101, 200))
+	nc.Close()
+	s.Shutdown()
+
+	require.NoError(t, os.RemoveAll(store))
+	require.NoError(t, os.Rename(at100, store))
+	s, err = Start(Options{StoreDir: store})
+	require.NoError(t, err)
+	defer s.Shutdown()
+	nc, err = nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err = jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(ctx, "E")
+	require.NoError(t, err)
+	require.EqualValues(t, 100, st.CachedInfo().State.LastSeq, "messages 101-200 were acknowledged and are gone")
+	ack, err := js.Publish(ctx, "e.x", []byte("new"))
+	require.NoError(t, err)
+	require.EqualValues(t, 101, ack.Sequence, "the next message reuses a lost message's sequence")
+}
+
+// copyDir copies the regular files and directories under src to dst.
+func copyDir(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+}
