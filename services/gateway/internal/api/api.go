@@ -241,7 +241,16 @@ func (s *Server) ListExecutions(ctx context.Context, req *apiv1.ListExecutionsRe
 			return nil, err
 		}
 	}
-	resp, err := s.State.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Tenant: tenant(ctx), PageSize: req.GetPageSize(), PageToken: req.GetPageToken(), Status: req.GetStatus(), PlaybookPath: req.GetPath()})
+	for _, f := range []struct {
+		name string
+		ts   *timestamppb.Timestamp
+	}{{"start_time_after", req.GetStartTimeAfter()}, {"start_time_before", req.GetStartTimeBefore()}} {
+		if f.ts != nil && f.ts.CheckValid() != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%s: not a valid time", f.name)
+		}
+	}
+	resp, err := s.State.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Tenant: tenant(ctx), PageSize: req.GetPageSize(), PageToken: req.GetPageToken(), Status: req.GetStatus(), PlaybookPath: req.GetPath(),
+		StartedAfter: req.GetStartTimeAfter(), StartedBefore: req.GetStartTimeBefore()})
 	if err != nil {
 		return nil, err
 	}

@@ -389,9 +389,12 @@ func (s *Store) ListExecutions(ctx context.Context, req *sbv1.ListExecutionsRequ
 		WHERE ($1 = '' OR tenant = $1) AND ($2 = 0 OR status = $2) AND ($3 = '' OR playbook_path = $3)
 		  AND ($7 = '' OR parent_execution_id = $7)
 		  AND ($8::timestamptz IS NULL OR updated_at < $8)
+		  AND ($9::timestamptz IS NULL OR started_at >= $9)
+		  AND ($10::timestamptz IS NULL OR started_at < $10)
 		  AND (started_at, execution_id) < ($4, $5)
 		ORDER BY started_at DESC, execution_id DESC LIMIT $6`,
-		req.GetTenant(), int16(req.GetStatus()), req.GetPlaybookPath(), afterTime, afterIDOrMax(afterID), n, req.GetParentExecutionId(), updatedBefore(req))
+		req.GetTenant(), int16(req.GetStatus()), req.GetPlaybookPath(), afterTime, afterIDOrMax(afterID), n, req.GetParentExecutionId(), updatedBefore(req),
+		optTime(req.GetStartedAfter()), optTime(req.GetStartedBefore()))
 	if err != nil {
 		return nil, err
 	}
@@ -485,9 +488,14 @@ func (s *Store) ListDueTimers(ctx context.Context, req *sbv1.ListDueTimersReques
 }
 
 func updatedBefore(req *sbv1.ListExecutionsRequest) *time.Time {
-	if req.GetUpdatedBefore() == nil {
+	return optTime(req.GetUpdatedBefore())
+}
+
+// optTime is ts as a time, nil when ts is unset (a query argument that turns a filter off).
+func optTime(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
 		return nil
 	}
-	t := req.GetUpdatedBefore().AsTime()
+	t := ts.AsTime()
 	return &t
 }

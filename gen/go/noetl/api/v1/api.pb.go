@@ -1010,9 +1010,13 @@ type ListExecutionsRequest struct {
 	// Only executions with this status, when set.
 	Status v1.ExecutionStatus `protobuf:"varint,3,opt,name=status,proto3,enum=noetl.event.v1.ExecutionStatus" json:"status,omitempty"`
 	// Only executions of this playbook path, when set.
-	Path          string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// Only executions started at or after this time, when set.
+	StartTimeAfter *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time_after,json=startTimeAfter,proto3" json:"start_time_after,omitempty"`
+	// Only executions started before this time, when set.
+	StartTimeBefore *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time_before,json=startTimeBefore,proto3" json:"start_time_before,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListExecutionsRequest) Reset() {
@@ -1071,6 +1075,20 @@ func (x *ListExecutionsRequest) GetPath() string {
 		return x.Path
 	}
 	return ""
+}
+
+func (x *ListExecutionsRequest) GetStartTimeAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTimeAfter
+	}
+	return nil
+}
+
+func (x *ListExecutionsRequest) GetStartTimeBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTimeBefore
+	}
+	return nil
 }
 
 // ListExecutionsResponse carries a page of executions.
@@ -2302,13 +2320,15 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"N\n" +
 	"\x15WaitExecutionResponse\x125\n" +
-	"\texecution\x18\x01 \x01(\v2\x17.noetl.api.v1.ExecutionR\texecution\"\xa0\x01\n" +
+	"\texecution\x18\x01 \x01(\v2\x17.noetl.api.v1.ExecutionR\texecution\"\xae\x02\n" +
 	"\x15ListExecutionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\x127\n" +
 	"\x06status\x18\x03 \x01(\x0e2\x1f.noetl.event.v1.ExecutionStatusR\x06status\x12\x12\n" +
-	"\x04path\x18\x04 \x01(\tR\x04path\"y\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12D\n" +
+	"\x10start_time_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0estartTimeAfter\x12F\n" +
+	"\x11start_time_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0fstartTimeBefore\"y\n" +
 	"\x16ListExecutionsResponse\x127\n" +
 	"\n" +
 	"executions\x18\x01 \x03(\v2\x17.noetl.api.v1.ExecutionR\n" +
@@ -2493,60 +2513,62 @@ var file_noetl_api_v1_api_proto_depIdxs = []int32{
 	43, // 16: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
 	10, // 17: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
 	42, // 18: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	10, // 19: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	44, // 20: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	39, // 21: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	39, // 22: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	40, // 23: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	41, // 24: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	36, // 25: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	36, // 26: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
-	19, // 27: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
-	19, // 28: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
-	40, // 29: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	39, // 30: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	40, // 31: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
-	36, // 32: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
-	36, // 33: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	37, // 34: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
-	28, // 35: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
-	28, // 36: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	9,  // 37: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	1,  // 38: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 39: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 40: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 41: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 42: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 43: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 44: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 45: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 46: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 47: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
-	24, // 48: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	26, // 49: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
-	29, // 50: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	31, // 51: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	33, // 52: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	2,  // 53: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 54: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 55: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 56: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 57: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 58: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 59: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 60: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 61: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 62: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
-	25, // 63: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	27, // 64: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
-	30, // 65: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	32, // 66: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	34, // 67: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	53, // [53:68] is the sub-list for method output_type
-	38, // [38:53] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	36, // 19: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	36, // 20: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	10, // 21: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
+	44, // 22: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	39, // 23: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	39, // 24: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	40, // 25: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	41, // 26: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	36, // 27: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	36, // 28: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	19, // 29: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
+	19, // 30: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
+	40, // 31: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	39, // 32: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	40, // 33: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
+	36, // 34: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
+	36, // 35: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	37, // 36: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	28, // 37: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
+	28, // 38: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
+	9,  // 39: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	1,  // 40: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 41: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 42: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 43: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 44: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 45: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 46: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 47: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 48: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 49: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	24, // 50: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	26, // 51: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
+	29, // 52: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	31, // 53: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	33, // 54: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	2,  // 55: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 56: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 57: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 58: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 59: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 60: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 61: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 62: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 63: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 64: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	25, // 65: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	27, // 66: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
+	30, // 67: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	32, // 68: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	34, // 69: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	55, // [55:70] is the sub-list for method output_type
+	40, // [40:55] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }

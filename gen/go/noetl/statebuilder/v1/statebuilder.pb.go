@@ -1037,6 +1037,10 @@ type ListExecutionsRequest struct {
 	ParentExecutionId string `protobuf:"bytes,6,opt,name=parent_execution_id,json=parentExecutionId,proto3" json:"parent_execution_id,omitempty"`
 	// Only executions whose log last grew before this time, when set.
 	UpdatedBefore *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_before,json=updatedBefore,proto3" json:"updated_before,omitempty"`
+	// Only executions started at or after this time, when set.
+	StartedAfter *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_after,json=startedAfter,proto3" json:"started_after,omitempty"`
+	// Only executions started before this time, when set.
+	StartedBefore *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=started_before,json=startedBefore,proto3" json:"started_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1116,6 +1120,20 @@ func (x *ListExecutionsRequest) GetParentExecutionId() string {
 func (x *ListExecutionsRequest) GetUpdatedBefore() *timestamppb.Timestamp {
 	if x != nil {
 		return x.UpdatedBefore
+	}
+	return nil
+}
+
+func (x *ListExecutionsRequest) GetStartedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAfter
+	}
+	return nil
+}
+
+func (x *ListExecutionsRequest) GetStartedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedBefore
 	}
 	return nil
 }
@@ -1459,7 +1477,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12.\n" +
-	"\x13parent_execution_id\x18\t \x01(\tR\x11parentExecutionId\"\xbc\x02\n" +
+	"\x13parent_execution_id\x18\t \x01(\tR\x11parentExecutionId\"\xc0\x03\n" +
 	"\x15ListExecutionsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1468,7 +1486,9 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x06status\x18\x04 \x01(\x0e2\x1f.noetl.event.v1.ExecutionStatusR\x06status\x12#\n" +
 	"\rplaybook_path\x18\x05 \x01(\tR\fplaybookPath\x12.\n" +
 	"\x13parent_execution_id\x18\x06 \x01(\tR\x11parentExecutionId\x12A\n" +
-	"\x0eupdated_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rupdatedBefore\"\x89\x01\n" +
+	"\x0eupdated_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rupdatedBefore\x12?\n" +
+	"\rstarted_after\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fstartedAfter\x12A\n" +
+	"\x0estarted_before\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rstartedBefore\"\x89\x01\n" +
 	"\x16ListExecutionsResponse\x12G\n" +
 	"\n" +
 	"executions\x18\x01 \x03(\v2'.noetl.statebuilder.v1.ExecutionSummaryR\n" +
@@ -1550,24 +1570,26 @@ var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
 	17, // 17: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
 	15, // 18: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
 	17, // 19: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	8,  // 20: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	17, // 21: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	11, // 22: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	17, // 23: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	1,  // 24: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	4,  // 25: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	6,  // 26: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	9,  // 27: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	12, // 28: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	5,  // 29: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	7,  // 30: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	10, // 31: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	13, // 32: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	29, // [29:33] is the sub-list for method output_type
-	25, // [25:29] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	17, // 20: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
+	17, // 21: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
+	8,  // 22: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	17, // 23: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	11, // 24: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	17, // 25: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	1,  // 26: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	4,  // 27: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	6,  // 28: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	9,  // 29: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	12, // 30: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	5,  // 31: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	7,  // 32: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	10, // 33: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	13, // 34: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	31, // [31:35] is the sub-list for method output_type
+	27, // [27:31] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
