@@ -88,9 +88,10 @@ var cases = []testCase{
 		name: "options",
 		overrides: merged(
 			nested(false, "keda", "enabled"),
-			nested("", "postgres", "urlSecret", "name"),
+			nested("", "postgres", "adminUrlSecret", "name"),
 			nested(true, "postgres", "ingressPolicy", "enabled"),
-			nested("postgres://noetl@pg:5432/noetl", "secrets", "pgUrl"),
+			nested("postgres://postgres@pg:5432/noetl", "secrets", "pgAdminUrl"),
+			nested("my-resultstore-login", "postgres", "logins", "resultstore", "existingSecret"),
 			nested("MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=", "secrets", "encryptionKey"),
 			nested("0123456789abcdef0123456789abcdef", "secrets", "internalSecret"),
 			nested("noetl_id_secret", "secrets", "bootstrapApiKey"),
@@ -146,22 +147,53 @@ func TestChart(t *testing.T) {
 	}
 }
 
-// checkMigrationJob: one Job runs the orchestrator's --migrate-only after install and before
-// every upgrade, with the Postgres URL from a Secret, limits, and a NetworkPolicy that lets
-// it reach Postgres and nothing else it does not need.
+// checkMigrationJob: one Job runs `noetl migrate` before install and before every upgrade
+// (after the login Secrets it reads exist, before any pod of the release), with the
+// migrating role's URL from a Secret no Deployment reads and each service's URL from that
+// service's own login Secret, limits, and a NetworkPolicy that lets it reach Postgres.
 func checkMigrationJob(t *testing.T, r *rendered) {
 	t.Helper()
 	require.Len(t, r.jobs, 1, "one migration Job")
 	j := r.jobs[0]
-	require.Equal(t, "post-install,pre-upgrade", j.Annotations["helm.sh/hook"])
+	require.Equal(t, "pre-install,pre-upgrade", j.Annotations["helm.sh/hook"])
+	jobWeight, err := strconv.Atoi(j.Annotations["helm.sh/hook-weight"])
+	require.NoError(t, err)
+	for _, sec := range r.secrets {
+		if sec.Annotations["helm.sh/hook"] != "" {
+			require.Equal(t, "pre-install,pre-upgrade", sec.Annotations["helm.sh/hook"], sec.Name)
+			w, err := strconv.Atoi(sec.Annotations["helm.sh/hook-weight"])
+			require.NoError(t, err, sec.Name)
+			require.Less(t, w, jobWeight, "%s: created after the migrate job that reads it", sec.Name)
+		}
+	}
 	c := j.Spec.Template.Spec.Containers
 	require.Len(t, c, 1)
-	require.Equal(t, []string{"orchestrator", "--migrate-only"}, c[0].Command)
+	require.Equal(t, []string{"noetl", "migrate"}, c[0].Command)
 	require.NotNil(t, c[0].Resources.Limits.Cpu())
 	require.False(t, c[0].Resources.Limits.Memory().IsZero(), "memory limit")
-	require.Len(t, c[0].Env, 1)
-	require.Equal(t, "NOETL_PG_URL", c[0].Env[0].Name)
-	require.NotNil(t, c[0].Env[0].ValueFrom.SecretKeyRef, "Postgres URL from a Secret")
+	require.Empty(t, j.Spec.Template.Spec.ServiceAccountName, "the release's ServiceAccount does not exist yet before install")
+	env := map[string]*corev1.SecretKeySelector{}
+	for _, e := range c[0].Env {
+		require.True(t, e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil, "%s not from a Secret", e.Name)
+		env[e.Name] = e.ValueFrom.SecretKeyRef
+	}
+	require.Len(t, env, 1+len(postgresOwners))
+	admin := env["NOETL_PG_URL"]
+	require.NotNil(t, admin, "the migrating role's URL")
+	for _, comp := range postgresOwners {
+		login := env["NOETL_MIGRATE_"+strings.ToUpper(comp)+"_URL"]
+		require.NotNil(t, login, "%s's login", comp)
+		d := r.deployment(release + "-" + comp)
+		require.Equal(t, pgSecretRef(t, d), *login, "%s: the migrate job creates its role from another URL than it connects with", comp)
+		require.NotEqual(t, admin.Name, login.Name, "%s: the migrating role's URL and the service's in one Secret", comp)
+	}
+	for _, d := range r.deployments {
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				require.False(t, *e.ValueFrom.SecretKeyRef == *admin, "%s: %s is the migrating role's URL", d.Name, e.Name)
+			}
+		}
+	}
 	jobLabels := labels.Set(j.Spec.Template.Labels)
 	var pgEgress bool
 	for _, p := range r.netpols {
@@ -273,7 +305,10 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"limits, schema skipped", nested(nil, "resultstore", "resources", "limits"), "limits", true},
 		{"encryption key of the wrong size", nested("c2hvcnQ=", "secrets", "encryptionKey"), "exactly 32 bytes", false},
 		{"internal secret too short", nested("short", "secrets", "internalSecret"), "at least 32 bytes", false},
-		{"no Postgres URL", nested("", "postgres", "urlSecret", "name"), "NOETL_PG_URL", false},
+		{"no migrating role", nested("", "postgres", "adminUrlSecret", "name"), "the migrate job's NOETL_PG_URL", false},
+		{"login as a group role", nested("noetl_materializer", "postgres", "logins", "orchestrator", "user"), "/postgres/logins/orchestrator/user", false},
+		{"login as the superuser", nested("postgres", "postgres", "logins", "statebuilder", "user"), "/postgres/logins/statebuilder/user", false},
+		{"one login for two services", merged(nested("noetl_shared", "postgres", "logins", "orchestrator", "user"), nested("noetl_shared", "postgres", "logins", "statebuilder", "user")), "each service needs a role of its own", false},
 		{"result TTL in days", nested("7d", "resultstore", "resultTTL"), "resultTTL", false},
 		{"ticket TTL without a unit", nested("300", "resultstore", "ticketTTL"), "ticketTTL", false},
 		{"Flight location not gRPC", nested("https://flight.example.com", "resultstore", "flightLocation"), "flightLocation", false},
@@ -501,6 +536,7 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 	var pools []string
 	partitions := map[string]string{}
 	replicas := map[string]string{}
+	pgSecrets := map[string]string{} // Deployment -> the Secret of its NOETL_PG_URL
 	for _, d := range r.deployments {
 		name := d.Name
 		pod := d.Spec.Template
@@ -577,6 +613,20 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 		}
 		_, hasPG := env["NOETL_PG_URL"]
 		require.Equal(t, slices.Contains(postgresOwners, comp), hasPG, "%s: NOETL_PG_URL", name)
+		if hasPG {
+			// Each service connects as its own login role, from a Secret of its own.
+			ref := pgSecretRef(t, d)
+			for other, n := range pgSecrets {
+				require.NotEqual(t, n, ref.Name, "%s and %s read one Postgres login Secret", name, other)
+			}
+			pgSecrets[name] = ref.Name
+			login := r.values["postgres"].(map[string]any)["logins"].(map[string]any)[comp].(map[string]any)
+			want := release + "-pg-" + comp
+			if e := login["existingSecret"].(string); e != "" {
+				want = e
+			}
+			require.Equal(t, corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: want}, Key: "NOETL_PG_URL"}, ref, name)
+		}
 		for _, v := range []string{"NOETL_ENCRYPTION_KEY", "NOETL_BOOTSTRAP_API_KEY"} {
 			if _, ok := env[v]; ok {
 				require.Equal(t, "orchestrator", comp, "%s: only the orchestrator holds %s", name, v)
@@ -1207,38 +1257,93 @@ func ipBlockMayHoldPods(t *testing.T, b *networkingv1.IPBlock) bool {
 func checkSecrets(t *testing.T, r *rendered) {
 	t.Helper()
 	existing := r.values["secrets"].(map[string]any)["existingSecret"].(string)
-	if existing != "" {
-		require.Empty(t, r.secrets, "a Secret rendered although secrets.existingSecret is set")
-	}
+	pg := r.values["postgres"].(map[string]any)
+	var chartSecrets []*corev1.Secret
+	hooks := map[string]*corev1.Secret{}
 	for _, s := range r.secrets {
 		for k, v := range s.StringData {
 			require.NotEmpty(t, v, "%s: empty %s", s.Name, k)
 		}
+		if s.Annotations["helm.sh/hook"] != "" {
+			hooks[s.Name] = s
+			continue
+		}
+		chartSecrets = append(chartSecrets, s)
 		require.GreaterOrEqual(t, len(s.StringData["NOETL_INTERNAL_SECRET"]), 32, "%s: NOETL_INTERNAL_SECRET", s.Name)
+		for k := range s.StringData {
+			require.NotContains(t, k, "PG", "%s: a Postgres URL in the Secret every service reads", s.Name)
+		}
 	}
-	if existing == "" {
-		require.Len(t, r.secrets, 1, "the chart's Secret")
+	if existing != "" {
+		require.Empty(t, chartSecrets, "a Secret rendered although secrets.existingSecret is set")
+	} else {
+		require.Len(t, chartSecrets, 1, "the chart's Secret")
 	}
-	// Every secret reference names a Secret the chart renders, the existing one, or the
-	// CloudNativePG application Secret.
-	pgSecret := r.values["postgres"].(map[string]any)["urlSecret"].(map[string]any)["name"].(string)
-	for _, d := range r.deployments {
-		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+	// A login Secret per service (unless it names its own): its URL connects as the
+	// service's login role with the password beside it, to the configured database.
+	for _, comp := range postgresOwners {
+		login := pg["logins"].(map[string]any)[comp].(map[string]any)
+		name := release + "-pg-" + comp
+		if login["existingSecret"].(string) != "" {
+			require.NotContains(t, hooks, name, "%s rendered although it names its own Secret", comp)
+			continue
+		}
+		s := hooks[name]
+		require.NotNil(t, s, "no login Secret for the %s", comp)
+		u, err := url.Parse(s.StringData["NOETL_PG_URL"])
+		require.NoError(t, err, name)
+		require.Equal(t, login["user"], u.User.Username(), name)
+		pw, _ := u.User.Password()
+		require.GreaterOrEqual(t, len(pw), 32, name)
+		require.Equal(t, s.StringData["password"], pw, name)
+		require.Equal(t, "/"+pg["database"].(string), u.Path, name)
+		require.Equal(t, pg["sslmode"], u.Query().Get("sslmode"), name)
+		require.Equal(t, strconv.Itoa(toInt(t, pg["port"])), u.Port(), name)
+	}
+	// Every secret reference names a Secret the chart renders, the existing one, a login's
+	// own, or the migrating role's (CloudNativePG's superuser Secret).
+	provided := map[string]bool{existing: existing != "", pg["adminUrlSecret"].(map[string]any)["name"].(string): true}
+	for _, l := range pg["logins"].(map[string]any) {
+		if e := l.(map[string]any)["existingSecret"].(string); e != "" {
+			provided[e] = true
+		}
+	}
+	refs := func(owner string, env []corev1.EnvVar) {
+		for _, e := range env {
 			if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
 				continue
 			}
 			name := e.ValueFrom.SecretKeyRef.Name
-			ok := name == existing || name == pgSecret
+			ok := name != "" && provided[name]
 			for _, s := range r.secrets {
 				if s.Name == name {
 					_, has := s.StringData[e.ValueFrom.SecretKeyRef.Key]
-					require.True(t, has, "%s: %s refers to a missing key", d.Name, e.Name)
+					require.True(t, has, "%s: %s refers to a missing key", owner, e.Name)
 					ok = true
 				}
 			}
-			require.True(t, ok, "%s: %s refers to Secret %q, which nothing provides", d.Name, e.Name, name)
+			require.True(t, ok, "%s: %s refers to Secret %q, which nothing provides", owner, e.Name, name)
 		}
 	}
+	for _, d := range r.deployments {
+		refs(d.Name, d.Spec.Template.Spec.Containers[0].Env)
+	}
+	for _, j := range r.jobs {
+		refs(j.Name, j.Spec.Template.Spec.Containers[0].Env)
+	}
+}
+
+// pgSecretRef returns the Secret key a Deployment's NOETL_PG_URL comes from.
+func pgSecretRef(t *testing.T, d *appsv1.Deployment) corev1.SecretKeySelector {
+	t.Helper()
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "NOETL_PG_URL" {
+			require.True(t, e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil, "%s: NOETL_PG_URL not from a Secret", d.Name)
+			return *e.ValueFrom.SecretKeyRef
+		}
+	}
+	t.Fatalf("%s: no NOETL_PG_URL", d.Name)
+	return corev1.SecretKeySelector{}
 }
 
 // ---------------------------------------------------------------------------------------

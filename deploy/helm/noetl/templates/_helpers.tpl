@@ -132,20 +132,72 @@ render, however often it is included.
 {{- end -}}
 {{- end -}}
 
-{{/* NOETL_PG_URL, for the four services that own tables. */}}
+{{/* The services that connect to Postgres, each as a login role of its own. */}}
+{{- define "noetl.pgServices" -}}
+orchestrator materializer statebuilder resultstore
+{{- end -}}
+
+{{/* The Secret holding a service's NOETL_PG_URL (key NOETL_PG_URL): dict root, service. */}}
+{{- define "noetl.pgLoginSecretName" -}}
+{{- $l := get .root.Values.postgres.logins .service -}}
+{{- $l.existingSecret | default (include "noetl.objname" (dict "root" .root "name" (printf "pg-%s" .service))) -}}
+{{- end -}}
+
+{{/*
+The password of a service's login role, for the Secret the chart renders (dict root,
+service): the one that Secret already holds (so an upgrade keeps it), else a new random one.
+Generated once per render, however often it is included.
+*/}}
+{{- define "noetl.pgLoginPassword" -}}
+{{- $key := printf "noetlPgPassword%s" .service -}}
+{{- if not (hasKey .root.Release $key) -}}
+{{- $value := "" -}}
+{{- with lookup "v1" "Secret" .root.Release.Namespace (include "noetl.pgLoginSecretName" .) -}}
+{{- with get (get . "data" | default dict) "password" -}}
+{{- $value = b64dec . -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set .root.Release $key ($value | default (randAlphaNum 32)) -}}
+{{- end -}}
+{{- get .root.Release $key -}}
+{{- end -}}
+
+{{/* The URL a service connects with, as its login role: dict root, service. */}}
+{{- define "noetl.pgLoginURL" -}}
+{{- $p := .root.Values.postgres -}}
+{{- $l := get $p.logins .service -}}
+{{- printf "postgres://%s:%s@%s:%d/%s?sslmode=%s" $l.user (include "noetl.pgLoginPassword" .) (tpl $p.host .root) (int $p.port) $p.database $p.sslmode -}}
+{{- end -}}
+
+{{/* NOETL_PG_URL of one service, from its own login Secret: dict root, service. */}}
 {{- define "noetl.env.pgUrl" -}}
+- name: NOETL_PG_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "noetl.pgLoginSecretName" . }}
+      key: NOETL_PG_URL
+{{- end -}}
+
+{{/*
+NOETL_PG_URL of the migrate job: a role that owns the noetl schema (or may create it) and
+may create roles. No service holds it.
+*/}}
+{{- define "noetl.env.pgAdminUrl" -}}
 {{- $s := .Values.secrets -}}
 - name: NOETL_PG_URL
   valueFrom:
     secretKeyRef:
-{{- if .Values.postgres.urlSecret.name }}
-      name: {{ .Values.postgres.urlSecret.name }}
-      key: {{ required "postgres.urlSecret.key is required with postgres.urlSecret.name" .Values.postgres.urlSecret.key }}
-{{- else if or $s.existingSecret $s.pgUrl }}
+{{- if .Values.postgres.adminUrlSecret.name }}
+      name: {{ .Values.postgres.adminUrlSecret.name }}
+      key: {{ required "postgres.adminUrlSecret.key is required with postgres.adminUrlSecret.name" .Values.postgres.adminUrlSecret.key }}
+{{- else if $s.pgAdminUrl }}
+      name: {{ include "noetl.objname" (dict "root" . "name" "migrate") }}
+      key: NOETL_PG_URL
+{{- else if $s.existingSecret }}
       name: {{ include "noetl.secretName" . }}
-      key: {{ $s.keys.pgUrl }}
+      key: {{ $s.keys.pgAdminUrl }}
 {{- else }}
-{{- fail "NOETL_PG_URL: set postgres.urlSecret.name (e.g. the CloudNativePG <cluster>-app Secret), secrets.pgUrl or secrets.existingSecret" }}
+{{- fail "the migrate job's NOETL_PG_URL: set postgres.adminUrlSecret.name (e.g. the CloudNativePG <cluster>-superuser Secret), secrets.pgAdminUrl or secrets.existingSecret" }}
 {{- end }}
 {{- end -}}
 
@@ -225,6 +277,12 @@ spec:
       {{- $annotations := merge (dict) ($v.podAnnotations | default dict) ($root.Values.podAnnotations | default dict) }}
       {{- if include "noetl.createSecret" $root }}
       {{- $_ := set $annotations "checksum/secret" (include (print $root.Template.BasePath "/secret.yaml") $root | sha256sum) }}
+      {{- end }}
+      {{- /* A change of the service's own Postgres URL (host, database, user) restarts it. */}}
+      {{- if has .component (splitList " " (include "noetl.pgServices" $root)) }}
+      {{- if not (get $root.Values.postgres.logins .component).existingSecret }}
+      {{- $_ := set $annotations "checksum/postgres" (include "noetl.pgLoginURL" (dict "root" $root "service" .component) | sha256sum) }}
+      {{- end }}
       {{- end }}
       {{- with $annotations }}
       annotations:
