@@ -94,6 +94,14 @@ type Config struct {
 	// addresses and services on this machine (the gateway, an echo server), never private,
 	// link-local or cloud metadata addresses; `noetl dev --http-egress` changes it.
 	HTTPEgress string
+	// Gateway, when set, adjusts the gateway's configuration before it starts, for the
+	// settings the mesh has no field of its own for: JWT verification, per-tenant limits,
+	// trusted proxies. The mesh's listeners and internal addresses are set already.
+	Gateway func(*gateway.Config)
+	// Worker, when set, adjusts each worker's configuration before it starts; Pool tells
+	// which worker it is ("shared" or "system"), so the pools may differ as they do in a
+	// deployment (each pool's NOETL_HTTP_EGRESS, for one).
+	Worker func(*worker.Config)
 	// Log receives every service's logs.
 	Log *slog.Logger
 }
@@ -272,16 +280,23 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	run("orchestrator", func(ctx context.Context) error {
 		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: pgURLs.Orchestrator, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
-	run("worker", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: "shared", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[7]}, log)
-	})
-	run("worker-system", func(ctx context.Context) error {
-		return worker.Run(ctx, worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: "system", Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: lis[9]}, log)
-	})
-	run("gateway", func(ctx context.Context) error {
-		return gateway.Run(ctx, gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, Trace: cfg.Trace, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightLocation: "grpc://" + m.FlightAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8],
-			Routes: map[string]http.Handler{"/livez": http.HandlerFunc(livez), "/readyz": http.HandlerFunc(m.readyz)}}, log)
-	})
+	for pool, admin := range map[string]net.Listener{"shared": lis[7], "system": lis[9]} {
+		wcfg := worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: pool, Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: admin}
+		if cfg.Worker != nil {
+			cfg.Worker(&wcfg)
+		}
+		name := "worker"
+		if pool != "shared" {
+			name += "-" + pool
+		}
+		run(name, func(ctx context.Context) error { return worker.Run(ctx, wcfg, log) })
+	}
+	gcfg := gateway.Config{InternalSecret: cfg.InternalSecret, Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, Trace: cfg.Trace, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightLocation: "grpc://" + m.FlightAddr, GRPCListener: gwGRPC, HTTPListener: gwHTTP, AdminListener: lis[8],
+		Routes: map[string]http.Handler{"/livez": http.HandlerFunc(livez), "/readyz": http.HandlerFunc(m.readyz)}}
+	if cfg.Gateway != nil {
+		cfg.Gateway(&gcfg)
+	}
+	run("gateway", func(ctx context.Context) error { return gateway.Run(ctx, gcfg, log) })
 	go func() {
 		m.wg.Wait()
 		close(m.done)
