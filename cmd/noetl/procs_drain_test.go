@@ -281,23 +281,30 @@ func (p *procMesh) waitExecution(t *testing.T, id string) map[string]any {
 	t.Helper()
 	var final map[string]any
 	testkit.WaitFor(t, 2*time.Minute, func() error {
-		resp, err := p.do(http.MethodGet, "/v1/executions/"+id, nil)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = resp.Body.Close() }()
-		var m map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
-			return err
-		}
-		x, _ := m["execution"].(map[string]any)
-		if st, _ := x["status"].(string); !strings.HasSuffix(st, "COMPLETED") && !strings.HasSuffix(st, "FAILED") && !strings.HasSuffix(st, "CANCELLED") {
-			return fmt.Errorf("execution %s: status %v", id, x["status"])
-		}
+		x, err := p.endedExecution(id)
 		final = x
-		return nil
+		return err
 	})
 	return final
+}
+
+// endedExecution returns execution id as the REST API shows it, or an error while it has
+// not ended.
+func (p *procMesh) endedExecution(id string) (map[string]any, error) {
+	resp, err := p.do(http.MethodGet, "/v1/executions/"+id, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		return nil, err
+	}
+	x, _ := m["execution"].(map[string]any)
+	if st, _ := x["status"].(string); !strings.HasSuffix(st, "COMPLETED") && !strings.HasSuffix(st, "FAILED") && !strings.HasSuffix(st, "CANCELLED") {
+		return nil, fmt.Errorf("execution %s: status %v", id, x["status"])
+	}
+	return x, nil
 }
 
 // post sends a JSON body to the gateway and returns the status code and the body.

@@ -19,11 +19,12 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		return err
 	}
 	configtest.RejectsBadValues(t, func(fs *config.FlagSet) { new(worker.Config).Flags(fs) }, parse, map[string]configtest.Check{
-		"NOETL_INLINE_RESULT_MAX_BYTES": configtest.Positive,
-		"NOETL_PARTITIONS":              configtest.Positive,
-		"NOETL_STREAM_REPLICAS":         configtest.Positive,
-		"NOETL_WORKER_CONCURRENCY":      configtest.Positive,
-		"NOETL_WORKER_DRAIN_TIMEOUT":    configtest.NonNegative,
+		"NOETL_INLINE_RESULT_MAX_BYTES":   configtest.Positive,
+		"NOETL_PARTITIONS":                configtest.Positive,
+		"NOETL_STREAM_REPLICAS":           configtest.Positive,
+		"NOETL_WORKER_CONCURRENCY":        configtest.Positive,
+		"NOETL_WORKER_DRAIN_TIMEOUT":      configtest.NonNegative,
+		"NOETL_WORKER_RESULT_STORE_RETRY": configtest.Positive,
 	})
 	for _, tc := range []struct{ env, value, want string }{
 		{"NOETL_WORKER_CONCURRENCY", "8x", `NOETL_WORKER_CONCURRENCY="8x": invalid integer`},

@@ -7,12 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	cbackoff "github.com/cenkalti/backoff/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -28,13 +34,38 @@ const maxExtractedBytes = 4 << 10
 const putChunk = 256 << 10
 
 // storeResult encodes a tool's result: inline when its JSON fits the inline budget, else
-// in the resultstore, returning the reference. A table (records, or {columns, rows}) goes
-// up as Arrow record batches over Flight DoPut; anything else is streamed as JSON in
-// chunks, so beyond the result itself the worker holds at most the inline budget plus a
-// chunk. The result id is the command id, so a re-run of the command overwrites the same
-// entry. Errors that are the store's are *storeError (retryable); the others mean the
-// result cannot be encoded.
+// in the resultstore, returning the reference. A resultstore that cannot be reached (a
+// restart, a network blip) is retried with backoff and jitter for up to
+// Config.ResultStoreRetry, never past the command's deadline, while the command's claim is
+// kept alive; each attempt uploads the whole result again under the same id. Errors that
+// are the store's are *storeError (retryable by policy); the others mean the result cannot
+// be encoded.
 func (w *Worker) storeResult(ctx context.Context, cmd *eventv1.Command, result any) ([]byte, *eventv1.ResultRef, error) {
+	type stored struct {
+		inline []byte
+		ref    *eventv1.ResultRef
+	}
+	bound := w.storeRetry()
+	if d := cmd.GetDeadline(); d != nil {
+		bound = min(bound, time.Until(d.AsTime()))
+	}
+	storeUnavailable := func(err error) bool {
+		var se *storeError
+		return errors.As(err, &se) && unavailable(se.err)
+	}
+	out, err := retryUnavailable(ctx, bound, storeUnavailable, w.retryNotify(ctx, "resultstore unavailable: storing the result again", cmd), func() (stored, error) {
+		b, ref, err := w.storeOnce(ctx, cmd, result)
+		return stored{b, ref}, err
+	})
+	return out.inline, out.ref, err
+}
+
+// storeOnce is one attempt of storeResult. A table (records, or {columns, rows}) goes up
+// as Arrow record batches over Flight DoPut; anything else is streamed as JSON in chunks,
+// so beyond the result itself the worker holds at most the inline budget plus a chunk. The
+// result id is the command id, so a re-run of the command (or a retry) overwrites the same
+// entry.
+func (w *Worker) storeOnce(ctx context.Context, cmd *eventv1.Command, result any) ([]byte, *eventv1.ResultRef, error) {
 	header := func(contentType string) *rsv1.PutResultHeader {
 		return &rsv1.PutResultHeader{
 			Tenant: cmd.GetTenant(), ExecutionId: cmd.GetExecutionId(), Step: cmd.GetStep(),
@@ -71,6 +102,73 @@ func (w *Worker) storeResult(ctx context.Context, cmd *eventv1.Command, result a
 		return nil, nil, &storeError{err}
 	}
 	return nil, ref, nil
+}
+
+// DefaultResultStoreRetry is how long a call to an unreachable resultstore is retried
+// when Config.ResultStoreRetry is zero.
+const DefaultResultStoreRetry = 2 * time.Minute
+
+// storeRetry is how long a call to an unreachable resultstore is retried.
+func (w *Worker) storeRetry() time.Duration {
+	if w.cfg.ResultStoreRetry > 0 {
+		return w.cfg.ResultStoreRetry
+	}
+	return DefaultResultStoreRetry
+}
+
+// retryUnavailable runs op until it succeeds, fails with an error retry does not accept
+// (one that is not an unreachable resultstore), bound has passed or ctx ends. The waits
+// between attempts grow exponentially from 100 ms to 5 s, each randomised by ±50% so that
+// the workers of a pool do not come back in step.
+func retryUnavailable[T any](ctx context.Context, bound time.Duration, retry func(error) bool, notify cbackoff.Notify, op func() (T, error)) (T, error) {
+	b := cbackoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = 5 * time.Second
+	b.Multiplier = 2
+	b.RandomizationFactor = 0.5
+	var last error
+	v, err := cbackoff.Retry(ctx, func() (T, error) {
+		v, err := op()
+		if err != nil && !retry(err) {
+			return v, cbackoff.Permanent(err)
+		}
+		last = err
+		return v, err
+	}, cbackoff.WithBackOff(b), cbackoff.WithMaxElapsedTime(max(bound, time.Nanosecond)), cbackoff.WithNotify(notify))
+	if err != nil && last != nil && ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
+		// Retry reports the end of ctx; what failed is more telling.
+		err = fmt.Errorf("%w (after: %w)", last, err)
+	}
+	return v, err
+}
+
+// unavailable reports whether err means the resultstore could not be reached or went away
+// during the call (its restart, a dropped connection), as opposed to an answer: those are
+// worth another attempt, an answer (invalid argument, permission, not found) is not.
+func unavailable(err error) bool {
+	if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// retryNotify logs each retry of a call to the resultstore for cmd (nil: none known) and
+// counts it in noetl_worker_resultstore_retries_total.
+func (w *Worker) retryNotify(ctx context.Context, msg string, cmd *eventv1.Command) cbackoff.Notify {
+	return func(err error, next time.Duration) {
+		if w.storeRetries != nil {
+			w.storeRetries.Inc()
+		}
+		if w.log == nil {
+			return
+		}
+		attrs := []any{slog.String("error", scrubberOf(ctx).String(err.Error())), slog.Duration("retry_in", next)}
+		if cmd != nil {
+			attrs = append(attrs, slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()))
+		}
+		w.log.Warn(msg, attrs...)
+	}
 }
 
 // storeError is a failure of the resultstore while storing a result.
@@ -143,6 +241,12 @@ func (s *spillWriter) send(chunk []byte) error {
 		s.sent = true
 	}
 	if err := s.stream.Send(req); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The stream ended on the server's side: its status says why.
+			if _, rerr := s.stream.CloseAndRecv(); rerr != nil {
+				err = rerr
+			}
+		}
 		s.err = err
 		return err
 	}
@@ -185,11 +289,21 @@ func (w *Worker) putTable(ctx context.Context, t *tabular.Table, h *rsv1.PutResu
 	}
 	fw := flight.NewRecordWriter(stream, ipc.WithSchema(t.Schema()))
 	fw.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: cmd})
+	// A write fails with io.EOF when the stream ended on the server's side: its status
+	// (from Recv) says why.
+	serverErr := func(err error) error {
+		if errors.Is(err, io.EOF) {
+			if _, rerr := stream.Recv(); rerr != nil && !errors.Is(rerr, io.EOF) {
+				return rerr
+			}
+		}
+		return err
+	}
 	if err := t.Batches(nil, tabular.DefaultBatchRows, fw.Write); err != nil {
-		return nil, err
+		return nil, serverErr(err)
 	}
 	if err := fw.Close(); err != nil {
-		return nil, err
+		return nil, serverErr(err)
 	}
 	if err := stream.CloseSend(); err != nil {
 		return nil, err
@@ -283,8 +397,15 @@ func fits(v any, n int) bool {
 }
 
 // fetch reads a stored result as JSON: a table stored as Arrow comes back as the JSON it
-// was made from.
+// was made from. An unreachable resultstore is retried as storeResult does.
 func (w *Worker) fetch(ctx context.Context, tenant, uri string) ([]byte, error) {
+	return retryUnavailable(ctx, w.storeRetry(), unavailable, w.retryNotify(ctx, "resultstore unavailable: loading the result again", nil), func() ([]byte, error) {
+		return w.fetchOnce(ctx, tenant, uri)
+	})
+}
+
+// fetchOnce is one attempt of fetch.
+func (w *Worker) fetchOnce(ctx context.Context, tenant, uri string) ([]byte, error) {
 	stream, err := w.results.GetResult(ctx, &rsv1.GetResultRequest{Tenant: tenant, Uri: uri})
 	if err != nil {
 		return nil, err
@@ -310,7 +431,8 @@ func (w *Worker) fetch(ctx context.Context, tenant, uri string) ([]byte, error) 
 	}
 	var out bytes.Buffer
 	if _, err := tabular.ToJSON(bytes.NewReader(data), &out); err != nil {
-		return nil, fmt.Errorf("decode table %s: %w", uri, err)
+		// Not wrapped: a table cut short is not a resultstore to retry.
+		return nil, fmt.Errorf("decode table %s: %v", uri, err)
 	}
 	return out.Bytes(), nil
 }

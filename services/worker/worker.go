@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -70,6 +71,10 @@ type Config struct {
 	FlightAddr string
 	// InlineMaxBytes is the inline result budget; larger results travel by reference.
 	InlineMaxBytes int
+	// ResultStoreRetry is how long storing or loading a result by reference is retried
+	// while the resultstore cannot be reached (its restart), never past a command's
+	// deadline (zero: DefaultResultStoreRetry).
+	ResultStoreRetry time.Duration
 	// InternalSecret signs the worker's calls to the orchestrator and the resultstore
 	// (package auth); required.
 	InternalSecret string
@@ -105,6 +110,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
 	fs.String(&c.FlightAddr, "flight", "NOETL_RESULTSTORE_FLIGHT_ADDR", "127.0.0.1:50066", "resultstore Arrow Flight address (tables are uploaded there)")
 	fs.Int(&c.InlineMaxBytes, "inline-max", "NOETL_INLINE_RESULT_MAX_BYTES", 64<<10, "largest result carried inline in events; larger ones go to the resultstore", config.Positive)
+	fs.Duration(&c.ResultStoreRetry, "result-store-retry", "NOETL_WORKER_RESULT_STORE_RETRY", DefaultResultStoreRetry, "how long storing or loading a result is retried while the resultstore cannot be reached (a restart); a step fails only after it", config.Positive)
 	fs.String(&c.HTTPEgress, "http-egress", "NOETL_HTTP_EGRESS", HTTPEgressPublic, "addresses the http tool may reach: public, loopback (public and loopback) or private (public, loopback and private ranges); never link-local or cloud metadata", CheckHTTPEgress)
 	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "deprecated: true means --http-egress private")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
@@ -252,13 +258,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.InlineMaxBytes <= 0 {
 		cfg.InlineMaxBytes = 64 << 10
 	}
-	rconn, err := grpcx.DialSigned(cfg.ResultstoreAddr, trust.Service("worker"), tel.DialOption())
+	// Reconnect to a restarted resultstore within a second or two (gRPC's default backoff
+	// grows to two minutes), so that the calls retried meanwhile find it soon.
+	reconnect := grpc.WithConnectParams(grpc.ConnectParams{Backoff: grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}, MinConnectTimeout: 5 * time.Second})
+	rconn, err := grpcx.DialSigned(cfg.ResultstoreAddr, trust.Service("worker"), tel.DialOption(), reconnect)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = rconn.Close() }()
 	fclient, err := flight.NewClientWithMiddleware(cfg.FlightAddr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(trust.Service("worker")), tel.DialOption(),
+		grpc.WithPerRPCCredentials(trust.Service("worker")), tel.DialOption(), reconnect,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
 		return err
@@ -290,6 +299,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		scrubbed: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_worker_secrets_scrubbed_total",
 			Help:        "Occurrences of a credential's secret (raw or encoded) the worker masked in a command's result, events, errors and logs.",
 			ConstLabels: prometheus.Labels{"pool": cfg.Pool}}),
+		storeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_worker_resultstore_retries_total",
+			Help:        "Calls to the resultstore (storing or loading a result) tried again because it could not be reached.",
+			ConstLabels: prometheus.Labels{"pool": cfg.Pool}}),
 		tracer: tel.Tracer(),
 	}
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_concurrency", Help: "Commands the worker runs at once at most (NOETL_WORKER_CONCURRENCY).", ConstLabels: prometheus.Labels{"pool": cfg.Pool}})
@@ -298,7 +310,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.Pool == "system" {
 		w.tools["system_info"] = systemInfo{w}
 	}
-	srv.Registry.MustRegister(w.runs, w.duration, w.inFlight, w.scrubbed, limit)
+	srv.Registry.MustRegister(w.runs, w.duration, w.inFlight, w.scrubbed, w.storeRetries, limit)
 	lag := natsx.NewLagMonitor(js, natsx.StreamCommands, consumerName(cfg.Pool), cfg.Pool, cfg.LagPoll, srv.Registry, log)
 	log.Info("worker consuming", slog.String("admin", srv.AdminAddr()), slog.String("http_egress", egress.String()))
 	return srv.Run(ctx, 30*time.Second, w.consume, lag.Run)
@@ -319,7 +331,10 @@ type Worker struct {
 	inFlight prometheus.Gauge
 	// scrubbed counts the secrets masked in what commands produce (noetl_worker_secrets_scrubbed_total).
 	scrubbed prometheus.Counter
-	tracer   trace.Tracer
+	// storeRetries counts the calls to an unreachable resultstore tried again
+	// (noetl_worker_resultstore_retries_total).
+	storeRetries prometheus.Counter
+	tracer       trace.Tracer
 }
 
 // consumerName is the durable consumer of a pool on NOETL_COMMANDS.
