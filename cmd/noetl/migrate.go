@@ -58,7 +58,7 @@ users of the machine can see.`,
 				}
 				l, err := schema.LoginFromURL(s, *logins[s])
 				if err != nil {
-					return fmt.Errorf("%s: %w", migrateEnv(s), err)
+					return fmt.Errorf("%s (--%s-url): %w", migrateEnv(s), s, err)
 				}
 				ls = append(ls, l)
 			}
