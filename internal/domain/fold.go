@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 )
@@ -62,13 +64,36 @@ func early(s *sbv1.StepState, ev *eventv1.Event) bool {
 	return ev.GetCommandId() != s.GetCommandId() && ev.GetAttempt() > s.GetAttempt()
 }
 
-// releaseHeld applies the held events of step s that are no longer early, in log order.
+// hold keeps ev in s.Held until the log shows its command issued, within MaxHeldEvents
+// events and MaxHeldBytes encoded bytes per step. An event whose id is held already is the
+// duplicate it looks like and is dropped; one past a bound is dropped and counted in
+// s.HeldDropped, which makes the next decision fail the execution. The held size is kept in
+// s.HeldBytes, so holding costs the size of ev and a scan of at most MaxHeldEvents ids.
+func hold(s *sbv1.StepState, ev *eventv1.Event) {
+	if id := ev.GetEventId(); id != "" {
+		for _, h := range s.Held {
+			if h.GetEventId() == id {
+				return
+			}
+		}
+	}
+	n := int64(proto.Size(ev))
+	if len(s.Held) >= MaxHeldEvents || s.HeldBytes+n > MaxHeldBytes {
+		s.HeldDropped++
+		return
+	}
+	s.Held = append(s.Held, ev)
+	s.HeldBytes += n
+}
+
+// releaseHeld applies the held events of step s that are no longer early, in log order
+// (those still early are held again).
 func releaseHeld(st *sbv1.ExecutionState, s *sbv1.StepState) error {
 	if s == nil || len(s.Held) == 0 {
 		return nil
 	}
 	held := s.Held
-	s.Held = nil
+	s.Held, s.HeldBytes = nil, 0
 	for _, ev := range held {
 		if err := apply(st, ev); err != nil {
 			return err
@@ -91,8 +116,7 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		return s
 	}
 	if commandEvent(ev.GetType()) && ev.GetStep() != "" && early(step(), ev) {
-		s := step()
-		s.Held = append(s.Held, ev)
+		hold(step(), ev)
 		return nil
 	}
 	switch ev.GetType() {

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 )
@@ -81,4 +82,47 @@ func TestHeldEventsOfALaterEpochAndAttempt(t *testing.T) {
 	f.add(&eventv1.Event{Type: EventCommandIssued, Step: "r", CommandId: r2, Attempt: 2, Iteration: it1})
 	require.Equal(t, eventv1.StepStatus_STEP_STATUS_COMPLETED, r.GetStatus())
 	require.Empty(t, r.GetHeld())
+}
+
+// TestHeldEventsAreBounded: a step holds at most MaxHeldEvents events and MaxHeldBytes
+// bytes; an event past either bound is dropped and counted, a repeated event id is dropped
+// as a duplicate, and releasing the held events empties the count of bytes.
+func TestHeldEventsAreBounded(t *testing.T) {
+	f := newFolder(t)
+	it := &eventv1.Iteration{Epoch: 1, Index: 0}
+	early := func(step string, i int, result []byte) *eventv1.Event {
+		cmd := CommandID("x", step, 1, int32(i), 1)
+		return &eventv1.Event{EventId: EventID(cmd, EventCallDone), Type: EventCallDone, Step: step, CommandId: cmd, Attempt: 1, Iteration: it, ResultJson: result}
+	}
+	for i := range MaxHeldEvents + 5 {
+		f.add(early("loop", i, []byte(`1`)))
+	}
+	f.add(early("loop", 0, []byte(`1`))) // the same id again
+	s := f.st.GetSteps()["loop"]
+	require.Len(t, s.GetHeld(), MaxHeldEvents)
+	require.EqualValues(t, 5, s.GetHeldDropped())
+	var size int64
+	for _, ev := range s.GetHeld() {
+		size += int64(proto.Size(ev))
+	}
+	require.Equal(t, size, s.GetHeldBytes())
+
+	// Large results reach the byte bound first.
+	big := make([]byte, 200<<10)
+	for i := range big {
+		big[i] = 'a'
+	}
+	for i := range 6 {
+		f.add(early("big", i, big))
+	}
+	b := f.st.GetSteps()["big"]
+	require.Len(t, b.GetHeld(), 5, "five 200 KiB events fit 1 MiB, the sixth does not")
+	require.EqualValues(t, 1, b.GetHeldDropped())
+	require.LessOrEqual(t, b.GetHeldBytes(), int64(MaxHeldBytes))
+
+	// Once the step's enter and issue arrive, what was held is applied and the bytes go.
+	f.add(&eventv1.Event{EventId: "enter-big", Type: EventStepEnter, Step: "big", PayloadJson: []byte(`{"epoch":1,"loop":{"iterator":"i","items":[1,2,3,4,5,6]}}`), Iteration: &eventv1.Iteration{Epoch: 1, Index: -1}})
+	require.Empty(t, b.GetHeld())
+	require.Zero(t, b.GetHeldBytes())
+	require.EqualValues(t, 1, b.GetHeldDropped(), "a dropped event stays counted")
 }

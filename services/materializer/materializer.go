@@ -123,6 +123,7 @@ func ParseFlags(args []string) (cfg Config, printed bool, err error) {
 
 type metrics struct {
 	committed, duplicates, rejected prometheus.Counter
+	superseded                      prometheus.Counter
 	batch                           prometheus.Histogram
 	commit                          prometheus.Histogram
 	owned                           prometheus.Gauge
@@ -134,6 +135,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		committed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_events_committed_total", Help: "Events inserted into the log."}),
 		duplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_dedupe_hits_total", Help: "Events dropped as duplicates of logged events."}),
 		rejected:   prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_rejected_total", Help: "Events dropped: after terminal, unknown execution or tenant mismatch."}),
+		superseded: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_superseded_total", Help: "Worker events dropped because their command had already ended the other way (a second run with another outcome)."}),
 		batch:      prometheus.NewHistogram(prometheus.HistogramOpts{Name: "noetl_materializer_batch_size", Help: "Events per commit.", Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 		commit:     prometheus.NewHistogram(prometheus.HistogramOpts{Name: "noetl_materializer_commit_seconds", Help: "Commit latency.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		owned:      prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_materializer_partitions_owned", Help: "Partitions of NOETL_EVENTS this replica consumes."}),
@@ -141,7 +143,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		released:   prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_lease_released_total", Help: "Partition leases given up above the fair share, so another replica gets work."}),
 		lost:       prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_materializer_lease_lost_total", Help: "Partition leases lost: taken by another replica after expiring, or not renewed in time."}),
 	}
-	reg.MustRegister(m.committed, m.duplicates, m.rejected, m.batch, m.commit, m.owned, m.acquired, m.released, m.lost)
+	reg.MustRegister(m.committed, m.duplicates, m.rejected, m.superseded, m.batch, m.commit, m.owned, m.acquired, m.released, m.lost)
 	return m
 }
 
@@ -417,6 +419,8 @@ func (l *loop) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte
 			l.m.duplicates.Inc()
 		case writer.Rejected:
 			l.m.rejected.Inc()
+		case writer.Superseded:
+			l.m.superseded.Inc()
 		}
 	}
 	// Each forwarded message continues the trace of the event that caused it: a command

@@ -1,6 +1,12 @@
 // Package writer is the materializer's commit path: it turns a batch of transported events
 // into one Postgres transaction that dedupes them, assigns each execution a gap-free seq,
 // inserts them and updates the projections (execution summary, timers).
+//
+// What the log takes, decided here under each execution's row lock: an event once (by
+// event id), nothing of an unknown execution or of another tenant, nothing after the
+// execution's terminal event, and one outcome per command: an event that domain.OutcomeRival
+// says contradicts the command's terminal event already in the log (or earlier in the
+// batch) is refused as Superseded.
 package writer
 
 import (
@@ -26,9 +32,10 @@ type Outcome int
 
 // Outcomes.
 const (
-	Committed Outcome = iota // inserted with a new seq
-	Duplicate                // already in the log
-	Rejected                 // dropped: execution terminal, unknown, or tenant mismatch
+	Committed  Outcome = iota // inserted with a new seq
+	Duplicate                 // already in the log
+	Rejected                  // dropped: execution terminal, unknown, or tenant mismatch
+	Superseded                // dropped: its command already ended the other way (domain.OutcomeRival)
 )
 
 // Result describes a committed batch.
@@ -129,8 +136,9 @@ type execState struct {
 // locks the batch's executions (in id order) and finds which events are already logged;
 // the second inserts the new events, updates the projections and commits. Between them
 // the batch is classified here, under the locks: dedupe by (execution_id, event_id),
-// refusal after the terminal event (a duplicate of the terminal event is a duplicate) or
-// for an unknown execution or another tenant, and each execution's next seqs.
+// refusal after the terminal event (a duplicate of the terminal event is a duplicate), for
+// an unknown execution or another tenant, or of a command's second outcome (the first
+// probe also looks up each outcome's rival), and each execution's next seqs.
 //
 // bodies, when not nil, holds each event as published (index-aligned with evs): an event
 // published without seq and commit time is stored as those bytes, not marshalled again.
@@ -191,13 +199,23 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	b.Queue(sqlSettings)
 	started := w.queueStarts(b, evs, distinct, commitTime)
 	b.Queue(sqlLock, execs)
+	// The probe asks for each distinct event's id and then for the rival outcome of each
+	// worker's outcome event (domain.OutcomeRival): rivalOf[k] is the input index whose
+	// rival probe k-len(distinct) is.
 	probeExec, probeID := make([]string, len(distinct)), make([]string, len(distinct))
+	var rivalOf []int
 	for k, i := range distinct {
 		probeExec[k], probeID[k] = evs[i].GetExecutionId(), evs[i].GetEventId()
 	}
+	for _, i := range distinct {
+		if r := domain.OutcomeRival(evs[i]); r != "" {
+			probeExec, probeID, rivalOf = append(probeExec, evs[i].GetExecutionId()), append(probeID, r), append(rivalOf, i)
+		}
+	}
 	b.Queue(sqlLogged, probeExec, probeID)
 	state := make(map[string]*execState, len(execs))
-	logged := map[int]bool{} // input indices
+	logged := map[int]bool{}      // input indices
+	rivalLogged := map[int]bool{} // input indices whose rival outcome is in the log
 	err = w.run(ctx, conn, b, func(br pgx.BatchResults) error {
 		for range 2 + started {
 			if _, err := br.Exec(); err != nil {
@@ -231,7 +249,11 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 				rows.Close()
 				return err
 			}
-			logged[distinct[k-1]] = true
+			if k <= int64(len(distinct)) {
+				logged[distinct[k-1]] = true
+			} else {
+				rivalLogged[rivalOf[k-1-int64(len(distinct))]] = true
+			}
 		}
 		rows.Close()
 		return rows.Err()
@@ -240,8 +262,11 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		return nil, fmt.Errorf("append events: %w", err)
 	}
 
-	// Classify, execution by execution in arrival order.
+	// Classify, execution by execution in arrival order. committedIDs holds the
+	// (execution, event id) of the batch's events committed so far, for the rival outcome
+	// that is earlier in the same batch.
 	seqs := make([]int64, len(evs))
+	committedIDs := map[[2]string]bool{}
 	for _, id := range execs {
 		if state[id] == nil {
 			state[id] = &execState{}
@@ -259,8 +284,11 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 			res.Outcomes[i] = Duplicate
 		case domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after)):
 			res.Outcomes[i] = Rejected
+		case rivalLogged[i] || committedRival(committedIDs, ev):
+			res.Outcomes[i] = Superseded
 		default:
 			res.Outcomes[i] = Committed
+			committedIDs[[2]string{ev.GetExecutionId(), ev.GetEventId()}] = true
 			s.seq++
 			seqs[i] = s.seq
 			if st, ok := terminalStatus(ev.GetType()); ok {
@@ -271,12 +299,12 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	for _, i := range order {
 		if f := copyOf[i]; f >= 0 {
 			res.Outcomes[i] = Duplicate
-			if res.Outcomes[f] == Rejected {
-				res.Outcomes[i] = Rejected
+			if o := res.Outcomes[f]; o == Rejected || o == Superseded {
+				res.Outcomes[i] = o
 			}
 		}
 		ev := evs[i]
-		if res.Outcomes[i] == Rejected {
+		if o := res.Outcomes[i]; o == Rejected || o == Superseded {
 			continue
 		}
 		s := state[ev.GetExecutionId()]
@@ -352,6 +380,13 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 	}
 	return res, nil
+}
+
+// committedRival reports whether the rival outcome of ev (domain.OutcomeRival) is among
+// the batch's events committed so far.
+func committedRival(committed map[[2]string]bool, ev *eventv1.Event) bool {
+	r := domain.OutcomeRival(ev)
+	return r != "" && committed[[2]string{ev.GetExecutionId(), r}]
 }
 
 // run sends b and reads its results with read.

@@ -206,3 +206,69 @@ func TestCommitLargeBatch(t *testing.T) {
 		require.Equal(t, Duplicate, o)
 	}
 }
+
+// TestCommitKeepsOneOutcomePerCommand: a command's first terminal event is its outcome.
+// The log refuses what contradicts it, in a later batch (a redelivered command that ended
+// the other way) and in the same batch, and takes the repeats of the first run as
+// duplicates; call events that precede every terminal event are all kept.
+func TestCommitKeepsOneOutcomePerCommand(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	w := &Writer{DB: db}
+	out := func(exec, cmd, typ, result string) *eventv1.Event {
+		e := ev(exec, domain.EventID(cmd, typ), typ)
+		e.Step, e.CommandId, e.Attempt = "s", cmd, 1
+		if result != "" {
+			e.ResultJson = []byte(result)
+		}
+		return e
+	}
+	commit := func(evs ...*eventv1.Event) []Outcome {
+		t.Helper()
+		res, err := w.Commit(ctx, evs, nil, nil)
+		require.NoError(t, err)
+		return res.Outcomes
+	}
+	logged := func(exec string) []string {
+		t.Helper()
+		rows, err := db.Query(ctx, `SELECT type FROM noetl.event WHERE execution_id = $1 AND command_id <> '' ORDER BY seq`, exec)
+		require.NoError(t, err)
+		defer rows.Close()
+		var types []string
+		for rows.Next() {
+			var typ string
+			require.NoError(t, rows.Scan(&typ))
+			types = append(types, typ)
+		}
+		require.NoError(t, rows.Err())
+		return types
+	}
+	done, callErr := domain.EventCallDone, domain.EventCallError
+	completed, failed := domain.EventCommandCompleted, domain.EventCommandFailed
+
+	// Across batches: the first run completes; its redelivery fails, then repeats the
+	// first run's call.done (a duplicate) with another result.
+	require.Equal(t, []Outcome{Committed}, commit(ev("x", "x0", domain.EventPlaybookStarted)))
+	require.Equal(t, []Outcome{Committed, Committed}, commit(out("x", "c1", done, `{"run":"A"}`), out("x", "c1", completed, "")))
+	require.Equal(t, []Outcome{Superseded, Superseded, Duplicate, Duplicate},
+		commit(out("x", "c1", callErr, ""), out("x", "c1", failed, ""), out("x", "c1", done, `{"run":"B"}`), out("x", "c1", completed, "")))
+	// In one batch: command.failed, then command.completed and call.done of another run.
+	require.Equal(t, []Outcome{Committed, Committed, Superseded, Superseded},
+		commit(out("x", "c2", callErr, ""), out("x", "c2", failed, ""), out("x", "c2", completed, ""), out("x", "c2", done, `{"run":"B"}`)))
+	// Two runs that overlapped: both call events come before either terminal event.
+	require.Equal(t, []Outcome{Committed, Committed, Committed, Superseded},
+		commit(out("x", "c3", done, `{"run":"A"}`), out("x", "c3", callErr, ""), out("x", "c3", completed, ""), out("x", "c3", failed, "")))
+	// Another command and another execution are not affected.
+	require.Equal(t, []Outcome{Committed}, commit(ev("y", "y0", domain.EventPlaybookStarted)))
+	require.Equal(t, []Outcome{Committed, Committed}, commit(out("x", "c4", failed, ""), out("y", "c1", failed, "")))
+
+	require.Equal(t, []string{done, completed, callErr, failed, done, callErr, completed, failed}, logged("x"))
+	require.Equal(t, []string{failed}, logged("y"))
+	var body []byte
+	require.NoError(t, db.QueryRow(ctx, `SELECT body FROM noetl.event WHERE execution_id = 'x' AND event_id = $1`, domain.EventID("c1", done)).Scan(&body))
+	var kept eventv1.Event
+	require.NoError(t, proto.Unmarshal(body, &kept))
+	require.JSONEq(t, `{"run":"A"}`, string(kept.GetResultJson()), "the first run's call.done stays")
+}

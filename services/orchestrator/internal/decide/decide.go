@@ -242,6 +242,9 @@ func orEmpty(b []byte) []byte {
 }
 
 func (d *decider) run() error {
+	if err := d.checkHeld(); err != nil {
+		return err
+	}
 	if len(d.st.GetSteps()) == 0 {
 		if d.c.Playbook.Step("start") == nil {
 			return &Error{Step: "start", Msg: "playbook has no start step"}

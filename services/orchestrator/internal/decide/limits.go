@@ -2,7 +2,9 @@ package decide
 
 import (
 	"fmt"
+	"sort"
 
+	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
 )
 
@@ -81,4 +83,26 @@ func (d *decider) checkEvents(name, what string) error {
 		return &Error{Step: name, Code: CodeLimitExceeded, Msg: fmt.Sprintf("the execution has %d events, at the limit of %d (%s); not %s", n, l.Max, l.Source, what)}
 	}
 	return nil
+}
+
+// checkHeld fails the execution once a step of it dropped events it could not hold until
+// their command was issued (domain.MaxHeldEvents, domain.MaxHeldBytes; StepState.HeldDropped):
+// the step may then wait for a completion the state no longer has, so the execution ends
+// saying so instead of hanging. Only a lost tail of the log, with more of a step's commands
+// completing before the next decision than the bounds hold, comes here.
+func (d *decider) checkHeld() error {
+	var names []string
+	for name, s := range d.st.GetSteps() {
+		if s.GetHeldDropped() > 0 {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	s := d.st.GetSteps()[names[0]]
+	return &Error{Step: names[0], Code: CodeLimitExceeded, Msg: fmt.Sprintf(
+		"%d events of its commands arrived before the log showed those commands issued (the tail of the log was lost) and were dropped: a step holds at most %d such events, %d bytes; the execution cannot finish reliably",
+		s.GetHeldDropped(), domain.MaxHeldEvents, domain.MaxHeldBytes)}
 }

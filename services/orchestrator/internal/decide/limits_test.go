@@ -225,3 +225,20 @@ workflow:
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, s.st.GetStatus(), "%v", s.st.GetError())
 	require.Equal(t, 1, s.count(domain.EventStepEnter, "start"))
 }
+
+// TestDroppedHeldEventsFailTheExecution: a step that had to drop events it could not hold
+// until their command was issued (StepState.HeldDropped) fails the execution with
+// limit_exceeded naming the step and the bounds, instead of waiting for a completion the
+// state no longer has.
+func TestDroppedHeldEventsFailTheExecution(t *testing.T) {
+	s := newSim(t, fmt.Sprintf(cycle, ""), `{}`)
+	s.decide()
+	s.st.GetSteps()["start"].HeldDropped = 7
+	evs, err := DecideWith(s.c, s.st, Inputs{})
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+	last := evs[len(evs)-1]
+	require.Equal(t, domain.EventPlaybookFailed, last.GetType())
+	require.Equal(t, CodeLimitExceeded, last.GetError().GetCode())
+	require.Equal(t, fmt.Sprintf(`step "start": 7 events of its commands arrived before the log showed those commands issued (the tail of the log was lost) and were dropped: a step holds at most %d such events, %d bytes; the execution cannot finish reliably`, domain.MaxHeldEvents, domain.MaxHeldBytes), last.GetError().GetMessage())
+}

@@ -264,7 +264,14 @@ type StepState struct {
 	// step's), in log order. They come first when the tail of the log that issued the
 	// command was lost (an asynchronous replica promoted, say) and the command was
 	// published again; the fold applies them once the step.enter or command.issued arrives.
-	Held          []*v1.Event `protobuf:"bytes,16,rep,name=held,proto3" json:"held,omitempty"`
+	// Bounded: at most domain.MaxHeldEvents events and domain.MaxHeldBytes encoded bytes
+	// per step; an event past either bound is counted in held_dropped instead.
+	Held []*v1.Event `protobuf:"bytes,16,rep,name=held,proto3" json:"held,omitempty"`
+	// Encoded size of the events in held, so that bounding it costs nothing per event.
+	HeldBytes int64 `protobuf:"varint,17,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
+	// Events of the step not held because held was full. Their step can no longer be
+	// trusted to complete, so a decision fails the execution once this is above zero.
+	HeldDropped   int32 `protobuf:"varint,18,opt,name=held_dropped,json=heldDropped,proto3" json:"held_dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -409,6 +416,20 @@ func (x *StepState) GetHeld() []*v1.Event {
 		return x.Held
 	}
 	return nil
+}
+
+func (x *StepState) GetHeldBytes() int64 {
+	if x != nil {
+		return x.HeldBytes
+	}
+	return 0
+}
+
+func (x *StepState) GetHeldDropped() int32 {
+	if x != nil {
+		return x.HeldDropped
+	}
+	return 0
 }
 
 // RetryState is a retry waiting on its durable timer.
@@ -1406,7 +1427,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
-	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\xda\x04\n" +
+	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\x9c\x05\n" +
 	"\tStepState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12\x14\n" +
@@ -1427,7 +1448,10 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x05fired\x18\f \x03(\tR\x05fired\x124\n" +
 	"\x04loop\x18\r \x01(\v2 .noetl.statebuilder.v1.LoopStateR\x04loop\x127\n" +
 	"\x05retry\x18\x0e \x01(\v2!.noetl.statebuilder.v1.RetryStateR\x05retry\x12)\n" +
-	"\x04held\x18\x10 \x03(\v2\x15.noetl.event.v1.EventR\x04held\"\xea\x01\n" +
+	"\x04held\x18\x10 \x03(\v2\x15.noetl.event.v1.EventR\x04held\x12\x1d\n" +
+	"\n" +
+	"held_bytes\x18\x11 \x01(\x03R\theldBytes\x12!\n" +
+	"\fheld_dropped\x18\x12 \x01(\x05R\vheldDropped\"\xea\x01\n" +
 	"\n" +
 	"RetryState\x12!\n" +
 	"\fnext_attempt\x18\x01 \x01(\x05R\vnextAttempt\x12#\n" +
