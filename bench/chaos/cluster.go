@@ -160,7 +160,11 @@ func (c *cluster) build(ctx context.Context, rev string) error {
 // startPostgres starts the private Postgres and creates the services' database and the
 // probes' database with their tables and one role per tenant.
 func (c *cluster) startPostgres(ctx context.Context) error {
-	pg, err := pgembed.Start(ctx, pgembed.Options{Dir: filepath.Join(c.dir, "postgres"), Fast: c.pgFast})
+	port, err := freePort() // kept across restarts: see freeAddr
+	if err != nil {
+		return err
+	}
+	pg, err := pgembed.Start(ctx, pgembed.Options{Dir: filepath.Join(c.dir, "postgres"), Port: port, Fast: c.pgFast})
 	if err != nil {
 		return err
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -248,14 +250,62 @@ func tailFile(path string, n int) string {
 	return string(b)
 }
 
-// freeAddr is a free TCP address on 127.0.0.1.
+// Ports handed out by freeAddr, so that two processes of a run never get the same one.
+var (
+	portsMu sync.Mutex
+	ports   = map[int]bool{}
+)
+
+// freeAddr is a free TCP address on 127.0.0.1 below the kernel's ephemeral port range.
+// The nemesis restarts a process on the address it had; a port of the ephemeral range
+// may meanwhile be the local end of some outgoing connection (a restarted statebuilder
+// once found its port taken so), one below it never is.
 func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+	const lo = 10000
+	hi := ephemeralLow()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		p := lo + rand.IntN(hi-lo)
+		if ports[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue // in use
+		}
+		ports[p] = true
+		return l.Addr().String(), l.Close()
 	}
-	addr := l.Addr().String()
-	return addr, l.Close()
+	return "", fmt.Errorf("no free port in 127.0.0.1:%d-%d", lo, hi-1)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768 when it cannot
+// be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n <= 11000 {
+		return 32768
+	}
+	return n
+}
+
+// freePort is freeAddr's port.
+func freePort() (int, error) {
+	a, err := freeAddr()
+	if err != nil {
+		return 0, err
+	}
+	_, p, _ := net.SplitHostPort(a)
+	return strconv.Atoi(p)
 }
 
 // repoRoot is the directory holding go.work, searched upwards from the working directory.
