@@ -25,6 +25,7 @@ import (
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
 	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 	"github.com/noetl/noetl/services/orchestrator/internal/engine"
+	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 	"github.com/noetl/noetl/services/orchestrator/internal/server"
 )
 
@@ -163,7 +164,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	if sealer != nil {
-		n, err := (&server.Server{DB: db, Sealer: sealer}).SealPlaintextCredentials(ctx)
+		n, err := (&server.Server{Keys: keystore.New(db), Sealer: sealer}).SealPlaintextCredentials(ctx)
 		if err != nil {
 			return err
 		}
@@ -205,7 +206,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	srv := app.NewServer("orchestrator", log, grpcLis, adminLis, append(auth.ServerOptions(trust), tel.ServerOption())...)
 	cat := catalog.New(db, playbook.NewRenderer(), 1024)
-	api := &server.Server{Catalog: cat, DB: db, NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000), Sealer: sealer}
+	api := &server.Server{Catalog: cat, Keys: keystore.New(db), NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000), Sealer: sealer}
 	orchv1.RegisterOrchestratorServiceServer(srv.GRPC, api)
 	orchv1.RegisterCredentialServiceServer(srv.GRPC, api)
 	orchv1.RegisterApiKeyServiceServer(srv.GRPC, api)

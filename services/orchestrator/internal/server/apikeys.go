@@ -7,41 +7,33 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 )
 
 // API key limits and the interval at which a key's last use is recorded.
 const (
 	MaxAPIKeyName     = 128
 	lastUsedThrottle  = time.Minute
-	apiKeyColumns     = `id, tenant, roles, name, created_by, created_at, last_used_at, expires_at, revoked_at`
 	errInvalidAPIKey  = "invalid API key"
 	defaultAPIKeyPage = 50
 )
 
-// scanAPIKey reads one row of apiKeyColumns.
-func scanAPIKey(row pgx.Row) (*orchv1.ApiKeyInfo, error) {
-	k := &orchv1.ApiKeyInfo{}
-	var created time.Time
-	var used, expires, revoked *time.Time
-	if err := row.Scan(&k.Id, &k.Tenant, &k.Roles, &k.Name, &k.CreatedBy, &created, &used, &expires, &revoked); err != nil {
-		return nil, err
-	}
-	k.CreateTime = timestamppb.New(created)
+// apiKeyInfo is a stored key as the API shows it.
+func apiKeyInfo(k *keystore.APIKey) *orchv1.ApiKeyInfo {
 	ts := func(t *time.Time) *timestamppb.Timestamp {
 		if t == nil {
 			return nil
 		}
 		return timestamppb.New(*t)
 	}
-	k.LastUsedTime, k.ExpireTime, k.RevokeTime = ts(used), ts(expires), ts(revoked)
-	return k, nil
+	return &orchv1.ApiKeyInfo{Id: k.ID, Tenant: k.Tenant, Roles: k.Roles, Name: k.Name, CreatedBy: k.CreatedBy,
+		CreateTime: timestamppb.New(k.Created), LastUsedTime: ts(k.LastUsed), ExpireTime: ts(k.Expires), RevokeTime: ts(k.Revoked)}
 }
 
 // CreateApiKey creates a key for the caller's tenant (another tenant needs the system
@@ -92,12 +84,11 @@ func (s *Server) CreateApiKey(ctx context.Context, req *orchv1.CreateApiKeyReque
 	if err != nil {
 		return nil, fmt.Errorf("create api key: %w", err)
 	}
-	k, err := scanAPIKey(s.DB.QueryRow(ctx, `INSERT INTO noetl.api_key (id, tenant, roles, name, secret_sha256, created_by, expires_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+apiKeyColumns, id, keyTenant, roles, req.GetName(), digest, p.Subject, expires))
+	k, err := s.Keys.CreateAPIKey(ctx, keystore.APIKey{ID: id, Tenant: keyTenant, Roles: roles, Name: req.GetName(), CreatedBy: p.Subject, Expires: expires}, digest)
 	if err != nil {
-		return nil, fmt.Errorf("create api key: %w", err)
+		return nil, err
 	}
-	return &orchv1.CreateApiKeyResponse{Key: k, Secret: secret}, nil
+	return &orchv1.CreateApiKeyResponse{Key: apiKeyInfo(k), Secret: secret}, nil
 }
 
 // ListApiKeys returns a page of a tenant's keys ordered by id, without secrets.
@@ -110,22 +101,13 @@ func (s *Server) ListApiKeys(ctx context.Context, req *orchv1.ListApiKeysRequest
 		n = defaultAPIKeyPage
 	}
 	n = min(n, 500)
-	rows, err := s.DB.Query(ctx, `SELECT `+apiKeyColumns+` FROM noetl.api_key WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3`,
-		tenantOf(req.GetTenant()), req.GetPageToken(), n)
+	ks, err := s.Keys.ListAPIKeys(ctx, tenantOf(req.GetTenant()), req.GetPageToken(), n)
 	if err != nil {
-		return nil, fmt.Errorf("list api keys: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
 	resp := &orchv1.ListApiKeysResponse{}
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list api keys: %w", err)
-		}
-		resp.Keys = append(resp.Keys, k)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list api keys: %w", err)
+	for _, k := range ks {
+		resp.Keys = append(resp.Keys, apiKeyInfo(k))
 	}
 	if len(resp.Keys) == n {
 		resp.NextPageToken = resp.Keys[n-1].GetId()
@@ -139,15 +121,14 @@ func (s *Server) RevokeApiKey(ctx context.Context, req *orchv1.RevokeApiKeyReque
 	if req.GetId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "id: required")
 	}
-	k, err := scanAPIKey(s.DB.QueryRow(ctx, `UPDATE noetl.api_key SET revoked_at = coalesce(revoked_at, now())
-		WHERE tenant = $1 AND id = $2 RETURNING `+apiKeyColumns, tenantOf(req.GetTenant()), req.GetId()))
-	if errors.Is(err, pgx.ErrNoRows) {
+	k, err := s.Keys.RevokeAPIKey(ctx, tenantOf(req.GetTenant()), req.GetId())
+	if errors.Is(err, keystore.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "api key %q not found", req.GetId())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("revoke api key: %w", err)
+		return nil, err
 	}
-	return &orchv1.RevokeApiKeyResponse{Key: k}, nil
+	return &orchv1.RevokeApiKeyResponse{Key: apiKeyInfo(k)}, nil
 }
 
 // VerifyApiKey checks a presented key: its secret's digest is compared in constant time
@@ -162,35 +143,24 @@ func (s *Server) VerifyApiKey(ctx context.Context, req *orchv1.VerifyApiKeyReque
 	if !ok {
 		return nil, status.Error(codes.NotFound, errInvalidAPIKey)
 	}
-	var stored []byte
-	k := &orchv1.ApiKeyInfo{}
-	var created time.Time
-	var used, expires, revoked *time.Time
-	err := s.DB.QueryRow(ctx, `SELECT secret_sha256, `+apiKeyColumns+` FROM noetl.api_key WHERE id = $1`, id).
-		Scan(&stored, &k.Id, &k.Tenant, &k.Roles, &k.Name, &k.CreatedBy, &created, &used, &expires, &revoked)
-	if errors.Is(err, pgx.ErrNoRows) {
+	k, stored, err := s.Keys.APIKeyByID(ctx, id)
+	if errors.Is(err, keystore.ErrNotFound) {
 		return nil, status.Error(codes.NotFound, errInvalidAPIKey)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("verify api key: %w", err)
+		return nil, err
 	}
 	now := time.Now()
-	if !auth.DigestEqual(digest, stored) || revoked != nil || (expires != nil && !now.Before(*expires)) {
+	if !auth.DigestEqual(digest, stored) || k.Revoked != nil || (k.Expires != nil && !now.Before(*k.Expires)) {
 		return nil, status.Error(codes.NotFound, errInvalidAPIKey)
 	}
-	if used == nil || now.Sub(*used) >= lastUsedThrottle {
-		if _, err := s.DB.Exec(ctx, `UPDATE noetl.api_key SET last_used_at = now()
-			WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < now() - make_interval(secs => $2))`, id, lastUsedThrottle.Seconds()); err != nil {
-			return nil, fmt.Errorf("verify api key: %w", err)
+	if k.LastUsed == nil || now.Sub(*k.LastUsed) >= lastUsedThrottle {
+		if err := s.Keys.TouchAPIKey(ctx, id, lastUsedThrottle); err != nil {
+			return nil, err
 		}
-		used = &now
+		k.LastUsed = &now
 	}
-	k.CreateTime = timestamppb.New(created)
-	k.LastUsedTime = timestamppb.New(*used)
-	if expires != nil {
-		k.ExpireTime = timestamppb.New(*expires)
-	}
-	return &orchv1.VerifyApiKeyResponse{Key: k}, nil
+	return &orchv1.VerifyApiKeyResponse{Key: apiKeyInfo(k)}, nil
 }
 
 // EnsureAPIKey stores key (noetl_<id>_<secret>, for example the dev mesh's admin.key or a
@@ -201,17 +171,9 @@ func (s *Server) EnsureAPIKey(ctx context.Context, key, tenant string, roles []s
 	if !ok {
 		return false, errors.New("bootstrap API key: not of the form " + auth.APIKeyPrefix + "<id>_<secret>")
 	}
-	tag, err := s.DB.Exec(ctx, `INSERT INTO noetl.api_key (id, tenant, roles, name, secret_sha256, created_by)
-		VALUES ($1, $2, $3, $4, $5, 'bootstrap') ON CONFLICT (id) DO NOTHING`, id, tenant, roles, name, digest)
-	if err != nil {
-		return false, fmt.Errorf("bootstrap API key: %w", err)
-	}
-	if tag.RowsAffected() == 1 {
-		return true, nil
-	}
-	var stored []byte
-	if err := s.DB.QueryRow(ctx, `SELECT secret_sha256 FROM noetl.api_key WHERE id = $1`, id).Scan(&stored); err != nil {
-		return false, fmt.Errorf("bootstrap API key: %w", err)
+	created, stored, err := s.Keys.EnsureAPIKey(ctx, keystore.APIKey{ID: id, Tenant: tenant, Roles: roles, Name: name, CreatedBy: "bootstrap"}, digest)
+	if err != nil || created {
+		return created, err
 	}
 	if !auth.DigestEqual(digest, stored) {
 		return false, fmt.Errorf("bootstrap API key: id %s is stored with another secret", id)

@@ -15,6 +15,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/testkit"
+	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 )
 
 func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
@@ -22,7 +23,7 @@ func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 	db, err := pgxext.Open(bg, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
-	s := &Server{DB: db}
+	s := &Server{Keys: keystore.New(db)}
 	as := func(tenant string, roles ...string) context.Context {
 		return auth.NewContext(bg, &auth.Principal{Tenant: tenant, Subject: "apikey:" + tenant + "-" + strings.Join(roles, "-"), Roles: roles})
 	}
@@ -158,7 +159,7 @@ func TestBootstrapKeyIsStoredOnceAndStaysRevoked(t *testing.T) {
 	db, err := pgxext.Open(bg, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
-	s := &Server{DB: db}
+	s := &Server{Keys: keystore.New(db)}
 	gateway := auth.NewContext(bg, auth.ServicePrincipal("gateway"))
 	key, id, _, err := auth.NewAPIKey()
 	require.NoError(t, err)

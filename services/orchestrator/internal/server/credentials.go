@@ -5,16 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 )
 
 // Credential limits. Names are also path segments and template keys
@@ -75,16 +73,11 @@ func (s *Server) PutCredential(ctx context.Context, req *orchv1.PutCredentialReq
 	if err != nil {
 		return nil, err
 	}
-	resp := &orchv1.PutCredentialResponse{}
-	var updated time.Time
-	err = s.DB.QueryRow(ctx, `INSERT INTO noetl.credential (tenant, name, type, ciphertext, data) VALUES ($1, $2, $3, $4, NULL)
-		ON CONFLICT (tenant, name) DO UPDATE SET type = EXCLUDED.type, ciphertext = EXCLUDED.ciphertext, data = NULL, updated_at = now()
-		RETURNING updated_at`, tenant, req.GetName(), req.GetType(), sealed).Scan(&updated)
+	updated, err := s.Keys.PutCredential(ctx, tenant, req.GetName(), req.GetType(), sealed)
 	if err != nil {
-		return nil, fmt.Errorf("store credential: %w", err)
+		return nil, err
 	}
-	resp.UpdateTime = timestamppb.New(updated)
-	return resp, nil
+	return &orchv1.PutCredentialResponse{UpdateTime: timestamppb.New(updated)}, nil
 }
 
 // ResolveCredential opens a credential's data for a worker. Only service principals may
@@ -100,14 +93,12 @@ func (s *Server) ResolveCredential(ctx context.Context, req *orchv1.ResolveCrede
 		return nil, errNoKey
 	}
 	tenant := tenantOf(req.GetTenant())
-	var typ string
-	var sealed []byte
-	err := s.DB.QueryRow(ctx, `SELECT type, ciphertext FROM noetl.credential WHERE tenant = $1 AND name = $2`, tenant, req.GetName()).Scan(&typ, &sealed)
-	if errors.Is(err, pgx.ErrNoRows) {
+	typ, sealed, err := s.Keys.SealedCredential(ctx, tenant, req.GetName())
+	if errors.Is(err, keystore.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "credential %q not found", req.GetName())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read credential: %w", err)
+		return nil, err
 	}
 	if sealed == nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "credential %q is stored unencrypted; restart the orchestrator with NOETL_ENCRYPTION_KEY to seal it", req.GetName())
@@ -126,24 +117,13 @@ func (s *Server) ListCredentials(ctx context.Context, req *orchv1.ListCredential
 		n = 50
 	}
 	n = min(n, 500)
-	rows, err := s.DB.Query(ctx, `SELECT name, type, updated_at FROM noetl.credential
-		WHERE tenant = $1 AND name > $2 ORDER BY name LIMIT $3`, tenantOf(req.GetTenant()), req.GetPageToken(), n)
+	cs, err := s.Keys.ListCredentials(ctx, tenantOf(req.GetTenant()), req.GetPageToken(), n)
 	if err != nil {
-		return nil, fmt.Errorf("list credentials: %w", err)
+		return nil, err
 	}
-	defer rows.Close()
 	resp := &orchv1.ListCredentialsResponse{}
-	for rows.Next() {
-		var c orchv1.CredentialInfo
-		var updated time.Time
-		if err := rows.Scan(&c.Name, &c.Type, &updated); err != nil {
-			return nil, fmt.Errorf("list credentials: %w", err)
-		}
-		c.UpdateTime = timestamppb.New(updated)
-		resp.Credentials = append(resp.Credentials, &c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list credentials: %w", err)
+	for _, c := range cs {
+		resp.Credentials = append(resp.Credentials, &orchv1.CredentialInfo{Name: c.Name, Type: c.Type, UpdateTime: timestamppb.New(c.Updated)})
 	}
 	if len(resp.Credentials) == n {
 		resp.NextPageToken = resp.Credentials[n-1].GetName()
@@ -156,12 +136,12 @@ func (s *Server) DeleteCredential(ctx context.Context, req *orchv1.DeleteCredent
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name: required")
 	}
-	tag, err := s.DB.Exec(ctx, `DELETE FROM noetl.credential WHERE tenant = $1 AND name = $2`, tenantOf(req.GetTenant()), req.GetName())
-	if err != nil {
-		return nil, fmt.Errorf("delete credential: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
+	err := s.Keys.DeleteCredential(ctx, tenantOf(req.GetTenant()), req.GetName())
+	if errors.Is(err, keystore.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "credential %q not found", req.GetName())
+	}
+	if err != nil {
+		return nil, err
 	}
 	return &orchv1.DeleteCredentialResponse{}, nil
 }
@@ -175,53 +155,10 @@ func (s *Server) SealPlaintextCredentials(ctx context.Context) (int, error) {
 	}
 	total := 0
 	for {
-		n, err := s.sealBatch(ctx, 100)
+		n, err := s.Keys.SealPlaintext(ctx, 100, s.Sealer.Seal)
 		total += n
 		if err != nil || n == 0 {
 			return total, err
 		}
 	}
-}
-
-func (s *Server) sealBatch(ctx context.Context, limit int) (int, error) {
-	tx, err := s.DB.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("seal credentials: %w", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	rows, err := tx.Query(ctx, `SELECT tenant, name, data::text FROM noetl.credential
-		WHERE ciphertext IS NULL ORDER BY tenant, name LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
-	if err != nil {
-		return 0, fmt.Errorf("seal credentials: %w", err)
-	}
-	type row struct {
-		tenant, name string
-		data         []byte
-	}
-	var batch []row
-	for rows.Next() {
-		var r row
-		if err := rows.Scan(&r.tenant, &r.name, &r.data); err != nil {
-			rows.Close()
-			return 0, fmt.Errorf("seal credentials: %w", err)
-		}
-		batch = append(batch, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("seal credentials: %w", err)
-	}
-	for _, r := range batch {
-		sealed, err := s.Sealer.Seal(r.tenant, r.name, r.data)
-		if err != nil {
-			return 0, err
-		}
-		if _, err := tx.Exec(ctx, `UPDATE noetl.credential SET ciphertext = $3, data = NULL WHERE tenant = $1 AND name = $2`, r.tenant, r.name, sealed); err != nil {
-			return 0, fmt.Errorf("seal credentials: %w", err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("seal credentials: %w", err)
-	}
-	return len(batch), nil
 }

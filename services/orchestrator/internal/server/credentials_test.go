@@ -13,6 +13,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/testkit"
+	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -51,7 +52,7 @@ func TestPlaintextCredentialsAreSealedAndListsPage(t *testing.T) {
 	t.Cleanup(db.Close)
 	sealer, err := NewSealer(bytes.Repeat([]byte{1}, KeySize))
 	require.NoError(t, err)
-	s := &Server{DB: db, Sealer: sealer}
+	s := &Server{Keys: keystore.New(db), Sealer: sealer}
 
 	// Rows written in plaintext before encryption at rest.
 	for _, n := range []string{"legacy_a", "legacy_b"} {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
@@ -28,6 +27,7 @@ import (
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
 	"github.com/noetl/noetl/services/orchestrator/internal/engine"
+	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 )
 
 // Server implements OrchestratorService, CredentialService and ApiKeyService.
@@ -36,8 +36,9 @@ type Server struct {
 	orchv1.UnimplementedCredentialServiceServer
 	orchv1.UnimplementedApiKeyServiceServer
 
-	Catalog    *catalog.Catalog
-	DB         *pgxpool.Pool
+	Catalog *catalog.Catalog
+	// Keys stores credentials and API keys.
+	Keys       *keystore.Store
 	NC         *nats.Conn
 	JS         jetstream.JetStream
 	State      sbv1.StateServiceClient
