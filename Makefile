@@ -8,6 +8,7 @@ PROTOC_GEN_GO          := v1.36.12
 PROTOC_GEN_GO_GRPC     := v1.6.2
 GRPC_GATEWAY           := v2.33.0
 STATICCHECK            := v0.8.2
+GOLANGCI_LINT          := v2.15.0
 
 # The CLI's version (noetl version): the nearest v* tag, or "devel"; the commit comes from
 # the build's VCS stamp.
@@ -58,12 +59,13 @@ bench: postgres
 proto: tools
 	buf generate
 
-## lint: buf lint, gofmt, go vet, staticcheck
+## lint: buf lint, gofmt, go vet, staticcheck, and the import graph (golangci-lint's depguard, .golangci.yml)
 lint: tools
 	buf lint
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 	go vet $(PKGS)
 	staticcheck $(PKGS)
+	golangci-lint run $(PKGS)
 
 ## tools: install the pinned code generators and linters
 tools:
@@ -73,6 +75,7 @@ tools:
 	@command -v protoc-gen-grpc-gateway >/dev/null || go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway@$(GRPC_GATEWAY)
 	@command -v protoc-gen-openapiv2 >/dev/null || go install github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2@$(GRPC_GATEWAY)
 	@command -v staticcheck >/dev/null || go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK)
+	@command -v golangci-lint >/dev/null && golangci-lint version --short | grep -q $(GOLANGCI_LINT:v%=%) || go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT)
 
 ## python3: make sure python3 (for python steps) is installed (Debian package, as root)
 python3:

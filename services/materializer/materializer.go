@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -214,7 +213,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	srv.AddCheck("consumer-lag", sat.checkLag)
 	srv.AddCheck("progress", sat.checkProgress)
 	m := newMetrics(srv.Registry)
-	l := &loop{cfg: cfg, log: log, nc: nc, js: js, db: db, w: &writer.Writer{DB: db}, m: m, tracer: tel.Tracer(), sat: sat, lag: lag}
+	l := &loop{cfg: cfg, log: log, nc: nc, js: js, cursors: lease.Cursors{DB: db, Group: cfg.Consumer}, w: &writer.Writer{DB: db}, m: m, tracer: tel.Tracer(), sat: sat, lag: lag}
 	own := &ownership{l: l, log: log, m: m, static: cfg.OwnPartitions, every: cfg.LeaseTTL / 3}
 	if cfg.OwnPartitions == nil {
 		own.table = &lease.Table{DB: db, Group: cfg.Consumer, Replica: cfg.ReplicaID, Partitions: cfg.Partitions, TTL: cfg.LeaseTTL}
@@ -230,16 +229,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 func partitionSubject(p int) string { return natsx.PartitionEventSubject(p) }
 
 type loop struct {
-	cfg    Config
-	log    *slog.Logger
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	db     *pgxpool.Pool
-	w      *writer.Writer
-	m      *metrics
-	tracer trace.Tracer
-	sat    *saturation
-	lag    *lagMonitor
+	cfg Config
+	log *slog.Logger
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	// cursors are the partitions' stream positions.
+	cursors lease.Cursors
+	w       *writer.Writer
+	m       *metrics
+	tracer  trace.Tracer
+	sat     *saturation
+	lag     *lagMonitor
 }
 
 // consume runs partition p until ctx ends. It reads the partition's events in stream order
@@ -248,7 +248,7 @@ type loop struct {
 // taking some of them), and commits them batch by batch. A batch that fails is retried in
 // place: the partition's events are committed in stream order.
 func (l *loop) consume(ctx context.Context, p int) error {
-	cursor, err := lease.Cursor(ctx, l.db, l.cfg.Consumer, p)
+	cursor, err := l.cursors.Get(ctx, p)
 	if err != nil {
 		return fmt.Errorf("partition %d cursor: %w", p, err)
 	}
@@ -286,7 +286,7 @@ func (l *loop) consume(ctx context.Context, p int) error {
 		if unrecorded == 0 {
 			return
 		}
-		if err := lease.Advance(ctx, l.db, l.cfg.Consumer, p, unrecorded); err != nil {
+		if err := l.cursors.Advance(ctx, p, unrecorded); err != nil {
 			if ctx.Err() == nil {
 				l.log.Warn("partition cursor not advanced", slog.Int("partition", p), slog.String("error", err.Error()))
 			}

@@ -161,6 +161,22 @@ func (t *Table) Leave(ctx context.Context) error {
 	return err
 }
 
+// Cursors are the stream positions of a consumer group's partitions.
+type Cursors struct {
+	DB    *pgxpool.Pool
+	Group string
+}
+
+// Get is Cursor for c's group.
+func (c Cursors) Get(ctx context.Context, partition int) (uint64, error) {
+	return Cursor(ctx, c.DB, c.Group, partition)
+}
+
+// Advance is Advance for c's group.
+func (c Cursors) Advance(ctx context.Context, partition int, seq uint64) error {
+	return Advance(ctx, c.DB, c.Group, partition, seq)
+}
+
 // Cursor returns the stream sequence up to which partition's events are committed and
 // forwarded (0: none yet).
 func Cursor(ctx context.Context, db *pgxpool.Pool, group string, partition int) (uint64, error) {
