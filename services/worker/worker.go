@@ -55,7 +55,9 @@ type Config struct {
 	Concurrency int
 	Partitions  int
 	Python      string
-	ID          string
+	// ToolEnv names the worker's environment variables python tools also see.
+	ToolEnv string
+	ID      string
 	// OrchestratorAddr is where credentials are resolved (CredentialService).
 	OrchestratorAddr string
 	// HTTPEgress is the http tool's egress policy: HTTPEgressPublic (also when empty),
@@ -105,6 +107,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions", config.Positive)
 	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
 	fs.String(&c.Python, "python", "NOETL_PYTHON", "python3", "python interpreter for kind: python")
+	fs.String(&c.ToolEnv, "tool-env", "NOETL_WORKER_TOOL_ENV", "", "comma-separated names of the worker's environment variables that python tools also see (beside PATH and the locale); none of NOETL_*", tools.CheckPassEnv)
 	fs.String(&c.ID, "id", "NOETL_WORKER_ID", "", "worker id reported in events (default: host name)")
 	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address (credential resolution)")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
@@ -287,7 +290,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		renderer: playbook.NewRenderer(),
 		tools: tools.Registry{
 			"noop":     tools.Noop{},
-			"python":   &tools.Python{Interpreter: cfg.Python},
+			"python":   &tools.Python{Interpreter: cfg.Python, PassEnv: tools.ParsePassEnv(cfg.ToolEnv)},
 			"postgres": pg,
 			"http":     httpTool,
 			"playbook": &tools.Playbook{Orchestrator: orchv1.NewOrchestratorServiceClient(conn)},

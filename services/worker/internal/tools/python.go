@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ type Python struct {
 	Timeout time.Duration
 	// MaxOutput bounds the captured stdout/stderr kept for errors (default 64 KiB).
 	MaxOutput int
+	// PassEnv names variables of the worker's environment the process also sees, beside
+	// inheritedEnv (NOETL_WORKER_TOOL_ENV: a proxy, a PYTHONPATH).
+	PassEnv []string
 }
 
 // Run implements Tool.
@@ -90,7 +94,7 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 	cmd := exec.CommandContext(ctx, interp, runner, userCode, resultFile, errorFile)
 	cmd.Stdin = stdin
 	cmd.Dir = dir
-	env := os.Environ()
+	env := toolEnv(dir, p.PassEnv)
 	if e, ok := c.Config["env"].(map[string]any); ok {
 		for k, v := range e {
 			env = append(env, fmt.Sprintf("%s=%v", k, v))
@@ -272,3 +276,50 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.buf) }
+
+// inheritedEnv are the variables of the worker's environment a tool's process sees: what
+// a program needs to find its executables and speak the locale, nothing that configures
+// the worker. The worker's own settings hold its secrets (NOETL_INTERNAL_SECRET signs
+// service principals; a credential may sit in any variable), and tenant code must never
+// read them.
+var inheritedEnv = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR"}
+
+// toolEnv is the environment of a tool's process run in dir: inheritedEnv and pass from
+// the worker's, with HOME and TMPDIR in dir.
+func toolEnv(dir string, pass []string) []string {
+	env := make([]string, 0, len(inheritedEnv)+len(pass)+2)
+	for _, k := range append(slices.Clip(inheritedEnv), pass...) {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return append(env, "HOME="+dir, "TMPDIR="+dir)
+}
+
+// ParsePassEnv splits NOETL_WORKER_TOOL_ENV's comma-separated names (checked by
+// CheckPassEnv).
+func ParsePassEnv(s string) []string {
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// CheckPassEnv refuses a name that is not an environment variable name, and any of the
+// worker's own settings (NOETL_*), which hold its secrets.
+func CheckPassEnv(s string) error {
+	for _, n := range ParsePassEnv(s) {
+		if strings.HasPrefix(strings.ToUpper(n), "NOETL_") {
+			return fmt.Errorf("%q: the worker's own settings are never passed to tools", n)
+		}
+		for i, r := range n {
+			if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+				return fmt.Errorf("%q is not an environment variable name", n)
+			}
+		}
+	}
+	return nil
+}

@@ -35,6 +35,63 @@ func TestPythonStreamsAnInputLargerThanAPipe(t *testing.T) {
 	}
 }
 
+// TestPythonSeesNoneOfTheWorkersEnvironment: tenant code runs in a process that inherits
+// nothing of the worker's configuration (its internal secret signs service principals),
+// only PATH and the locale, the step's own env and the command id.
+func TestPythonSeesNoneOfTheWorkersEnvironment(t *testing.T) {
+	needPython(t)
+	t.Setenv("NOETL_INTERNAL_SECRET", "worker-internal-secret-value")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "cloud-secret-value")
+	out, err := (&Python{}).Run(context.Background(), &Call{
+		CommandID: "c1",
+		Config:    map[string]any{"code": `import os; result = {"env": dict(os.environ)}`, "env": map[string]any{"MODE": "test"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, _ := out.(map[string]any)["env"].(map[string]any)
+	for _, k := range []string{"NOETL_INTERNAL_SECRET", "AWS_SECRET_ACCESS_KEY"} {
+		if _, ok := env[k]; ok {
+			t.Errorf("the tool's process sees %s", k)
+		}
+	}
+	if env["MODE"] != "test" || env["NOETL_COMMAND_ID"] != "c1" || env["PATH"] == nil {
+		t.Errorf("the tool's process lacks its own variables: %v", env)
+	}
+	for k := range env {
+		switch k {
+		case "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "HOME", "TMPDIR", "MODE", "NOETL_COMMAND_ID", "PYTHONUNBUFFERED", "PWD", "SHLVL", "_":
+		default:
+			// pyenv's python3 shim sets its own PYENV_* variables on the way in.
+			if !strings.HasPrefix(k, "LC_") && !strings.HasPrefix(k, "PYENV") && !strings.HasPrefix(k, "_PYENV") {
+				t.Errorf("the tool's process sees %s, which it was not given", k)
+			}
+		}
+	}
+}
+
+// TestPythonPassEnv: a variable named by NOETL_WORKER_TOOL_ENV reaches the process, and
+// the worker's own settings can never be named.
+func TestPythonPassEnv(t *testing.T) {
+	needPython(t)
+	t.Setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+	out, err := (&Python{PassEnv: ParsePassEnv(" HTTPS_PROXY ,")}).Run(context.Background(), &Call{
+		Config: map[string]any{"code": `import os; result = os.environ.get("HTTPS_PROXY")`},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "http://proxy.internal:3128" {
+		t.Fatalf("HTTPS_PROXY in the process: %v", out)
+	}
+	if err := CheckPassEnv("HTTPS_PROXY,noetl_internal_secret"); err == nil || !strings.Contains(err.Error(), `"noetl_internal_secret": the worker's own settings are never passed to tools`) {
+		t.Fatalf("CheckPassEnv: %v", err)
+	}
+	if err := CheckPassEnv("A=B"); err == nil || !strings.Contains(err.Error(), `"A=B" is not an environment variable name`) {
+		t.Fatalf("CheckPassEnv: %v", err)
+	}
+}
+
 // TestPythonInputNotEncodable fails with a clear error when the input has no JSON form.
 func TestPythonInputNotEncodable(t *testing.T) {
 	needPython(t)
