@@ -28,8 +28,9 @@ const (
 	HTTPConnectTimeout = 10 * time.Second
 	// DefaultHTTPMaxBody caps the response body the http tool reads.
 	DefaultHTTPMaxBody = 10 << 20
-	// httpMaxRedirects is the most redirects the http tool follows.
-	httpMaxRedirects = 10
+	// httpMaxRedirects is the most redirects the http tool follows (OWASP's advice for a
+	// server-side fetcher: each hop is another address to check).
+	httpMaxRedirects = 5
 )
 
 // HTTP is the http tool (kind http). It sends one request and returns the response as

@@ -194,7 +194,7 @@ func TestHTTPResponses(t *testing.T) {
 		t.Fatalf("unfollowed redirect status = %v", res["status_code"])
 	}
 	_, err := runHTTP(t, h, map[string]any{"url": srv.URL + "/loop"})
-	if err == nil || !strings.Contains(err.Error(), "10 redirects") {
+	if err == nil || !strings.Contains(err.Error(), "5 redirects") {
 		t.Fatalf("redirect loop: err = %v", err)
 	}
 
