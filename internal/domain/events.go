@@ -2,7 +2,12 @@ package domain
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 )
 
 // Event types. Dotted names, as docs/architecture.md ("Envelopes") lists them.
@@ -50,6 +55,46 @@ type StartedPayload struct {
 	Path     string         `json:"path"`
 	Version  int64          `json:"version"`
 	Workload map[string]any `json:"workload"`
+	// Labels are the execution's labels (ValidateLabels).
+	Labels map[string]string `json:"labels,omitempty"`
+	// RerunOf is the execution this one reruns, when started by a rerun.
+	RerunOf string `json:"rerun_of,omitempty"`
+	// FromStep is the step a rerun runs from: the first decision enters it instead of
+	// start.
+	FromStep string `json:"from_step,omitempty"`
+	// Reused are the steps a rerun takes over from RerunOf, completed and routed, with
+	// their results as the original's log holds them; the fold applies them before any
+	// decision.
+	Reused []ReusedStep `json:"reused,omitempty"`
+	// Ctx is the execution context a rerun starts with (the original's when it first
+	// entered FromStep).
+	Ctx map[string]any `json:"ctx,omitempty"`
+}
+
+// ReusedStep is a step a rerun takes over from the execution it reruns: its result inline
+// (Result) or by reference (ResultRef, the original's reference as protobuf JSON: the
+// payload is never copied), and the targets of its arcs that fired in the original; or,
+// with Skipped, a step the original skipped.
+type ReusedStep struct {
+	Name      string          `json:"name"`
+	Skipped   bool            `json:"skipped,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	ResultRef json.RawMessage `json:"result_ref,omitempty"`
+	Fired     []string        `json:"fired,omitempty"`
+}
+
+// SetRef sets r's ResultRef to ref (nil clears it).
+func (r *ReusedStep) SetRef(ref *eventv1.ResultRef) error {
+	if ref == nil {
+		r.ResultRef = nil
+		return nil
+	}
+	b, err := protojson.Marshal(ref)
+	if err != nil {
+		return fmt.Errorf("reused step %q: result_ref: %w", r.Name, err)
+	}
+	r.ResultRef = b
+	return nil
 }
 
 // EnterPayload is the payload of step.enter.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -136,6 +137,12 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 			return err
 		}
 		st.WorkloadJson = w
+		st.Labels = p.Labels
+		st.RerunOf = p.RerunOf
+		st.FromStep = p.FromStep
+		if err := applyReused(st, ev.GetEventId(), p); err != nil {
+			return err
+		}
 	case EventStepEnter:
 		s := step()
 		var p EnterPayload
@@ -336,6 +343,30 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		st.EndTime = ev.GetCommitTime()
 	}
 	return nil
+}
+
+// applyReused folds a rerun's seed (StartedPayload.Reused and Ctx) into the new state:
+// each reused step completed and routed, with the original's result and fired arcs, so no
+// decision runs or routes it again; startID is the playbook.started event, which stands
+// for the event that finished them.
+func applyReused(st *sbv1.ExecutionState, startID string, p StartedPayload) error {
+	for _, r := range p.Reused {
+		s := &sbv1.StepState{Name: r.Name, Status: eventv1.StepStatus_STEP_STATUS_COMPLETED, Routed: true, Fired: r.Fired, DoneEventId: startID, Reused: true}
+		if r.Skipped {
+			s.Status = eventv1.StepStatus_STEP_STATUS_SKIPPED
+		}
+		if len(r.Result) > 0 {
+			s.ResultJson = []byte(r.Result)
+		}
+		if len(r.ResultRef) > 0 {
+			s.ResultRef = &eventv1.ResultRef{}
+			if err := protojson.Unmarshal(r.ResultRef, s.ResultRef); err != nil {
+				return fmt.Errorf("playbook.started payload: reused step %q: result_ref: %w", r.Name, err)
+			}
+		}
+		st.Steps[r.Name] = s
+	}
+	return mergeCtx(st, p.Ctx)
 }
 
 // IsTerminalStatus reports whether an execution status is final.

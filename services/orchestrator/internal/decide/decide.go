@@ -245,6 +245,36 @@ func (d *decider) run() error {
 	if err := d.checkHeld(); err != nil {
 		return err
 	}
+	if from := d.st.GetFromStep(); from != "" && d.st.GetSteps()[from] == nil {
+		// A rerun from a step: its first decision enters that step (the steps before it
+		// are reused, completed and routed, by the fold of playbook.started).
+		if d.c.Playbook.Step(from) == nil {
+			return &Error{Step: from, Msg: "the rerun's from_step is not a step of the playbook"}
+		}
+		cause := d.st.GetLastEventId()
+		if err := d.enter(from, cause); err != nil {
+			return err
+		}
+		// Arcs of reused steps that fired in the original to steps this execution has not
+		// reached (a branch beside from that had not finished) arrive as they did there.
+		var reused []string
+		for name, s := range d.st.GetSteps() {
+			if s.GetReused() {
+				reused = append(reused, name)
+			}
+		}
+		sort.Strings(reused)
+		for _, src := range reused {
+			for _, dst := range d.st.GetSteps()[src].GetFired() {
+				if d.stepStatus(dst) == eventv1.StepStatus_STEP_STATUS_UNSPECIFIED {
+					if err := d.arrive(src, dst, cause); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		return d.finish()
+	}
 	if len(d.st.GetSteps()) == 0 {
 		if d.c.Playbook.Step("start") == nil {
 			return &Error{Step: "start", Msg: "playbook has no start step"}

@@ -454,8 +454,11 @@ type StartExecutionRequest struct {
 	Workload *structpb.Struct `protobuf:"bytes,3,opt,name=workload,proto3" json:"workload,omitempty"`
 	// Client-supplied key: retrying a start with the same key returns the same execution.
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Labels of the execution, at most 32: keys match [a-z0-9][a-z0-9_./-]{0,62}, values
+	// are at most 256 characters. ListExecutions filters by them.
+	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartExecutionRequest) Reset() {
@@ -514,6 +517,13 @@ func (x *StartExecutionRequest) GetIdempotencyKey() string {
 		return x.IdempotencyKey
 	}
 	return ""
+}
+
+func (x *StartExecutionRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // StartExecutionResponse names the started execution.
@@ -585,7 +595,10 @@ type StepView struct {
 	// Failure details, when the step failed.
 	Error *v1.ErrorInfo `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
 	// Number of times the step was entered.
-	Epoch         int32 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch int32 `protobuf:"varint,6,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Whether the result was reused from the execution this one reruns (rerun_of), without
+	// running the step.
+	Reused        bool `protobuf:"varint,7,opt,name=reused,proto3" json:"reused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -662,6 +675,13 @@ func (x *StepView) GetEpoch() int32 {
 	return 0
 }
 
+func (x *StepView) GetReused() bool {
+	if x != nil {
+		return x.Reused
+	}
+	return false
+}
+
 // Execution is the current view of one execution.
 type Execution struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -689,8 +709,14 @@ type Execution struct {
 	EndTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// Parent execution for sub-playbooks.
 	ParentExecutionId string `protobuf:"bytes,12,opt,name=parent_execution_id,json=parentExecutionId,proto3" json:"parent_execution_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Labels set at start.
+	Labels map[string]string `protobuf:"bytes,13,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Execution this one reruns, when it was started by RerunExecution.
+	RerunOf string `protobuf:"bytes,14,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
+	// Step the rerun started from; empty for a plain rerun or a start.
+	FromStep      string `protobuf:"bytes,15,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Execution) Reset() {
@@ -803,6 +829,27 @@ func (x *Execution) GetEndTime() *timestamppb.Timestamp {
 func (x *Execution) GetParentExecutionId() string {
 	if x != nil {
 		return x.ParentExecutionId
+	}
+	return ""
+}
+
+func (x *Execution) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Execution) GetRerunOf() string {
+	if x != nil {
+		return x.RerunOf
+	}
+	return ""
+}
+
+func (x *Execution) GetFromStep() string {
+	if x != nil {
+		return x.FromStep
 	}
 	return ""
 }
@@ -1015,8 +1062,10 @@ type ListExecutionsRequest struct {
 	StartTimeAfter *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time_after,json=startTimeAfter,proto3" json:"start_time_after,omitempty"`
 	// Only executions started before this time, when set.
 	StartTimeBefore *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time_before,json=startTimeBefore,proto3" json:"start_time_before,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Only executions carrying every one of these labels (key and value).
+	Labels        map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListExecutionsRequest) Reset() {
@@ -1087,6 +1136,13 @@ func (x *ListExecutionsRequest) GetStartTimeAfter() *timestamppb.Timestamp {
 func (x *ListExecutionsRequest) GetStartTimeBefore() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StartTimeBefore
+	}
+	return nil
+}
+
+func (x *ListExecutionsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
 	}
 	return nil
 }
@@ -2246,6 +2302,135 @@ func (*DeleteCredentialResponse) Descriptor() ([]byte, []int) {
 	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
+// RerunExecutionRequest asks to rerun an execution.
+type RerunExecutionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution to rerun.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Step to run from; empty runs the whole playbook again. The original must have entered
+	// it.
+	FromStep string `protobuf:"bytes,2,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"`
+	// Client-supplied key: retrying a rerun with the same key returns the same execution.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RerunExecutionRequest) Reset() {
+	*x = RerunExecutionRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunExecutionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunExecutionRequest) ProtoMessage() {}
+
+func (x *RerunExecutionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunExecutionRequest.ProtoReflect.Descriptor instead.
+func (*RerunExecutionRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RerunExecutionRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *RerunExecutionRequest) GetFromStep() string {
+	if x != nil {
+		return x.FromStep
+	}
+	return ""
+}
+
+func (x *RerunExecutionRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+// RerunExecutionResponse names the new execution.
+type RerunExecutionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Id of the new execution.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Catalog version that runs (the original's).
+	Version int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Steps whose results the new execution reuses, in name order.
+	ReusedSteps   []string `protobuf:"bytes,3,rep,name=reused_steps,json=reusedSteps,proto3" json:"reused_steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunExecutionResponse) Reset() {
+	*x = RerunExecutionResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunExecutionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunExecutionResponse) ProtoMessage() {}
+
+func (x *RerunExecutionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunExecutionResponse.ProtoReflect.Descriptor instead.
+func (*RerunExecutionResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RerunExecutionResponse) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *RerunExecutionResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RerunExecutionResponse) GetReusedSteps() []string {
+	if x != nil {
+		return x.ReusedSteps
+	}
+	return nil
+}
+
 var File_noetl_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_noetl_api_v1_api_proto_rawDesc = "" +
@@ -2276,15 +2461,19 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\tR\x04path\"u\n" +
 	"\x15ListPlaybooksResponse\x124\n" +
 	"\tplaybooks\x18\x01 \x03(\v2\x16.noetl.api.v1.PlaybookR\tplaybooks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa3\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa7\x02\n" +
 	"\x15StartExecutionRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x123\n" +
 	"\bworkload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bworkload\x12'\n" +
-	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"U\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12G\n" +
+	"\x06labels\x18\x05 \x03(\v2/.noetl.api.v1.StartExecutionRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
 	"\x16StartExecutionResponse\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x03R\aversion\"\x83\x02\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\"\x9b\x02\n" +
 	"\bStepView\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12.\n" +
@@ -2292,7 +2481,8 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"result_ref\x18\x04 \x01(\v2\x19.noetl.event.v1.ResultRefR\tresultRef\x12/\n" +
 	"\x05error\x18\x05 \x01(\v2\x19.noetl.event.v1.ErrorInfoR\x05error\x12\x14\n" +
-	"\x05epoch\x18\x06 \x01(\x05R\x05epoch\"\xe2\x04\n" +
+	"\x05epoch\x18\x06 \x01(\x05R\x05epoch\x12\x16\n" +
+	"\x06reused\x18\a \x01(\bR\x06reused\"\x92\x06\n" +
 	"\tExecution\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
@@ -2307,11 +2497,17 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"start_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12.\n" +
-	"\x13parent_execution_id\x18\f \x01(\tR\x11parentExecutionId\x1aP\n" +
+	"\x13parent_execution_id\x18\f \x01(\tR\x11parentExecutionId\x12;\n" +
+	"\x06labels\x18\r \x03(\v2#.noetl.api.v1.Execution.LabelsEntryR\x06labels\x12\x19\n" +
+	"\brerun_of\x18\x0e \x01(\tR\arerunOf\x12\x1b\n" +
+	"\tfrom_step\x18\x0f \x01(\tR\bfromStep\x1aP\n" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.noetl.api.v1.StepViewR\x05value:\x028\x01\"8\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.noetl.api.v1.StepViewR\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +
 	"\x13GetExecutionRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\"M\n" +
 	"\x14GetExecutionResponse\x125\n" +
@@ -2320,7 +2516,7 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"N\n" +
 	"\x15WaitExecutionResponse\x125\n" +
-	"\texecution\x18\x01 \x01(\v2\x17.noetl.api.v1.ExecutionR\texecution\"\xae\x02\n" +
+	"\texecution\x18\x01 \x01(\v2\x17.noetl.api.v1.ExecutionR\texecution\"\xb2\x03\n" +
 	"\x15ListExecutionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -2328,7 +2524,11 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x06status\x18\x03 \x01(\x0e2\x1f.noetl.event.v1.ExecutionStatusR\x06status\x12\x12\n" +
 	"\x04path\x18\x04 \x01(\tR\x04path\x12D\n" +
 	"\x10start_time_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0estartTimeAfter\x12F\n" +
-	"\x11start_time_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0fstartTimeBefore\"y\n" +
+	"\x11start_time_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0fstartTimeBefore\x12G\n" +
+	"\x06labels\x18\a \x03(\v2/.noetl.api.v1.ListExecutionsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
 	"\x16ListExecutionsResponse\x127\n" +
 	"\n" +
 	"executions\x18\x01 \x03(\v2\x17.noetl.api.v1.ExecutionR\n" +
@@ -2411,11 +2611,19 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"-\n" +
 	"\x17DeleteCredentialRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1a\n" +
-	"\x18DeleteCredentialResponse2\xf3\x02\n" +
+	"\x18DeleteCredentialResponse\"\x80\x01\n" +
+	"\x15RerunExecutionRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1b\n" +
+	"\tfrom_step\x18\x02 \x01(\tR\bfromStep\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"x\n" +
+	"\x16RerunExecutionResponse\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x12!\n" +
+	"\freused_steps\x18\x03 \x03(\tR\vreusedSteps2\xf3\x02\n" +
 	"\x0eCatalogService\x12{\n" +
 	"\x10RegisterPlaybook\x12%.noetl.api.v1.RegisterPlaybookRequest\x1a&.noetl.api.v1.RegisterPlaybookResponse\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/playbooks\x12s\n" +
 	"\vGetPlaybook\x12 .noetl.api.v1.GetPlaybookRequest\x1a!.noetl.api.v1.GetPlaybookResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/playbooks/{path=**}\x12o\n" +
-	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\xc5\a\n" +
+	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\xd3\b\n" +
 	"\x10ExecutionService\x12v\n" +
 	"\x0eStartExecution\x12#.noetl.api.v1.StartExecutionRequest\x1a$.noetl.api.v1.StartExecutionResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/executions\x12|\n" +
 	"\fGetExecution\x12!.noetl.api.v1.GetExecutionRequest\x1a\".noetl.api.v1.GetExecutionResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/executions/{execution_id}\x12\x84\x01\n" +
@@ -2423,7 +2631,8 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x0eListExecutions\x12#.noetl.api.v1.ListExecutionsRequest\x1a$.noetl.api.v1.ListExecutionsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/executions\x12\x8f\x01\n" +
 	"\x0fCancelExecution\x12$.noetl.api.v1.CancelExecutionRequest\x1a%.noetl.api.v1.CancelExecutionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/executions/{execution_id}:cancel\x12\x98\x01\n" +
 	"\x13ListExecutionEvents\x12(.noetl.api.v1.ListExecutionEventsRequest\x1a).noetl.api.v1.ListExecutionEventsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/executions/{execution_id}/events\x12\x91\x01\n" +
-	"\x0eWatchExecution\x12#.noetl.api.v1.WatchExecutionRequest\x1a$.noetl.api.v1.WatchExecutionResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/executions/{execution_id}/events:watch0\x012\x93\x02\n" +
+	"\x0eWatchExecution\x12#.noetl.api.v1.WatchExecutionRequest\x1a$.noetl.api.v1.WatchExecutionResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/executions/{execution_id}/events:watch0\x01\x12\x8b\x01\n" +
+	"\x0eRerunExecution\x12#.noetl.api.v1.RerunExecutionRequest\x1a$.noetl.api.v1.RerunExecutionResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/executions/{execution_id}:rerun2\x93\x02\n" +
 	"\rResultService\x12m\n" +
 	"\tGetResult\x12\x1e.noetl.api.v1.GetResultRequest\x1a\x1f.noetl.api.v1.GetResultResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/results/{result_id}\x12\x92\x01\n" +
 	"\x13GetResultFlightInfo\x12(.noetl.api.v1.GetResultFlightInfoRequest\x1a).noetl.api.v1.GetResultFlightInfoResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/results/{result_id}/flight2\x86\x03\n" +
@@ -2445,7 +2654,7 @@ func file_noetl_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_noetl_api_v1_api_proto_rawDescData
 }
 
-var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*Playbook)(nil),                    // 0: noetl.api.v1.Playbook
 	(*RegisterPlaybookRequest)(nil),     // 1: noetl.api.v1.RegisterPlaybookRequest
@@ -2482,93 +2691,103 @@ var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*ListCredentialsResponse)(nil),     // 32: noetl.api.v1.ListCredentialsResponse
 	(*DeleteCredentialRequest)(nil),     // 33: noetl.api.v1.DeleteCredentialRequest
 	(*DeleteCredentialResponse)(nil),    // 34: noetl.api.v1.DeleteCredentialResponse
-	nil,                                 // 35: noetl.api.v1.Execution.StepsEntry
-	(*timestamppb.Timestamp)(nil),       // 36: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 37: google.protobuf.Struct
-	(v1.StepStatus)(0),                  // 38: noetl.event.v1.StepStatus
-	(*structpb.Value)(nil),              // 39: google.protobuf.Value
-	(*v1.ResultRef)(nil),                // 40: noetl.event.v1.ResultRef
-	(*v1.ErrorInfo)(nil),                // 41: noetl.event.v1.ErrorInfo
-	(v1.ExecutionStatus)(0),             // 42: noetl.event.v1.ExecutionStatus
-	(*durationpb.Duration)(nil),         // 43: google.protobuf.Duration
-	(*v1.Iteration)(nil),                // 44: noetl.event.v1.Iteration
+	(*RerunExecutionRequest)(nil),       // 35: noetl.api.v1.RerunExecutionRequest
+	(*RerunExecutionResponse)(nil),      // 36: noetl.api.v1.RerunExecutionResponse
+	nil,                                 // 37: noetl.api.v1.StartExecutionRequest.LabelsEntry
+	nil,                                 // 38: noetl.api.v1.Execution.StepsEntry
+	nil,                                 // 39: noetl.api.v1.Execution.LabelsEntry
+	nil,                                 // 40: noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 42: google.protobuf.Struct
+	(v1.StepStatus)(0),                  // 43: noetl.event.v1.StepStatus
+	(*structpb.Value)(nil),              // 44: google.protobuf.Value
+	(*v1.ResultRef)(nil),                // 45: noetl.event.v1.ResultRef
+	(*v1.ErrorInfo)(nil),                // 46: noetl.event.v1.ErrorInfo
+	(v1.ExecutionStatus)(0),             // 47: noetl.event.v1.ExecutionStatus
+	(*durationpb.Duration)(nil),         // 48: google.protobuf.Duration
+	(*v1.Iteration)(nil),                // 49: noetl.event.v1.Iteration
 }
 var file_noetl_api_v1_api_proto_depIdxs = []int32{
-	36, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
+	41, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.api.v1.RegisterPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 2: noetl.api.v1.GetPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
-	37, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
-	38, // 5: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	39, // 6: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	40, // 7: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	41, // 8: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	42, // 9: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	39, // 10: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	41, // 11: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	35, // 12: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	36, // 13: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	36, // 14: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
-	10, // 15: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	43, // 16: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	10, // 17: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	42, // 18: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	36, // 19: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
-	36, // 20: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
-	10, // 21: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	44, // 22: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	39, // 23: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	39, // 24: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	40, // 25: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	41, // 26: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	36, // 27: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	36, // 28: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
-	19, // 29: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
-	19, // 30: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
-	40, // 31: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	39, // 32: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	40, // 33: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
-	36, // 34: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
-	36, // 35: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	37, // 36: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
-	28, // 37: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
-	28, // 38: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	9,  // 39: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	1,  // 40: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 41: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 42: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 43: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 44: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 45: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 46: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 47: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 48: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 49: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
-	24, // 50: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	26, // 51: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
-	29, // 52: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	31, // 53: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	33, // 54: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	2,  // 55: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 56: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 57: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 58: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 59: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 60: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 61: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 62: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 63: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 64: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
-	25, // 65: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	27, // 66: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
-	30, // 67: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	32, // 68: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	34, // 69: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	55, // [55:70] is the sub-list for method output_type
-	40, // [40:55] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	42, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
+	37, // 5: noetl.api.v1.StartExecutionRequest.labels:type_name -> noetl.api.v1.StartExecutionRequest.LabelsEntry
+	43, // 6: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	44, // 7: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	45, // 8: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	46, // 9: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	47, // 10: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	44, // 11: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	46, // 12: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	38, // 13: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	41, // 14: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	41, // 15: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	39, // 16: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
+	10, // 17: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	48, // 18: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	10, // 19: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	47, // 20: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	41, // 21: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	41, // 22: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	40, // 23: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	10, // 24: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
+	49, // 25: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	44, // 26: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	44, // 27: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	45, // 28: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	46, // 29: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	41, // 30: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	41, // 31: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	19, // 32: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
+	19, // 33: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
+	45, // 34: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	44, // 35: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	45, // 36: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
+	41, // 37: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
+	41, // 38: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	42, // 39: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	28, // 40: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
+	28, // 41: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
+	9,  // 42: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	1,  // 43: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 44: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 45: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 46: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 47: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 48: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 49: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 50: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 51: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 52: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	35, // 53: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
+	24, // 54: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	26, // 55: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
+	29, // 56: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	31, // 57: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	33, // 58: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	2,  // 59: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 60: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 61: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 62: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 63: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 64: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 65: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 66: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 67: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 68: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	36, // 69: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
+	25, // 70: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	27, // 71: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
+	30, // 72: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	32, // 73: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	34, // 74: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	59, // [59:75] is the sub-list for method output_type
+	43, // [43:59] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }
@@ -2582,7 +2801,7 @@ func file_noetl_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_api_v1_api_proto_rawDesc), len(file_noetl_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -217,6 +217,7 @@ const (
 	ExecutionService_CancelExecution_FullMethodName     = "/noetl.api.v1.ExecutionService/CancelExecution"
 	ExecutionService_ListExecutionEvents_FullMethodName = "/noetl.api.v1.ExecutionService/ListExecutionEvents"
 	ExecutionService_WatchExecution_FullMethodName      = "/noetl.api.v1.ExecutionService/WatchExecution"
+	ExecutionService_RerunExecution_FullMethodName      = "/noetl.api.v1.ExecutionService/RerunExecution"
 )
 
 // ExecutionServiceClient is the client API for ExecutionService service.
@@ -249,6 +250,12 @@ type ExecutionServiceClient interface {
 	// status as JSON. A watch counts as a call in flight for the tenant's limit;
 	// ResourceExhausted (HTTP 429) when too many are open.
 	WatchExecution(ctx context.Context, in *WatchExecutionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutionResponse], error)
+	// RerunExecution starts a new execution of an execution's playbook version, workload and
+	// labels. With from_step, the new execution reuses the results (inline, or the same
+	// references) of the steps the original completed before it first entered from_step,
+	// and the ctx the original had then, and runs from from_step on; without it, it runs
+	// from the start.
+	RerunExecution(ctx context.Context, in *RerunExecutionRequest, opts ...grpc.CallOption) (*RerunExecutionResponse, error)
 }
 
 type executionServiceClient struct {
@@ -338,6 +345,16 @@ func (c *executionServiceClient) WatchExecution(ctx context.Context, in *WatchEx
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutionService_WatchExecutionClient = grpc.ServerStreamingClient[WatchExecutionResponse]
 
+func (c *executionServiceClient) RerunExecution(ctx context.Context, in *RerunExecutionRequest, opts ...grpc.CallOption) (*RerunExecutionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RerunExecutionResponse)
+	err := c.cc.Invoke(ctx, ExecutionService_RerunExecution_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutionServiceServer is the server API for ExecutionService service.
 // All implementations must embed UnimplementedExecutionServiceServer
 // for forward compatibility.
@@ -368,6 +385,12 @@ type ExecutionServiceServer interface {
 	// status as JSON. A watch counts as a call in flight for the tenant's limit;
 	// ResourceExhausted (HTTP 429) when too many are open.
 	WatchExecution(*WatchExecutionRequest, grpc.ServerStreamingServer[WatchExecutionResponse]) error
+	// RerunExecution starts a new execution of an execution's playbook version, workload and
+	// labels. With from_step, the new execution reuses the results (inline, or the same
+	// references) of the steps the original completed before it first entered from_step,
+	// and the ctx the original had then, and runs from from_step on; without it, it runs
+	// from the start.
+	RerunExecution(context.Context, *RerunExecutionRequest) (*RerunExecutionResponse, error)
 	mustEmbedUnimplementedExecutionServiceServer()
 }
 
@@ -398,6 +421,9 @@ func (UnimplementedExecutionServiceServer) ListExecutionEvents(context.Context, 
 }
 func (UnimplementedExecutionServiceServer) WatchExecution(*WatchExecutionRequest, grpc.ServerStreamingServer[WatchExecutionResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchExecution not implemented")
+}
+func (UnimplementedExecutionServiceServer) RerunExecution(context.Context, *RerunExecutionRequest) (*RerunExecutionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RerunExecution not implemented")
 }
 func (UnimplementedExecutionServiceServer) mustEmbedUnimplementedExecutionServiceServer() {}
 func (UnimplementedExecutionServiceServer) testEmbeddedByValue()                          {}
@@ -539,6 +565,24 @@ func _ExecutionService_WatchExecution_Handler(srv interface{}, stream grpc.Serve
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutionService_WatchExecutionServer = grpc.ServerStreamingServer[WatchExecutionResponse]
 
+func _ExecutionService_RerunExecution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RerunExecutionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionServiceServer).RerunExecution(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionService_RerunExecution_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionServiceServer).RerunExecution(ctx, req.(*RerunExecutionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutionService_ServiceDesc is the grpc.ServiceDesc for ExecutionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -569,6 +613,10 @@ var ExecutionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListExecutionEvents",
 			Handler:    _ExecutionService_ListExecutionEvents_Handler,
+		},
+		{
+			MethodName: "RerunExecution",
+			Handler:    _ExecutionService_RerunExecution_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -500,8 +500,10 @@ type StartExecutionRequest struct {
 	IdempotencyKey string `protobuf:"bytes,5,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Parent execution when started by a playbook tool.
 	ParentExecutionId string `protobuf:"bytes,6,opt,name=parent_execution_id,json=parentExecutionId,proto3" json:"parent_execution_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Labels of the execution (validated as the public API documents).
+	Labels        map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartExecutionRequest) Reset() {
@@ -576,6 +578,13 @@ func (x *StartExecutionRequest) GetParentExecutionId() string {
 	return ""
 }
 
+func (x *StartExecutionRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 // StartExecutionResponse names the started execution.
 type StartExecutionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -631,6 +640,143 @@ func (x *StartExecutionResponse) GetVersion() int64 {
 	return 0
 }
 
+// RerunExecutionRequest asks to rerun an execution.
+type RerunExecutionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Execution to rerun.
+	ExecutionId string `protobuf:"bytes,2,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Step to run from; empty runs the whole playbook again.
+	FromStep string `protobuf:"bytes,3,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"`
+	// Client-supplied key: a retry with the same key returns the same execution.
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RerunExecutionRequest) Reset() {
+	*x = RerunExecutionRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunExecutionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunExecutionRequest) ProtoMessage() {}
+
+func (x *RerunExecutionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunExecutionRequest.ProtoReflect.Descriptor instead.
+func (*RerunExecutionRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RerunExecutionRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *RerunExecutionRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *RerunExecutionRequest) GetFromStep() string {
+	if x != nil {
+		return x.FromStep
+	}
+	return ""
+}
+
+func (x *RerunExecutionRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+// RerunExecutionResponse names the new execution.
+type RerunExecutionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Id of the new execution.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Catalog version that runs.
+	Version int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Steps whose results the new execution reuses, in name order.
+	ReusedSteps   []string `protobuf:"bytes,3,rep,name=reused_steps,json=reusedSteps,proto3" json:"reused_steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RerunExecutionResponse) Reset() {
+	*x = RerunExecutionResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RerunExecutionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RerunExecutionResponse) ProtoMessage() {}
+
+func (x *RerunExecutionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RerunExecutionResponse.ProtoReflect.Descriptor instead.
+func (*RerunExecutionResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RerunExecutionResponse) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *RerunExecutionResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RerunExecutionResponse) GetReusedSteps() []string {
+	if x != nil {
+		return x.ReusedSteps
+	}
+	return nil
+}
+
 // CancelExecutionRequest asks to cancel an execution.
 type CancelExecutionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -646,7 +792,7 @@ type CancelExecutionRequest struct {
 
 func (x *CancelExecutionRequest) Reset() {
 	*x = CancelExecutionRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +804,7 @@ func (x *CancelExecutionRequest) String() string {
 func (*CancelExecutionRequest) ProtoMessage() {}
 
 func (x *CancelExecutionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +817,7 @@ func (x *CancelExecutionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelExecutionRequest.ProtoReflect.Descriptor instead.
 func (*CancelExecutionRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelExecutionRequest) GetTenant() string {
@@ -704,7 +850,7 @@ type CancelExecutionResponse struct {
 
 func (x *CancelExecutionResponse) Reset() {
 	*x = CancelExecutionResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +862,7 @@ func (x *CancelExecutionResponse) String() string {
 func (*CancelExecutionResponse) ProtoMessage() {}
 
 func (x *CancelExecutionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +875,7 @@ func (x *CancelExecutionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelExecutionResponse.ProtoReflect.Descriptor instead.
 func (*CancelExecutionResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 // WaitExecutionRequest names an execution to wait for.
@@ -747,7 +893,7 @@ type WaitExecutionRequest struct {
 
 func (x *WaitExecutionRequest) Reset() {
 	*x = WaitExecutionRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +905,7 @@ func (x *WaitExecutionRequest) String() string {
 func (*WaitExecutionRequest) ProtoMessage() {}
 
 func (x *WaitExecutionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +918,7 @@ func (x *WaitExecutionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitExecutionRequest.ProtoReflect.Descriptor instead.
 func (*WaitExecutionRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WaitExecutionRequest) GetTenant() string {
@@ -811,7 +957,7 @@ type WaitExecutionResponse struct {
 
 func (x *WaitExecutionResponse) Reset() {
 	*x = WaitExecutionResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +969,7 @@ func (x *WaitExecutionResponse) String() string {
 func (*WaitExecutionResponse) ProtoMessage() {}
 
 func (x *WaitExecutionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +982,7 @@ func (x *WaitExecutionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitExecutionResponse.ProtoReflect.Descriptor instead.
 func (*WaitExecutionResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WaitExecutionResponse) GetTerminal() bool {
@@ -877,7 +1023,7 @@ type PutCredentialRequest struct {
 
 func (x *PutCredentialRequest) Reset() {
 	*x = PutCredentialRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1035,7 @@ func (x *PutCredentialRequest) String() string {
 func (*PutCredentialRequest) ProtoMessage() {}
 
 func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1048,7 @@ func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialRequest.ProtoReflect.Descriptor instead.
 func (*PutCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PutCredentialRequest) GetTenant() string {
@@ -944,7 +1090,7 @@ type PutCredentialResponse struct {
 
 func (x *PutCredentialResponse) Reset() {
 	*x = PutCredentialResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1102,7 @@ func (x *PutCredentialResponse) String() string {
 func (*PutCredentialResponse) ProtoMessage() {}
 
 func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1115,7 @@ func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialResponse.ProtoReflect.Descriptor instead.
 func (*PutCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutCredentialResponse) GetUpdateTime() *timestamppb.Timestamp {
@@ -994,7 +1140,7 @@ type ResolveCredentialRequest struct {
 
 func (x *ResolveCredentialRequest) Reset() {
 	*x = ResolveCredentialRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1152,7 @@ func (x *ResolveCredentialRequest) String() string {
 func (*ResolveCredentialRequest) ProtoMessage() {}
 
 func (x *ResolveCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1165,7 @@ func (x *ResolveCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCredentialRequest.ProtoReflect.Descriptor instead.
 func (*ResolveCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResolveCredentialRequest) GetTenant() string {
@@ -1056,7 +1202,7 @@ type ResolveCredentialResponse struct {
 
 func (x *ResolveCredentialResponse) Reset() {
 	*x = ResolveCredentialResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1214,7 @@ func (x *ResolveCredentialResponse) String() string {
 func (*ResolveCredentialResponse) ProtoMessage() {}
 
 func (x *ResolveCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1227,7 @@ func (x *ResolveCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCredentialResponse.ProtoReflect.Descriptor instead.
 func (*ResolveCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResolveCredentialResponse) GetType() string {
@@ -1113,7 +1259,7 @@ type CredentialInfo struct {
 
 func (x *CredentialInfo) Reset() {
 	*x = CredentialInfo{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1271,7 @@ func (x *CredentialInfo) String() string {
 func (*CredentialInfo) ProtoMessage() {}
 
 func (x *CredentialInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1284,7 @@ func (x *CredentialInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialInfo.ProtoReflect.Descriptor instead.
 func (*CredentialInfo) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CredentialInfo) GetName() string {
@@ -1177,7 +1323,7 @@ type ListCredentialsRequest struct {
 
 func (x *ListCredentialsRequest) Reset() {
 	*x = ListCredentialsRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1335,7 @@ func (x *ListCredentialsRequest) String() string {
 func (*ListCredentialsRequest) ProtoMessage() {}
 
 func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1348,7 @@ func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListCredentialsRequest) GetTenant() string {
@@ -1239,7 +1385,7 @@ type ListCredentialsResponse struct {
 
 func (x *ListCredentialsResponse) Reset() {
 	*x = ListCredentialsResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1397,7 @@ func (x *ListCredentialsResponse) String() string {
 func (*ListCredentialsResponse) ProtoMessage() {}
 
 func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1410,7 @@ func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListCredentialsResponse) GetCredentials() []*CredentialInfo {
@@ -1294,7 +1440,7 @@ type DeleteCredentialRequest struct {
 
 func (x *DeleteCredentialRequest) Reset() {
 	*x = DeleteCredentialRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1452,7 @@ func (x *DeleteCredentialRequest) String() string {
 func (*DeleteCredentialRequest) ProtoMessage() {}
 
 func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1465,7 @@ func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteCredentialRequest) GetTenant() string {
@@ -1345,7 +1491,7 @@ type DeleteCredentialResponse struct {
 
 func (x *DeleteCredentialResponse) Reset() {
 	*x = DeleteCredentialResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1503,7 @@ func (x *DeleteCredentialResponse) String() string {
 func (*DeleteCredentialResponse) ProtoMessage() {}
 
 func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1516,7 @@ func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 // ApiKeyInfo describes an API key without its secret.
@@ -1400,7 +1546,7 @@ type ApiKeyInfo struct {
 
 func (x *ApiKeyInfo) Reset() {
 	*x = ApiKeyInfo{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1558,7 @@ func (x *ApiKeyInfo) String() string {
 func (*ApiKeyInfo) ProtoMessage() {}
 
 func (x *ApiKeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1571,7 @@ func (x *ApiKeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKeyInfo.ProtoReflect.Descriptor instead.
 func (*ApiKeyInfo) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApiKeyInfo) GetId() string {
@@ -1511,7 +1657,7 @@ type CreateApiKeyRequest struct {
 
 func (x *CreateApiKeyRequest) Reset() {
 	*x = CreateApiKeyRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1669,7 @@ func (x *CreateApiKeyRequest) String() string {
 func (*CreateApiKeyRequest) ProtoMessage() {}
 
 func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1682,7 @@ func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateApiKeyRequest) GetTenant() string {
@@ -1587,7 +1733,7 @@ type CreateApiKeyResponse struct {
 
 func (x *CreateApiKeyResponse) Reset() {
 	*x = CreateApiKeyResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1745,7 @@ func (x *CreateApiKeyResponse) String() string {
 func (*CreateApiKeyResponse) ProtoMessage() {}
 
 func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1758,7 @@ func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateApiKeyResponse) GetKey() *ApiKeyInfo {
@@ -1644,7 +1790,7 @@ type ListApiKeysRequest struct {
 
 func (x *ListApiKeysRequest) Reset() {
 	*x = ListApiKeysRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1802,7 @@ func (x *ListApiKeysRequest) String() string {
 func (*ListApiKeysRequest) ProtoMessage() {}
 
 func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1815,7 @@ func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListApiKeysRequest) GetTenant() string {
@@ -1706,7 +1852,7 @@ type ListApiKeysResponse struct {
 
 func (x *ListApiKeysResponse) Reset() {
 	*x = ListApiKeysResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1864,7 @@ func (x *ListApiKeysResponse) String() string {
 func (*ListApiKeysResponse) ProtoMessage() {}
 
 func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1877,7 @@ func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListApiKeysResponse) GetKeys() []*ApiKeyInfo {
@@ -1761,7 +1907,7 @@ type RevokeApiKeyRequest struct {
 
 func (x *RevokeApiKeyRequest) Reset() {
 	*x = RevokeApiKeyRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1919,7 @@ func (x *RevokeApiKeyRequest) String() string {
 func (*RevokeApiKeyRequest) ProtoMessage() {}
 
 func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1932,7 @@ func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RevokeApiKeyRequest) GetTenant() string {
@@ -1814,7 +1960,7 @@ type RevokeApiKeyResponse struct {
 
 func (x *RevokeApiKeyResponse) Reset() {
 	*x = RevokeApiKeyResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +1972,7 @@ func (x *RevokeApiKeyResponse) String() string {
 func (*RevokeApiKeyResponse) ProtoMessage() {}
 
 func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +1985,7 @@ func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RevokeApiKeyResponse) GetKey() *ApiKeyInfo {
@@ -1860,7 +2006,7 @@ type VerifyApiKeyRequest struct {
 
 func (x *VerifyApiKeyRequest) Reset() {
 	*x = VerifyApiKeyRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2018,7 @@ func (x *VerifyApiKeyRequest) String() string {
 func (*VerifyApiKeyRequest) ProtoMessage() {}
 
 func (x *VerifyApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2031,7 @@ func (x *VerifyApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *VerifyApiKeyRequest) GetKey() string {
@@ -1906,7 +2052,7 @@ type VerifyApiKeyResponse struct {
 
 func (x *VerifyApiKeyResponse) Reset() {
 	*x = VerifyApiKeyResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2064,7 @@ func (x *VerifyApiKeyResponse) String() string {
 func (*VerifyApiKeyResponse) ProtoMessage() {}
 
 func (x *VerifyApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2077,7 @@ func (x *VerifyApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *VerifyApiKeyResponse) GetKey() *ApiKeyInfo {
@@ -1956,7 +2102,7 @@ type WatchExecutionRequest struct {
 
 func (x *WatchExecutionRequest) Reset() {
 	*x = WatchExecutionRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2114,7 @@ func (x *WatchExecutionRequest) String() string {
 func (*WatchExecutionRequest) ProtoMessage() {}
 
 func (x *WatchExecutionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2127,7 @@ func (x *WatchExecutionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchExecutionRequest.ProtoReflect.Descriptor instead.
 func (*WatchExecutionRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchExecutionRequest) GetTenant() string {
@@ -2016,7 +2162,7 @@ type WatchExecutionResponse struct {
 
 func (x *WatchExecutionResponse) Reset() {
 	*x = WatchExecutionResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2174,7 @@ func (x *WatchExecutionResponse) String() string {
 func (*WatchExecutionResponse) ProtoMessage() {}
 
 func (x *WatchExecutionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2187,7 @@ func (x *WatchExecutionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchExecutionResponse.ProtoReflect.Descriptor instead.
 func (*WatchExecutionResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchExecutionResponse) GetEvents() []*v11.Event {
@@ -2086,17 +2232,30 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04path\x18\x04 \x01(\tR\x04path\"~\n" +
 	"\x15ListPlaybooksResponse\x12=\n" +
 	"\aentries\x18\x01 \x03(\v2#.noetl.orchestrator.v1.CatalogEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdb\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe8\x02\n" +
 	"\x15StartExecutionRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x03R\aversion\x12#\n" +
 	"\rworkload_json\x18\x04 \x01(\fR\fworkloadJson\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12.\n" +
-	"\x13parent_execution_id\x18\x06 \x01(\tR\x11parentExecutionId\"U\n" +
+	"\x13parent_execution_id\x18\x06 \x01(\tR\x11parentExecutionId\x12P\n" +
+	"\x06labels\x18\a \x03(\v28.noetl.orchestrator.v1.StartExecutionRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
 	"\x16StartExecutionResponse\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x03R\aversion\"k\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\"\x98\x01\n" +
+	"\x15RerunExecutionRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
+	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x1b\n" +
+	"\tfrom_step\x18\x03 \x01(\tR\bfromStep\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"x\n" +
+	"\x16RerunExecutionResponse\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x12!\n" +
+	"\freused_steps\x18\x03 \x03(\tR\vreusedSteps\"k\n" +
 	"\x16CancelExecutionRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x16\n" +
@@ -2190,12 +2349,13 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x1b\n" +
 	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"G\n" +
 	"\x16WatchExecutionResponse\x12-\n" +
-	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events2\xa9\x05\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events2\x98\x06\n" +
 	"\x13OrchestratorService\x12s\n" +
 	"\x10RegisterPlaybook\x12..noetl.orchestrator.v1.RegisterPlaybookRequest\x1a/.noetl.orchestrator.v1.RegisterPlaybookResponse\x12d\n" +
 	"\vGetPlaybook\x12).noetl.orchestrator.v1.GetPlaybookRequest\x1a*.noetl.orchestrator.v1.GetPlaybookResponse\x12j\n" +
 	"\rListPlaybooks\x12+.noetl.orchestrator.v1.ListPlaybooksRequest\x1a,.noetl.orchestrator.v1.ListPlaybooksResponse\x12m\n" +
-	"\x0eStartExecution\x12,.noetl.orchestrator.v1.StartExecutionRequest\x1a-.noetl.orchestrator.v1.StartExecutionResponse\x12p\n" +
+	"\x0eStartExecution\x12,.noetl.orchestrator.v1.StartExecutionRequest\x1a-.noetl.orchestrator.v1.StartExecutionResponse\x12m\n" +
+	"\x0eRerunExecution\x12,.noetl.orchestrator.v1.RerunExecutionRequest\x1a-.noetl.orchestrator.v1.RerunExecutionResponse\x12p\n" +
 	"\x0fCancelExecution\x12-.noetl.orchestrator.v1.CancelExecutionRequest\x1a..noetl.orchestrator.v1.CancelExecutionResponse\x12j\n" +
 	"\rWaitExecution\x12+.noetl.orchestrator.v1.WaitExecutionRequest\x1a,.noetl.orchestrator.v1.WaitExecutionResponse2\xde\x03\n" +
 	"\x11CredentialService\x12j\n" +
@@ -2224,7 +2384,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*CatalogEntry)(nil),              // 0: noetl.orchestrator.v1.CatalogEntry
 	(*RegisterPlaybookRequest)(nil),   // 1: noetl.orchestrator.v1.RegisterPlaybookRequest
@@ -2235,90 +2395,96 @@ var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*ListPlaybooksResponse)(nil),     // 6: noetl.orchestrator.v1.ListPlaybooksResponse
 	(*StartExecutionRequest)(nil),     // 7: noetl.orchestrator.v1.StartExecutionRequest
 	(*StartExecutionResponse)(nil),    // 8: noetl.orchestrator.v1.StartExecutionResponse
-	(*CancelExecutionRequest)(nil),    // 9: noetl.orchestrator.v1.CancelExecutionRequest
-	(*CancelExecutionResponse)(nil),   // 10: noetl.orchestrator.v1.CancelExecutionResponse
-	(*WaitExecutionRequest)(nil),      // 11: noetl.orchestrator.v1.WaitExecutionRequest
-	(*WaitExecutionResponse)(nil),     // 12: noetl.orchestrator.v1.WaitExecutionResponse
-	(*PutCredentialRequest)(nil),      // 13: noetl.orchestrator.v1.PutCredentialRequest
-	(*PutCredentialResponse)(nil),     // 14: noetl.orchestrator.v1.PutCredentialResponse
-	(*ResolveCredentialRequest)(nil),  // 15: noetl.orchestrator.v1.ResolveCredentialRequest
-	(*ResolveCredentialResponse)(nil), // 16: noetl.orchestrator.v1.ResolveCredentialResponse
-	(*CredentialInfo)(nil),            // 17: noetl.orchestrator.v1.CredentialInfo
-	(*ListCredentialsRequest)(nil),    // 18: noetl.orchestrator.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),   // 19: noetl.orchestrator.v1.ListCredentialsResponse
-	(*DeleteCredentialRequest)(nil),   // 20: noetl.orchestrator.v1.DeleteCredentialRequest
-	(*DeleteCredentialResponse)(nil),  // 21: noetl.orchestrator.v1.DeleteCredentialResponse
-	(*ApiKeyInfo)(nil),                // 22: noetl.orchestrator.v1.ApiKeyInfo
-	(*CreateApiKeyRequest)(nil),       // 23: noetl.orchestrator.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),      // 24: noetl.orchestrator.v1.CreateApiKeyResponse
-	(*ListApiKeysRequest)(nil),        // 25: noetl.orchestrator.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),       // 26: noetl.orchestrator.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),       // 27: noetl.orchestrator.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),      // 28: noetl.orchestrator.v1.RevokeApiKeyResponse
-	(*VerifyApiKeyRequest)(nil),       // 29: noetl.orchestrator.v1.VerifyApiKeyRequest
-	(*VerifyApiKeyResponse)(nil),      // 30: noetl.orchestrator.v1.VerifyApiKeyResponse
-	(*WatchExecutionRequest)(nil),     // 31: noetl.orchestrator.v1.WatchExecutionRequest
-	(*WatchExecutionResponse)(nil),    // 32: noetl.orchestrator.v1.WatchExecutionResponse
-	(*timestamppb.Timestamp)(nil),     // 33: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 34: google.protobuf.Duration
-	(*v1.ExecutionState)(nil),         // 35: noetl.statebuilder.v1.ExecutionState
-	(*v11.Event)(nil),                 // 36: noetl.event.v1.Event
+	(*RerunExecutionRequest)(nil),     // 9: noetl.orchestrator.v1.RerunExecutionRequest
+	(*RerunExecutionResponse)(nil),    // 10: noetl.orchestrator.v1.RerunExecutionResponse
+	(*CancelExecutionRequest)(nil),    // 11: noetl.orchestrator.v1.CancelExecutionRequest
+	(*CancelExecutionResponse)(nil),   // 12: noetl.orchestrator.v1.CancelExecutionResponse
+	(*WaitExecutionRequest)(nil),      // 13: noetl.orchestrator.v1.WaitExecutionRequest
+	(*WaitExecutionResponse)(nil),     // 14: noetl.orchestrator.v1.WaitExecutionResponse
+	(*PutCredentialRequest)(nil),      // 15: noetl.orchestrator.v1.PutCredentialRequest
+	(*PutCredentialResponse)(nil),     // 16: noetl.orchestrator.v1.PutCredentialResponse
+	(*ResolveCredentialRequest)(nil),  // 17: noetl.orchestrator.v1.ResolveCredentialRequest
+	(*ResolveCredentialResponse)(nil), // 18: noetl.orchestrator.v1.ResolveCredentialResponse
+	(*CredentialInfo)(nil),            // 19: noetl.orchestrator.v1.CredentialInfo
+	(*ListCredentialsRequest)(nil),    // 20: noetl.orchestrator.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),   // 21: noetl.orchestrator.v1.ListCredentialsResponse
+	(*DeleteCredentialRequest)(nil),   // 22: noetl.orchestrator.v1.DeleteCredentialRequest
+	(*DeleteCredentialResponse)(nil),  // 23: noetl.orchestrator.v1.DeleteCredentialResponse
+	(*ApiKeyInfo)(nil),                // 24: noetl.orchestrator.v1.ApiKeyInfo
+	(*CreateApiKeyRequest)(nil),       // 25: noetl.orchestrator.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),      // 26: noetl.orchestrator.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),        // 27: noetl.orchestrator.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),       // 28: noetl.orchestrator.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),       // 29: noetl.orchestrator.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),      // 30: noetl.orchestrator.v1.RevokeApiKeyResponse
+	(*VerifyApiKeyRequest)(nil),       // 31: noetl.orchestrator.v1.VerifyApiKeyRequest
+	(*VerifyApiKeyResponse)(nil),      // 32: noetl.orchestrator.v1.VerifyApiKeyResponse
+	(*WatchExecutionRequest)(nil),     // 33: noetl.orchestrator.v1.WatchExecutionRequest
+	(*WatchExecutionResponse)(nil),    // 34: noetl.orchestrator.v1.WatchExecutionResponse
+	nil,                               // 35: noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 37: google.protobuf.Duration
+	(*v1.ExecutionState)(nil),         // 38: noetl.statebuilder.v1.ExecutionState
+	(*v11.Event)(nil),                 // 39: noetl.event.v1.Event
 }
 var file_noetl_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	33, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
+	36, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.orchestrator.v1.RegisterPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 2: noetl.orchestrator.v1.GetPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 3: noetl.orchestrator.v1.ListPlaybooksResponse.entries:type_name -> noetl.orchestrator.v1.CatalogEntry
-	34, // 4: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	35, // 5: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	33, // 6: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
-	33, // 7: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
-	17, // 8: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
-	33, // 9: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
-	33, // 10: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
-	33, // 11: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
-	33, // 12: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
-	33, // 13: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	22, // 14: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	22, // 15: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	22, // 16: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	22, // 17: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	36, // 18: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
-	1,  // 19: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
-	3,  // 20: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
-	5,  // 21: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
-	7,  // 22: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
-	9,  // 23: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
-	11, // 24: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
-	13, // 25: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
-	15, // 26: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
-	18, // 27: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
-	20, // 28: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
-	23, // 29: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
-	25, // 30: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
-	27, // 31: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
-	29, // 32: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
-	31, // 33: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
-	2,  // 34: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
-	4,  // 35: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
-	6,  // 36: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
-	8,  // 37: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
-	10, // 38: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
-	12, // 39: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
-	14, // 40: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
-	16, // 41: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
-	19, // 42: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
-	21, // 43: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
-	24, // 44: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
-	26, // 45: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
-	28, // 46: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
-	30, // 47: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
-	32, // 48: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
-	34, // [34:49] is the sub-list for method output_type
-	19, // [19:34] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	35, // 4: noetl.orchestrator.v1.StartExecutionRequest.labels:type_name -> noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
+	37, // 5: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	38, // 6: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	36, // 7: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
+	36, // 8: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
+	19, // 9: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
+	36, // 10: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
+	36, // 11: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
+	36, // 12: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
+	36, // 13: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
+	36, // 14: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	24, // 15: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	24, // 16: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	24, // 17: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	24, // 18: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	39, // 19: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
+	1,  // 20: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
+	3,  // 21: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
+	5,  // 22: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
+	7,  // 23: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
+	9,  // 24: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
+	11, // 25: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
+	13, // 26: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
+	15, // 27: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
+	17, // 28: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
+	20, // 29: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
+	22, // 30: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
+	25, // 31: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
+	27, // 32: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
+	29, // 33: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
+	31, // 34: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
+	33, // 35: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
+	2,  // 36: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
+	4,  // 37: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
+	6,  // 38: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
+	8,  // 39: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
+	10, // 40: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
+	12, // 41: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
+	14, // 42: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
+	16, // 43: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
+	18, // 44: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
+	21, // 45: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
+	23, // 46: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
+	26, // 47: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
+	28, // 48: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
+	30, // 49: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
+	32, // 50: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
+	34, // 51: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
+	36, // [36:52] is the sub-list for method output_type
+	20, // [20:36] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_noetl_orchestrator_v1_orchestrator_proto_init() }
@@ -2332,7 +2498,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc), len(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -26,6 +26,7 @@ const (
 	OrchestratorService_GetPlaybook_FullMethodName      = "/noetl.orchestrator.v1.OrchestratorService/GetPlaybook"
 	OrchestratorService_ListPlaybooks_FullMethodName    = "/noetl.orchestrator.v1.OrchestratorService/ListPlaybooks"
 	OrchestratorService_StartExecution_FullMethodName   = "/noetl.orchestrator.v1.OrchestratorService/StartExecution"
+	OrchestratorService_RerunExecution_FullMethodName   = "/noetl.orchestrator.v1.OrchestratorService/RerunExecution"
 	OrchestratorService_CancelExecution_FullMethodName  = "/noetl.orchestrator.v1.OrchestratorService/CancelExecution"
 	OrchestratorService_WaitExecution_FullMethodName    = "/noetl.orchestrator.v1.OrchestratorService/WaitExecution"
 )
@@ -44,6 +45,9 @@ type OrchestratorServiceClient interface {
 	ListPlaybooks(ctx context.Context, in *ListPlaybooksRequest, opts ...grpc.CallOption) (*ListPlaybooksResponse, error)
 	// StartExecution starts an execution of a catalog playbook.
 	StartExecution(ctx context.Context, in *StartExecutionRequest, opts ...grpc.CallOption) (*StartExecutionResponse, error)
+	// RerunExecution starts a new execution of an execution's playbook version, workload and
+	// labels, reusing the results of the steps completed before from_step.
+	RerunExecution(ctx context.Context, in *RerunExecutionRequest, opts ...grpc.CallOption) (*RerunExecutionResponse, error)
 	// CancelExecution requests cancellation of a running execution.
 	CancelExecution(ctx context.Context, in *CancelExecutionRequest, opts ...grpc.CallOption) (*CancelExecutionResponse, error)
 	// WaitExecution blocks until an execution is terminal or the timeout passes, listening to
@@ -99,6 +103,16 @@ func (c *orchestratorServiceClient) StartExecution(ctx context.Context, in *Star
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) RerunExecution(ctx context.Context, in *RerunExecutionRequest, opts ...grpc.CallOption) (*RerunExecutionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RerunExecutionResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_RerunExecution_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *orchestratorServiceClient) CancelExecution(ctx context.Context, in *CancelExecutionRequest, opts ...grpc.CallOption) (*CancelExecutionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelExecutionResponse)
@@ -133,6 +147,9 @@ type OrchestratorServiceServer interface {
 	ListPlaybooks(context.Context, *ListPlaybooksRequest) (*ListPlaybooksResponse, error)
 	// StartExecution starts an execution of a catalog playbook.
 	StartExecution(context.Context, *StartExecutionRequest) (*StartExecutionResponse, error)
+	// RerunExecution starts a new execution of an execution's playbook version, workload and
+	// labels, reusing the results of the steps completed before from_step.
+	RerunExecution(context.Context, *RerunExecutionRequest) (*RerunExecutionResponse, error)
 	// CancelExecution requests cancellation of a running execution.
 	CancelExecution(context.Context, *CancelExecutionRequest) (*CancelExecutionResponse, error)
 	// WaitExecution blocks until an execution is terminal or the timeout passes, listening to
@@ -159,6 +176,9 @@ func (UnimplementedOrchestratorServiceServer) ListPlaybooks(context.Context, *Li
 }
 func (UnimplementedOrchestratorServiceServer) StartExecution(context.Context, *StartExecutionRequest) (*StartExecutionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartExecution not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) RerunExecution(context.Context, *RerunExecutionRequest) (*RerunExecutionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RerunExecution not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) CancelExecution(context.Context, *CancelExecutionRequest) (*CancelExecutionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelExecution not implemented")
@@ -259,6 +279,24 @@ func _OrchestratorService_StartExecution_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_RerunExecution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RerunExecutionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).RerunExecution(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_RerunExecution_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).RerunExecution(ctx, req.(*RerunExecutionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OrchestratorService_CancelExecution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelExecutionRequest)
 	if err := dec(in); err != nil {
@@ -317,6 +355,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "StartExecution",
 			Handler:    _OrchestratorService_StartExecution_Handler,
+		},
+		{
+			MethodName: "RerunExecution",
+			Handler:    _OrchestratorService_RerunExecution_Handler,
 		},
 		{
 			MethodName: "CancelExecution",

@@ -64,7 +64,13 @@ type ExecutionState struct {
 	// Number of steps currently running.
 	Running int32 `protobuf:"varint,17,opt,name=running,proto3" json:"running,omitempty"`
 	// Id of the last committed event.
-	LastEventId   string `protobuf:"bytes,18,opt,name=last_event_id,json=lastEventId,proto3" json:"last_event_id,omitempty"`
+	LastEventId string `protobuf:"bytes,18,opt,name=last_event_id,json=lastEventId,proto3" json:"last_event_id,omitempty"`
+	// Labels set at start.
+	Labels map[string]string `protobuf:"bytes,19,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Execution this one reruns, when started by a rerun.
+	RerunOf string `protobuf:"bytes,20,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
+	// Step a rerun started from; the first decision enters it instead of start.
+	FromStep      string `protobuf:"bytes,21,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,6 +231,27 @@ func (x *ExecutionState) GetLastEventId() string {
 	return ""
 }
 
+func (x *ExecutionState) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetRerunOf() string {
+	if x != nil {
+		return x.RerunOf
+	}
+	return ""
+}
+
+func (x *ExecutionState) GetFromStep() string {
+	if x != nil {
+		return x.FromStep
+	}
+	return ""
+}
+
 // StepState is one step's state inside an execution.
 type StepState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -271,7 +298,10 @@ type StepState struct {
 	HeldBytes int64 `protobuf:"varint,17,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
 	// Events of the step not held because held was full. Their step can no longer be
 	// trusted to complete, so a decision fails the execution once this is above zero.
-	HeldDropped   int32 `protobuf:"varint,18,opt,name=held_dropped,json=heldDropped,proto3" json:"held_dropped,omitempty"`
+	HeldDropped int32 `protobuf:"varint,18,opt,name=held_dropped,json=heldDropped,proto3" json:"held_dropped,omitempty"`
+	// Whether the step's result was reused from the execution this one reruns: the step
+	// is completed and routed from the start, and never ran here.
+	Reused        bool `protobuf:"varint,19,opt,name=reused,proto3" json:"reused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -430,6 +460,13 @@ func (x *StepState) GetHeldDropped() int32 {
 		return x.HeldDropped
 	}
 	return 0
+}
+
+func (x *StepState) GetReused() bool {
+	if x != nil {
+		return x.Reused
+	}
+	return false
 }
 
 // RetryState is a retry waiting on its durable timer.
@@ -944,8 +981,10 @@ type ExecutionSummary struct {
 	EndTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
 	// Parent execution for sub-playbooks.
 	ParentExecutionId string `protobuf:"bytes,9,opt,name=parent_execution_id,json=parentExecutionId,proto3" json:"parent_execution_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Labels set at start.
+	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecutionSummary) Reset() {
@@ -1041,6 +1080,13 @@ func (x *ExecutionSummary) GetParentExecutionId() string {
 	return ""
 }
 
+func (x *ExecutionSummary) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 // ListExecutionsRequest asks for a page of executions.
 type ListExecutionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1062,6 +1108,8 @@ type ListExecutionsRequest struct {
 	StartedAfter *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_after,json=startedAfter,proto3" json:"started_after,omitempty"`
 	// Only executions started before this time, when set.
 	StartedBefore *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=started_before,json=startedBefore,proto3" json:"started_before,omitempty"`
+	// Only executions carrying every one of these labels.
+	Labels        map[string]string `protobuf:"bytes,10,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1155,6 +1203,13 @@ func (x *ListExecutionsRequest) GetStartedAfter() *timestamppb.Timestamp {
 func (x *ListExecutionsRequest) GetStartedBefore() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StartedBefore
+	}
+	return nil
+}
+
+func (x *ListExecutionsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
 	}
 	return nil
 }
@@ -1401,7 +1456,7 @@ var File_noetl_statebuilder_v1_statebuilder_proto protoreflect.FileDescriptor
 
 const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
-	"(noetl/statebuilder/v1/statebuilder.proto\x12\x15noetl.statebuilder.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anoetl/event/v1/event.proto\"\xca\x06\n" +
+	"(noetl/statebuilder/v1/statebuilder.proto\x12\x15noetl.statebuilder.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anoetl/event/v1/event.proto\"\x88\b\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12#\n" +
@@ -1423,11 +1478,17 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\bend_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12)\n" +
 	"\x10cancel_requested\x18\x10 \x01(\bR\x0fcancelRequested\x12\x18\n" +
 	"\arunning\x18\x11 \x01(\x05R\arunning\x12\"\n" +
-	"\rlast_event_id\x18\x12 \x01(\tR\vlastEventId\x1aZ\n" +
+	"\rlast_event_id\x18\x12 \x01(\tR\vlastEventId\x12I\n" +
+	"\x06labels\x18\x13 \x03(\v21.noetl.statebuilder.v1.ExecutionState.LabelsEntryR\x06labels\x12\x19\n" +
+	"\brerun_of\x18\x14 \x01(\tR\arerunOf\x12\x1b\n" +
+	"\tfrom_step\x18\x15 \x01(\tR\bfromStep\x1aZ\n" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
-	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\"\x9c\x05\n" +
+	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x05\n" +
 	"\tStepState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12\x14\n" +
@@ -1451,7 +1512,8 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x04held\x18\x10 \x03(\v2\x15.noetl.event.v1.EventR\x04held\x12\x1d\n" +
 	"\n" +
 	"held_bytes\x18\x11 \x01(\x03R\theldBytes\x12!\n" +
-	"\fheld_dropped\x18\x12 \x01(\x05R\vheldDropped\"\xea\x01\n" +
+	"\fheld_dropped\x18\x12 \x01(\x05R\vheldDropped\x12\x16\n" +
+	"\x06reused\x18\x13 \x01(\bR\x06reused\"\xea\x01\n" +
 	"\n" +
 	"RetryState\x12!\n" +
 	"\fnext_attempt\x18\x01 \x01(\x05R\vnextAttempt\x12#\n" +
@@ -1490,7 +1552,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\tup_to_seq\x18\a \x01(\x03R\aupToSeq\"i\n" +
 	"\x12ListEventsResponse\x12-\n" +
 	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events\x12$\n" +
-	"\x0enext_after_seq\x18\x02 \x01(\x03R\fnextAfterSeq\"\x93\x03\n" +
+	"\x0enext_after_seq\x18\x02 \x01(\x03R\fnextAfterSeq\"\x9b\x04\n" +
 	"\x10ExecutionSummary\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12#\n" +
@@ -1501,7 +1563,12 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12.\n" +
-	"\x13parent_execution_id\x18\t \x01(\tR\x11parentExecutionId\"\xc0\x03\n" +
+	"\x13parent_execution_id\x18\t \x01(\tR\x11parentExecutionId\x12K\n" +
+	"\x06labels\x18\n" +
+	" \x03(\v23.noetl.statebuilder.v1.ExecutionSummary.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcd\x04\n" +
 	"\x15ListExecutionsRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1512,7 +1579,12 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x13parent_execution_id\x18\x06 \x01(\tR\x11parentExecutionId\x12A\n" +
 	"\x0eupdated_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rupdatedBefore\x12?\n" +
 	"\rstarted_after\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\fstartedAfter\x12A\n" +
-	"\x0estarted_before\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rstartedBefore\"\x89\x01\n" +
+	"\x0estarted_before\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rstartedBefore\x12P\n" +
+	"\x06labels\x18\n" +
+	" \x03(\v28.noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x89\x01\n" +
 	"\x16ListExecutionsResponse\x12G\n" +
 	"\n" +
 	"executions\x18\x01 \x03(\v2'.noetl.statebuilder.v1.ExecutionSummaryR\n" +
@@ -1549,7 +1621,7 @@ func file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP() []byte {
 	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescData
 }
 
-var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_noetl_statebuilder_v1_statebuilder_proto_goTypes = []any{
 	(*ExecutionState)(nil),         // 0: noetl.statebuilder.v1.ExecutionState
 	(*StepState)(nil),              // 1: noetl.statebuilder.v1.StepState
@@ -1566,54 +1638,60 @@ var file_noetl_statebuilder_v1_statebuilder_proto_goTypes = []any{
 	(*ListDueTimersRequest)(nil),   // 12: noetl.statebuilder.v1.ListDueTimersRequest
 	(*ListDueTimersResponse)(nil),  // 13: noetl.statebuilder.v1.ListDueTimersResponse
 	nil,                            // 14: noetl.statebuilder.v1.ExecutionState.StepsEntry
-	(v1.ExecutionStatus)(0),        // 15: noetl.event.v1.ExecutionStatus
-	(*v1.ErrorInfo)(nil),           // 16: noetl.event.v1.ErrorInfo
-	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
-	(v1.StepStatus)(0),             // 18: noetl.event.v1.StepStatus
-	(*v1.ResultRef)(nil),           // 19: noetl.event.v1.ResultRef
-	(*v1.Event)(nil),               // 20: noetl.event.v1.Event
+	nil,                            // 15: noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	nil,                            // 16: noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	nil,                            // 17: noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	(v1.ExecutionStatus)(0),        // 18: noetl.event.v1.ExecutionStatus
+	(*v1.ErrorInfo)(nil),           // 19: noetl.event.v1.ErrorInfo
+	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
+	(v1.StepStatus)(0),             // 21: noetl.event.v1.StepStatus
+	(*v1.ResultRef)(nil),           // 22: noetl.event.v1.ResultRef
+	(*v1.Event)(nil),               // 23: noetl.event.v1.Event
 }
 var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
-	15, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
+	18, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
 	14, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
-	16, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
-	17, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
-	17, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
-	18, // 5: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
-	19, // 6: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
-	16, // 7: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
-	3,  // 8: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
-	2,  // 9: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
-	20, // 10: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
-	17, // 11: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
-	19, // 12: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
-	0,  // 13: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	20, // 14: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	15, // 15: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	17, // 16: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	17, // 17: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	15, // 18: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	17, // 19: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	17, // 20: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
-	17, // 21: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
-	8,  // 22: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	17, // 23: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	11, // 24: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	17, // 25: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	1,  // 26: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	4,  // 27: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	6,  // 28: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	9,  // 29: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	12, // 30: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	5,  // 31: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	7,  // 32: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	10, // 33: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	13, // 34: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	31, // [31:35] is the sub-list for method output_type
-	27, // [27:31] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	19, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
+	20, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
+	20, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
+	15, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	21, // 6: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
+	22, // 7: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
+	19, // 8: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
+	3,  // 9: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
+	2,  // 10: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
+	23, // 11: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
+	20, // 12: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
+	22, // 13: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
+	0,  // 14: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	23, // 15: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	18, // 16: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	20, // 17: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	20, // 18: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	16, // 19: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	18, // 20: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	20, // 21: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	20, // 22: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
+	20, // 23: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
+	17, // 24: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	8,  // 25: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	20, // 26: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	11, // 27: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	20, // 28: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	1,  // 29: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	4,  // 30: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	6,  // 31: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	9,  // 32: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	12, // 33: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	5,  // 34: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	7,  // 35: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	10, // 36: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	13, // 37: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	34, // [34:38] is the sub-list for method output_type
+	30, // [30:34] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
@@ -1627,7 +1705,7 @@ func file_noetl_statebuilder_v1_statebuilder_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc), len(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
