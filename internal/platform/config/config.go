@@ -93,6 +93,9 @@ func (v *value[T]) String() string {
 	return fmt.Sprint(*v.p)
 }
 
+// addr is the address of the setting's variable.
+func (v *value[T]) addr() uintptr { return reflect.ValueOf(v.p).Pointer() }
+
 // Get returns the current value (flag.Getter): an int, bool, time.Duration or string.
 func (v *value[T]) Get() any { return *v.p }
 
@@ -350,13 +353,22 @@ func (f *FlagSet) flagError(err error) error {
 	return err
 }
 
-// Required returns an error naming each empty string field of cfg listed in names.
+// Binder is a configuration whose Flags method binds its settings (every service's Config).
+type Binder interface{ Flags(*FlagSet) }
+
+// Required returns an error naming each empty string field of cfg listed in names. When
+// cfg is a Binder, the error names the field's variable and flag, as a user sets them
+// ("NOETL_PG_URL (--pg-url)"), else the field.
 func Required(cfg any, names ...string) error {
 	v := reflect.Indirect(reflect.ValueOf(cfg))
+	env := boundNames(v)
 	var missing []string
 	for _, n := range names {
 		fv := v.FieldByName(n)
 		if fv.IsValid() && fv.Kind() == reflect.String && strings.TrimSpace(fv.String()) == "" {
+			if e, ok := env[n]; ok {
+				n = e
+			}
 			missing = append(missing, n)
 		}
 	}
@@ -364,4 +376,32 @@ func Required(cfg any, names ...string) error {
 		return fmt.Errorf("missing required configuration: %s", strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// boundNames maps the fields of the struct v that its Flags method binds to
+// "VARIABLE (--flag)", by binding a fresh copy and matching addresses.
+func boundNames(v reflect.Value) map[string]string {
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	fresh := reflect.New(v.Type())
+	b, ok := fresh.Interface().(Binder)
+	if !ok {
+		return nil
+	}
+	fs := New("required")
+	b.Flags(fs)
+	byAddr := map[uintptr]*meta{}
+	for _, st := range fs.settings {
+		if p, ok := st.(interface{ addr() uintptr }); ok {
+			byAddr[p.addr()] = st.info()
+		}
+	}
+	out := map[string]string{}
+	for i := range v.NumField() {
+		if m, ok := byAddr[fresh.Elem().Field(i).Addr().Pointer()]; ok {
+			out[v.Type().Field(i).Name] = m.env + " (--" + m.name + ")"
+		}
+	}
+	return out
 }

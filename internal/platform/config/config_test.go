@@ -293,3 +293,16 @@ func TestRequired(t *testing.T) {
 	require.NoError(t, config.Required(&cfg, "A"))
 	require.EqualError(t, config.Required(&cfg, "A", "B"), "missing required configuration: B")
 }
+
+// boundConfig binds its fields as a service's Config does.
+type boundConfig struct{ URL, Addr, Free string }
+
+func (c *boundConfig) Flags(fs *config.FlagSet) {
+	fs.String(&c.URL, "pg-url", "NOETL_PG_URL", "", "database")
+	fs.String(&c.Addr, "grpc-addr", "NOETL_GRPC_ADDR", "", "listen address")
+}
+
+func TestRequiredNamesTheVariable(t *testing.T) {
+	cfg := boundConfig{Addr: "x"}
+	require.EqualError(t, config.Required(&cfg, "URL", "Addr", "Free"), "missing required configuration: NOETL_PG_URL (--pg-url), Free")
+}
