@@ -79,9 +79,9 @@ type Writer struct {
 const (
 	sqlSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
 		set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)`
-	sqlStart = `INSERT INTO noetl.execution (execution_id, tenant, playbook_path, playbook_version, parent_execution_id, started_at)
-		SELECT r.ex, r.tn, r.path, r.ver, r.parent, $6
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[]) AS r(ex, tn, path, ver, parent)
+	sqlStart = `INSERT INTO noetl.execution (execution_id, tenant, playbook_path, playbook_version, parent_execution_id, started_at, labels)
+		SELECT r.ex, r.tn, r.path, r.ver, r.parent, $6, r.labels::jsonb
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $7::text[]) AS r(ex, tn, path, ver, parent, labels)
 		ON CONFLICT (execution_id) DO NOTHING`
 	// The lock serialises writers per execution, in one order (no deadlock), and returns
 	// each row's latest version whoever committed it.
@@ -399,7 +399,7 @@ func (w *Writer) run(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, read
 // queueStarts queues the creation of the executions whose playbook.started is in the
 // batch and returns how many statements it queued.
 func (w *Writer) queueStarts(b *pgx.Batch, evs []*eventv1.Event, distinct []int, at time.Time) int {
-	var ex, tn, path, parent []string
+	var ex, tn, path, parent, labels []string
 	var ver []int64
 	for _, i := range distinct {
 		ev := evs[i]
@@ -409,11 +409,16 @@ func (w *Writer) queueStarts(b *pgx.Batch, evs []*eventv1.Event, distinct []int,
 		var p domain.StartedPayload
 		_ = json.Unmarshal(ev.GetPayloadJson(), &p) // a malformed payload starts it unnamed
 		ex, tn, path, ver, parent = append(ex, ev.GetExecutionId()), append(tn, ev.GetTenant()), append(path, p.Path), append(ver, p.Version), append(parent, ev.GetParentExecutionId())
+		l, err := json.Marshal(p.Labels)
+		if err != nil || p.Labels == nil {
+			l = []byte("{}")
+		}
+		labels = append(labels, string(l))
 	}
 	if len(ex) == 0 {
 		return 0
 	}
-	b.Queue(sqlStart, ex, tn, path, ver, parent, at)
+	b.Queue(sqlStart, ex, tn, path, ver, parent, at, labels)
 	return 1
 }
 

@@ -272,3 +272,20 @@ func TestCommitKeepsOneOutcomePerCommand(t *testing.T) {
 	require.NoError(t, proto.Unmarshal(body, &kept))
 	require.JSONEq(t, `{"run":"A"}`, string(kept.GetResultJson()), "the first run's call.done stays")
 }
+
+func TestCommitProjectsTheLabelsOfAStart(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	w := &Writer{DB: db}
+	labelled := ev("l", "l1", domain.EventPlaybookStarted)
+	labelled.PayloadJson = []byte(`{"path":"p","version":1,"workload":{},"labels":{"team":"data","env":"prod"}}`)
+	_, err = w.Commit(ctx, []*eventv1.Event{labelled, ev("u", "u1", domain.EventPlaybookStarted)}, nil, nil)
+	require.NoError(t, err)
+	for id, want := range map[string]string{"l": `{"env": "prod", "team": "data"}`, "u": `{}`} {
+		var got string
+		require.NoError(t, db.QueryRow(ctx, `SELECT labels::text FROM noetl.execution WHERE execution_id = $1`, id).Scan(&got))
+		require.Equal(t, want, got, id)
+	}
+}

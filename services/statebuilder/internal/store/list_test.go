@@ -53,3 +53,37 @@ func TestListExecutionsByStartTimeRange(t *testing.T) {
 		})
 	}
 }
+
+func TestListExecutionsByLabels(t *testing.T) {
+	url := testkit.StartMigratedPostgres(t)
+	ctx := context.Background()
+	s := newStore(t, url, Options{})
+	for i, labels := range []string{`{}`, `{"team":"data"}`, `{"team":"data","env":"prod"}`, `{"team":"web","env":"prod"}`} {
+		_, err := s.db.Exec(ctx, `INSERT INTO noetl.execution (execution_id, tenant, started_at, labels) VALUES ($1, 't', $2, $3::jsonb)`,
+			fmt.Sprintf("x%d", i), time.Unix(int64(1000+i), 0), labels)
+		require.NoError(t, err)
+	}
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+		want   []string
+	}{
+		{"no filter", nil, []string{"x3", "x2", "x1", "x0"}},
+		{"one label", map[string]string{"team": "data"}, []string{"x2", "x1"}},
+		{"every label must match", map[string]string{"team": "data", "env": "prod"}, []string{"x2"}},
+		{"a value that differs", map[string]string{"env": "dev"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := s.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Tenant: "t", Labels: tc.labels})
+			require.NoError(t, err)
+			var got []string
+			for _, x := range resp.GetExecutions() {
+				got = append(got, x.GetExecutionId())
+				if x.GetExecutionId() == "x2" {
+					require.Equal(t, map[string]string{"team": "data", "env": "prod"}, x.GetLabels())
+				}
+			}
+			require.Equal(t, tc.want, got)
+		})
+	}
+}

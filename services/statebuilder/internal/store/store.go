@@ -6,6 +6,7 @@ import (
 	"container/list"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -384,17 +385,26 @@ func (s *Store) ListExecutions(ctx context.Context, req *sbv1.ListExecutionsRequ
 		}
 		afterTime, afterID = t, parts[1]
 	}
-	rows, err := s.db.Query(ctx, `SELECT execution_id, tenant, playbook_path, playbook_version, status, last_seq, started_at, ended_at, parent_execution_id
+	labels := ""
+	if len(req.GetLabels()) > 0 {
+		b, err := json.Marshal(req.GetLabels())
+		if err != nil {
+			return nil, err
+		}
+		labels = string(b)
+	}
+	rows, err := s.db.Query(ctx, `SELECT execution_id, tenant, playbook_path, playbook_version, status, last_seq, started_at, ended_at, parent_execution_id, labels
 		FROM noetl.execution
 		WHERE ($1 = '' OR tenant = $1) AND ($2 = 0 OR status = $2) AND ($3 = '' OR playbook_path = $3)
 		  AND ($7 = '' OR parent_execution_id = $7)
 		  AND ($8::timestamptz IS NULL OR updated_at < $8)
 		  AND ($9::timestamptz IS NULL OR started_at >= $9)
 		  AND ($10::timestamptz IS NULL OR started_at < $10)
+		  AND ($11::text = '' OR labels @> $11::text::jsonb)
 		  AND (started_at, execution_id) < ($4, $5)
 		ORDER BY started_at DESC, execution_id DESC LIMIT $6`,
 		req.GetTenant(), int16(req.GetStatus()), req.GetPlaybookPath(), afterTime, afterIDOrMax(afterID), n, req.GetParentExecutionId(), updatedBefore(req),
-		optTime(req.GetStartedAfter()), optTime(req.GetStartedBefore()))
+		optTime(req.GetStartedAfter()), optTime(req.GetStartedBefore()), labels)
 	if err != nil {
 		return nil, err
 	}
@@ -406,8 +416,14 @@ func (s *Store) ListExecutions(ctx context.Context, req *sbv1.ListExecutionsRequ
 		var st int16
 		var started time.Time
 		var ended *time.Time
-		if err := rows.Scan(&x.ExecutionId, &x.Tenant, &x.PlaybookPath, &x.PlaybookVersion, &st, &x.LastSeq, &started, &ended, &x.ParentExecutionId); err != nil {
+		var labels []byte
+		if err := rows.Scan(&x.ExecutionId, &x.Tenant, &x.PlaybookPath, &x.PlaybookVersion, &st, &x.LastSeq, &started, &ended, &x.ParentExecutionId, &labels); err != nil {
 			return nil, err
+		}
+		if len(labels) > 2 {
+			if err := json.Unmarshal(labels, &x.Labels); err != nil {
+				return nil, fmt.Errorf("execution %s: labels: %w", x.ExecutionId, err)
+			}
 		}
 		x.Status = eventv1.ExecutionStatus(st)
 		x.StartTime = timestamppb.New(started)
