@@ -156,7 +156,10 @@ func (s *Server) StartExecution(ctx context.Context, req *apiv1.StartExecutionRe
 		}
 		w = b
 	}
-	resp, err := s.Orchestrator.StartExecution(ctx, &orchv1.StartExecutionRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion(), WorkloadJson: w, IdempotencyKey: req.GetIdempotencyKey()})
+	if err := domain.ValidateLabels("labels", req.GetLabels()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	resp, err := s.Orchestrator.StartExecution(ctx, &orchv1.StartExecutionRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion(), WorkloadJson: w, IdempotencyKey: req.GetIdempotencyKey(), Labels: req.GetLabels()})
 	if err != nil {
 		return nil, startError(err)
 	}
@@ -227,9 +230,10 @@ func (s *Server) execution(ctx context.Context, id string, minSeq int64) (*apiv1
 		ExecutionId: st.GetExecutionId(), Path: st.GetPlaybookPath(), Version: st.GetPlaybookVersion(), Status: st.GetStatus(),
 		Result: jsonValue(st.GetResultJson()), Error: st.GetError(), FailedSteps: st.GetFailedSteps(), LastSeq: st.GetSeq(),
 		StartTime: st.GetStartTime(), EndTime: st.GetEndTime(), ParentExecutionId: st.GetParentExecutionId(), Steps: map[string]*apiv1.StepView{},
+		Labels: st.GetLabels(), RerunOf: st.GetRerunOf(), FromStep: st.GetFromStep(),
 	}
 	for name, s := range st.GetSteps() {
-		x.Steps[name] = &apiv1.StepView{Name: name, Status: s.GetStatus(), Result: jsonValue(s.GetResultJson()), ResultRef: s.GetResultRef(), Error: s.GetError(), Epoch: s.GetEpoch()}
+		x.Steps[name] = &apiv1.StepView{Name: name, Status: s.GetStatus(), Result: jsonValue(s.GetResultJson()), ResultRef: s.GetResultRef(), Error: s.GetError(), Epoch: s.GetEpoch(), Reused: s.GetReused()}
 	}
 	return x, nil
 }
@@ -249,16 +253,34 @@ func (s *Server) ListExecutions(ctx context.Context, req *apiv1.ListExecutionsRe
 			return nil, status.Errorf(codes.InvalidArgument, "%s: not a valid time", f.name)
 		}
 	}
+	if err := domain.ValidateLabels("labels", req.GetLabels()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	resp, err := s.State.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Tenant: tenant(ctx), PageSize: req.GetPageSize(), PageToken: req.GetPageToken(), Status: req.GetStatus(), PlaybookPath: req.GetPath(),
-		StartedAfter: req.GetStartTimeAfter(), StartedBefore: req.GetStartTimeBefore()})
+		StartedAfter: req.GetStartTimeAfter(), StartedBefore: req.GetStartTimeBefore(), Labels: req.GetLabels()})
 	if err != nil {
 		return nil, err
 	}
 	out := &apiv1.ListExecutionsResponse{NextPageToken: resp.GetNextPageToken()}
 	for _, e := range resp.GetExecutions() {
-		out.Executions = append(out.Executions, &apiv1.Execution{ExecutionId: e.GetExecutionId(), Path: e.GetPlaybookPath(), Version: e.GetPlaybookVersion(), Status: e.GetStatus(), LastSeq: e.GetLastSeq(), StartTime: e.GetStartTime(), EndTime: e.GetEndTime(), ParentExecutionId: e.GetParentExecutionId()})
+		out.Executions = append(out.Executions, &apiv1.Execution{ExecutionId: e.GetExecutionId(), Path: e.GetPlaybookPath(), Version: e.GetPlaybookVersion(), Status: e.GetStatus(), LastSeq: e.GetLastSeq(), StartTime: e.GetStartTime(), EndTime: e.GetEndTime(), ParentExecutionId: e.GetParentExecutionId(), Labels: e.GetLabels()})
 	}
 	return out, nil
+}
+
+// RerunExecution implements ExecutionService.
+func (s *Server) RerunExecution(ctx context.Context, req *apiv1.RerunExecutionRequest) (*apiv1.RerunExecutionResponse, error) {
+	if err := validExecutionID("execution_id", req.GetExecutionId()); err != nil {
+		return nil, err
+	}
+	if f := req.GetFromStep(); len(f) > 256 || strings.ContainsRune(f, 0) {
+		return nil, invalid("from_step", "must be a step name")
+	}
+	resp, err := s.Orchestrator.RerunExecution(ctx, &orchv1.RerunExecutionRequest{Tenant: tenant(ctx), ExecutionId: req.GetExecutionId(), FromStep: req.GetFromStep(), IdempotencyKey: req.GetIdempotencyKey()})
+	if err != nil {
+		return nil, err
+	}
+	return &apiv1.RerunExecutionResponse{ExecutionId: resp.GetExecutionId(), Version: resp.GetVersion(), ReusedSteps: resp.GetReusedSteps()}, nil
 }
 
 // CancelExecution implements ExecutionService.

@@ -26,6 +26,7 @@ var permissions = map[string]auth.Permission{
 	apiv1.ExecutionService_WaitExecution_FullMethodName:       auth.PermRead,
 	apiv1.ExecutionService_ListExecutions_FullMethodName:      auth.PermRead,
 	apiv1.ExecutionService_CancelExecution_FullMethodName:     auth.PermExecute,
+	apiv1.ExecutionService_RerunExecution_FullMethodName:      auth.PermExecute,
 	apiv1.ExecutionService_ListExecutionEvents_FullMethodName: auth.PermRead,
 	apiv1.ExecutionService_WatchExecution_FullMethodName:      auth.PermRead,
 

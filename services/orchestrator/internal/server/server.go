@@ -188,8 +188,30 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 		return nil, status.Errorf(codes.ResourceExhausted, "workload: %d bytes (the playbook's workload merged with the request's, as JSON) exceeds the limit of %d bytes", len(b), MaxWorkloadBytes)
 	}
 
+	if err := domain.ValidateLabels("labels", req.GetLabels()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	payload, err := json.Marshal(domain.StartedPayload{Path: cp.Path, Version: cp.Version, Workload: workload, Labels: req.GetLabels()})
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "workload: %v", err)
+	}
+	id, err := s.publishStart(ctx, tenant, req.GetIdempotencyKey(), req.GetParentExecutionId(), payload, func() error {
+		// The message of the publish error names the internal subject: not for the caller.
+		return status.Errorf(codes.ResourceExhausted, "workload: the start is too large to record; keep the workload under %d bytes of JSON", MaxWorkloadBytes)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version}, nil
+}
+
+// publishStart picks the id of a new execution (a UUIDv7, or with an idempotency key a
+// UUIDv5 of tenant and key, so a retried start finds the same execution), publishes its
+// playbook.started with payload and waits until it is committed. tooLarge is the error
+// for a start larger than a message may be.
+func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, parent string, payload []byte, tooLarge func() error) (string, error) {
 	var id string
-	if k := req.GetIdempotencyKey(); k != "" {
+	if k := idempotencyKey; k != "" {
 		id = uuid.NewSHA1(idempotencyNS, []byte(tenant+"\x00"+k)).String()
 		// A start already logged answers at once. When the statebuilder cannot tell, the
 		// start is published anyway: its playbook.started has the id of the first one, so
@@ -200,28 +222,24 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 		cancel()
 		switch code := status.Code(err); {
 		case err == nil:
-			return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version}, nil
+			return id, nil
 		case code == codes.NotFound, code == codes.Unavailable, code == codes.DeadlineExceeded:
 		default:
-			return nil, err
+			return "", err
 		}
 	} else {
 		u, err := uuid.NewV7()
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		id = u.String()
-	}
-	payload, err := json.Marshal(domain.StartedPayload{Path: cp.Path, Version: cp.Version, Workload: workload})
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "workload: %v", err)
 	}
 	ev := &eventv1.Event{
 		EventId:           domain.EventID(domain.ExecutionCause(id), domain.EventPlaybookStarted),
 		ExecutionId:       id,
 		Tenant:            tenant,
 		Type:              domain.EventPlaybookStarted,
-		ParentExecutionId: req.GetParentExecutionId(),
+		ParentExecutionId: parent,
 		PayloadJson:       payload,
 		Producer:          "orchestrator",
 		ProduceTime:       timestamppb.Now(),
@@ -229,25 +247,24 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 	// Subscribe before publishing so the commit notice cannot be missed.
 	sub, err := s.NC.SubscribeSync(natsx.CommittedWildcard(id))
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	// Make sure the server has the subscription before anything it must catch can happen.
 	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
+		return "", status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
 	duplicate, err := engine.PublishNew(ctx, s.JS, s.Partitions, ev)
 	if err != nil {
 		if errors.Is(err, natsx.ErrMessageTooLarge) {
-			// The message of err names the internal subject: not for the caller.
-			return nil, status.Errorf(codes.ResourceExhausted, "workload: the start is too large to record; keep the workload under %d bytes of JSON", MaxWorkloadBytes)
+			return "", tooLarge()
 		}
-		return nil, status.Errorf(codes.Unavailable, "publish start: %v", err)
+		return "", status.Errorf(codes.Unavailable, "publish start: %v", err)
 	}
 	if duplicate {
 		// The same start (same idempotency key) is already in the stream, durably: it is
 		// committed, or will be, once; no notice follows a copy the stream dropped.
-		return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version}, nil
+		return id, nil
 	}
 	timeout := s.StartTimeout
 	if timeout <= 0 {
@@ -256,9 +273,9 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if _, err := sub.NextMsgWithContext(wctx); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
+		return "", status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
 	}
-	return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version}, nil
+	return id, nil
 }
 
 // Merge returns base with over merged on top, recursively for nested objects.
