@@ -27,9 +27,10 @@ type dialer func() (*client, error)
 func executionsCmd(dial dialer, output *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "executions", Aliases: []string{"execution", "exec"}, Short: "List and show executions"}
 	var statusName, path string
+	var labels []string
 	var limit int
 	list := &cobra.Command{
-		Use:   "list [--status S] [--path P] [--limit N]",
+		Use:   "list [--status S] [--path P] [--label K=V]... [--limit N]",
 		Short: "List executions, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -44,20 +45,24 @@ func executionsCmd(dial dialer, output *string) *cobra.Command {
 			if limit <= 0 {
 				return fmt.Errorf("--limit %d: must be positive", limit)
 			}
+			want, err := parseLabels(labels)
+			if err != nil {
+				return err
+			}
 			c, err := dial()
 			if err != nil {
 				return err
 			}
 			defer func() { _ = c.conn.Close() }()
-			l := &listing{columns: []string{"EXECUTION", "PLAYBOOK", "VERSION", "STATUS", "STARTED", "TOOK"}}
+			l := &listing{columns: []string{"EXECUTION", "PLAYBOOK", "VERSION", "STATUS", "STARTED", "TOOK", "LABELS"}}
 			token := ""
 			for len(l.items) < limit {
-				resp, err := c.exe.ListExecutions(cmd.Context(), &apiv1.ListExecutionsRequest{PageSize: int32(min(limit-len(l.items), 500)), PageToken: token, Status: st, Path: path})
+				resp, err := c.exe.ListExecutions(cmd.Context(), &apiv1.ListExecutionsRequest{PageSize: int32(min(limit-len(l.items), 500)), PageToken: token, Status: st, Path: path, Labels: want})
 				if err != nil {
 					return err
 				}
 				for _, x := range resp.GetExecutions() {
-					l.add(x, x.GetExecutionId(), x.GetPath(), strconv.FormatInt(x.GetVersion(), 10), statusWord(x.GetStatus()), when(x.GetStartTime()), took(x.GetStartTime(), x.GetEndTime()))
+					l.add(x, x.GetExecutionId(), x.GetPath(), strconv.FormatInt(x.GetVersion(), 10), statusWord(x.GetStatus()), when(x.GetStartTime()), took(x.GetStartTime(), x.GetEndTime()), labelText(x.GetLabels()))
 				}
 				if token = resp.GetNextPageToken(); token == "" {
 					break
@@ -68,6 +73,7 @@ func executionsCmd(dial dialer, output *string) *cobra.Command {
 	}
 	list.Flags().StringVar(&statusName, "status", "", "only executions with this status: running, completed, failed or cancelled")
 	list.Flags().StringVar(&path, "path", "", "only executions of this playbook path")
+	list.Flags().StringArrayVar(&labels, "label", nil, "only executions with this label key=value; repeatable (all must match)")
 	list.Flags().IntVar(&limit, "limit", 50, "most executions to list")
 	get := &cobra.Command{
 		Use:   "get ID",
@@ -106,6 +112,16 @@ func showExecution(cmd *cobra.Command, dial dialer, output, id string) error {
 	if p := x.GetParentExecutionId(); p != "" {
 		rows = append(rows, [2]string{"Parent", p})
 	}
+	if len(x.GetLabels()) > 0 {
+		rows = append(rows, [2]string{"Labels", labelText(x.GetLabels())})
+	}
+	if r := x.GetRerunOf(); r != "" {
+		from := "the start"
+		if x.GetFromStep() != "" {
+			from = "step " + x.GetFromStep()
+		}
+		rows = append(rows, [2]string{"Rerun of", r + " from " + from})
+	}
 	if e := x.GetError(); e != nil {
 		rows = append(rows, [2]string{"Error", e.GetCode() + ": " + e.GetMessage()})
 	}
@@ -127,10 +143,28 @@ func showExecution(cmd *cobra.Command, dial dialer, output, id string) error {
 	steps := &listing{columns: []string{"STEP", "STATUS", "ENTERED", "ERROR"}}
 	for _, n := range names {
 		s := x.GetSteps()[n]
-		steps.add(s, n, strings.TrimPrefix(s.GetStatus().String(), "STEP_STATUS_"), strconv.Itoa(int(s.GetEpoch())), abbreviate(s.GetError().GetMessage(), 80))
+		st := strings.TrimPrefix(s.GetStatus().String(), "STEP_STATUS_")
+		if s.GetReused() {
+			st += " (reused)"
+		}
+		steps.add(s, n, st, strconv.Itoa(int(s.GetEpoch())), abbreviate(s.GetError().GetMessage(), 80))
 	}
 	fmt.Fprintln(cmd.OutOrStdout())
 	return steps.print(cmd.OutOrStdout(), formatTable)
+}
+
+// labelText shows labels as k=v pairs in key order, comma-separated.
+func labelText(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + labels[k]
+	}
+	return strings.Join(parts, ",")
 }
 
 func playbooksCmd(dial dialer, output *string) *cobra.Command {

@@ -83,9 +83,9 @@ func TestDailyCommands(t *testing.T) {
 		out, err := noetl("executions", "list", "-o", "table")
 		require.NoError(t, err)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		require.Regexp(t, `^EXECUTION\s+PLAYBOOK\s+VERSION\s+STATUS\s+STARTED\s+TOOK$`, lines[0])
+		require.Regexp(t, `^EXECUTION\s+PLAYBOOK\s+VERSION\s+STATUS\s+STARTED\s+TOOK\s+LABELS$`, lines[0])
 		require.Len(t, lines, 2, out)
-		require.Regexp(t, `^`+id+`\s+tests/daily\s+2\s+COMPLETED\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+\S+$`, lines[1])
+		require.Regexp(t, `^`+id+`\s+tests/daily\s+2\s+COMPLETED\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\s+\S+\s*$`, lines[1])
 
 		out, err = noetl("executions", "list") // not a terminal: JSON Lines
 		require.NoError(t, err)

@@ -97,7 +97,7 @@ func devCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				res, err := runFile(ctx, c, run, nil, true, nil)
+				res, err := runFile(ctx, c, run, nil, nil, true, nil)
 				_ = c.conn.Close()
 				if err != nil {
 					return err

@@ -88,7 +88,7 @@ func newRoot() *cobra.Command {
 		}
 		return dialWith(gw, key, creds)
 	}
-	root.AddCommand(devCmd(), migrateCmd(), versionCmd(), registerCmd(dial), runCmd(dial), statusCmd(dial, &output), eventsCmd(dial, &output), cancelCmd(dial), apikeyCmd(dial, &output), resultCmd(dial),
+	root.AddCommand(devCmd(), migrateCmd(), versionCmd(), registerCmd(dial), runCmd(dial), rerunCmd(dial), statusCmd(dial, &output), eventsCmd(dial, &output), cancelCmd(dial), apikeyCmd(dial, &output), resultCmd(dial),
 		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output))
 	return root
 }
@@ -198,12 +198,16 @@ type Outcome struct {
 	Result      json.RawMessage `json:"result,omitempty"`
 	Error       string          `json:"error,omitempty"`
 	FailedSteps []string        `json:"failed_steps,omitempty"`
+	// RerunOf, FromStep and ReusedSteps describe a rerun (`noetl rerun`).
+	RerunOf     string   `json:"rerun_of,omitempty"`
+	FromStep    string   `json:"from_step,omitempty"`
+	ReusedSteps []string `json:"reused_steps,omitempty"`
 }
 
 // runFile registers target when it is a file (else it is a catalog path), starts it, and
 // when wait is set waits for the outcome. A non-nil watch is shown the execution's live
 // progress while it runs (and implies wait).
-func runFile(ctx context.Context, c *client, target string, sets []string, wait bool, watching *progress) (*Outcome, error) {
+func runFile(ctx context.Context, c *client, target string, sets, labels []string, wait bool, watching *progress) (*Outcome, error) {
 	path := target
 	var content string
 	if _, err := os.Stat(target); err == nil {
@@ -229,19 +233,46 @@ func runFile(ctx context.Context, c *client, target string, sets []string, wait 
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, Workload: w})
+	l, err := parseLabels(labels)
 	if err != nil {
 		return nil, err
 	}
-	out := &Outcome{ExecutionID: resp.GetExecutionId(), Path: path, Status: "RUNNING"}
+	resp, err := c.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, Workload: w, Labels: l})
+	if err != nil {
+		return nil, err
+	}
+	return follow(ctx, c, resp.GetExecutionId(), path, resp.GetVersion(), content, wait, watching)
+}
+
+// parseLabels reads --label key=value flags (the server checks the keys and values).
+func parseLabels(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--label %q: want key=value", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// follow reports a started execution of path: at once, or when wait is set once it ended.
+// A non-nil watch is shown its live progress (content, when known, is the playbook, whose
+// steps it counts) and implies wait.
+func follow(ctx context.Context, c *client, id, path string, version int64, content string, wait bool, watching *progress) (*Outcome, error) {
+	out := &Outcome{ExecutionID: id, Path: path, Status: "RUNNING"}
 	if watching != nil {
 		if content == "" {
-			if pb, err := c.cat.GetPlaybook(ctx, &apiv1.GetPlaybookRequest{Path: path, Version: resp.GetVersion()}); err == nil {
+			if pb, err := c.cat.GetPlaybook(ctx, &apiv1.GetPlaybookRequest{Path: path, Version: version}); err == nil {
 				content = pb.GetPlaybook().GetContent()
 			}
 		}
 		watching.total = stepCount([]byte(content))
-		if err := watch(ctx, c, resp.GetExecutionId(), watching); err != nil {
+		if err := watch(ctx, c, id, watching); err != nil {
 			return nil, err
 		}
 		wait = true
@@ -249,7 +280,7 @@ func runFile(ctx context.Context, c *client, target string, sets []string, wait 
 	if !wait {
 		return out, nil
 	}
-	x, err := waitTerminal(ctx, c, resp.GetExecutionId())
+	x, err := waitTerminal(ctx, c, id)
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +313,7 @@ func waitTerminal(ctx context.Context, c *client, id string) (*apiv1.Execution, 
 }
 
 func runCmd(dial func() (*client, error)) *cobra.Command {
-	var sets []string
+	var sets, labels []string
 	var wait, watching bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -301,7 +332,7 @@ func runCmd(dial func() (*client, error)) *cobra.Command {
 			if watching {
 				p = newProgress(cmd.OutOrStdout(), isTerminal(cmd.OutOrStdout()), 0)
 			}
-			out, err := runFile(ctx, c, args[0], sets, wait, p)
+			out, err := runFile(ctx, c, args[0], sets, labels, wait, p)
 			if err != nil {
 				return err
 			}
@@ -313,6 +344,7 @@ func runCmd(dial func() (*client, error)) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVar(&sets, "set", nil, "workload value key=value (value parsed as JSON when possible); repeatable")
+	cmd.Flags().StringArrayVar(&labels, "label", nil, "label of the execution key=value; repeatable")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a terminal status and print the result")
 	cmd.Flags().BoolVar(&watching, "watch", false, "show live step progress (a progress bar on a terminal), then the result as --wait does")
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "give up waiting after this long")
@@ -382,6 +414,49 @@ func eventDetail(ev *apiv1.Event) string {
 		return abbreviate(string(b), 100)
 	}
 	return ""
+}
+
+func rerunCmd(dial func() (*client, error)) *cobra.Command {
+	var from, key string
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "rerun ID [--from STEP] [--wait]",
+		Short: "Start a new execution of an execution's playbook version, workload and labels; with --from, reuse the results of the steps completed before STEP and run from STEP on",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := dial()
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.conn.Close() }()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			resp, err := c.exe.RerunExecution(ctx, &apiv1.RerunExecutionRequest{ExecutionId: args[0], FromStep: from, IdempotencyKey: key})
+			if err != nil {
+				return err
+			}
+			x, err := c.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: resp.GetExecutionId()})
+			if err != nil {
+				return err
+			}
+			out, err := follow(ctx, c, resp.GetExecutionId(), x.GetExecution().GetPath(), resp.GetVersion(), "", wait, nil)
+			if err != nil {
+				return err
+			}
+			out.RerunOf, out.FromStep, out.ReusedSteps = args[0], from, resp.GetReusedSteps()
+			emitTo(cmd.OutOrStdout(), out)
+			if wait && out.Status != "COMPLETED" {
+				return errors.New("execution " + out.ExecutionID + " " + strings.ToLower(out.Status))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "step to run from (the original must have entered it); without it, the whole playbook runs again")
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "retrying with the same key returns the same execution")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a terminal status and print the result")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Hour, "give up waiting after this long")
+	return cmd
 }
 
 func cancelCmd(dial func() (*client, error)) *cobra.Command {
