@@ -286,9 +286,11 @@ func parseCatalogID(raw json.RawMessage) (string, int64, error) {
 }
 
 // execute handles POST /api/execute {path | catalog_id, version?, payload | args |
-// parameters | workload}.
+// parameters | workload, labels?}. labels (an object of strings) is this engine's
+// addition: NoETL's request has no field for them.
 func (h *handler) execute(w http.ResponseWriter, r *http.Request) {
 	var req struct {
+		Labels     json.RawMessage `json:"labels"`
 		Path       string          `json:"path"`
 		CatalogID  json.RawMessage `json:"catalog_id"`
 		Version    json.RawMessage `json:"version"`
@@ -339,7 +341,14 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, status.Errorf(codes.InvalidArgument, "%s: give only one of payload, args, parameters and workload", given[1]))
 		return
 	}
-	resp, err := h.b.StartExecution(r.Context(), &apiv1.StartExecutionRequest{Path: path, Version: version, Workload: workload})
+	var labels map[string]string
+	if len(req.Labels) > 0 && string(req.Labels) != "null" {
+		if err := json.Unmarshal(req.Labels, &labels); err != nil {
+			h.writeError(w, r, status.Error(codes.InvalidArgument, "labels: must be a JSON object of strings"))
+			return
+		}
+	}
+	resp, err := h.b.StartExecution(r.Context(), &apiv1.StartExecutionRequest{Path: path, Version: version, Workload: workload, Labels: labels})
 	if err != nil {
 		h.writeError(w, r, err)
 		return

@@ -63,6 +63,7 @@ func TestExecuteAcceptsNoETLRequestShapes(t *testing.T) {
 		{`{"catalog_id": "a/b@3", "version": "5", "parameters": {}}`, "a/b", 5, `{}`},
 		{`{"path": "a/b", "version": 2, "workload": {"y": [1]}}`, "a/b", 2, `{"y":[1]}`},
 		{`{"path": "a/b", "version": "latest", "payload": null}`, "a/b", 0, ``},
+		{`{"path": "a/b", "labels": {"team": "data"}}`, "a/b", 0, ``},
 	}
 	for _, tc := range cases {
 		f := &fake{}
@@ -71,6 +72,9 @@ func TestExecuteAcceptsNoETLRequestShapes(t *testing.T) {
 		require.Equal(t, map[string]any{"execution_id": "e1", "status": "RUNNING", "path": tc.path, "version": "4", "catalog_id": tc.path + "@4"}, out)
 		require.Equal(t, tc.path, f.start.GetPath())
 		require.Equal(t, tc.version, f.start.GetVersion(), tc.body)
+		if strings.Contains(tc.body, "labels") {
+			require.Equal(t, map[string]string{"team": "data"}, f.start.GetLabels())
+		}
 		if tc.workload == "" {
 			require.Nil(t, f.start.GetWorkload())
 		} else {
@@ -86,6 +90,7 @@ func TestExecuteAcceptsNoETLRequestShapes(t *testing.T) {
 		`{"path": "a", "version": "two"}`:          "version:",
 		`{"catalog_id": "a@x"}`:                    "catalog_id:",
 		`{"path": 7}`:                              "path:",
+		`{"path": "a", "labels": {"n": 1}}`:        "labels:",
 		`{"path": "a", "payload": {"x": 1}`:        "body:",
 		``:                                         "body:",
 	} {
