@@ -2,6 +2,7 @@ package mesh_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
@@ -167,6 +168,34 @@ func TestRerunFromAStepReusesTheStepsBeforeIt(t *testing.T) {
 		require.Equal(t, "c", x.GetFromStep())
 		out = def.wantREST(http.StatusBadRequest, http.MethodPost, "/v1/executions/"+orig.GetExecutionId()+":rerun", map[string]any{"fromStep": "nope"})
 		require.Contains(t, out["message"], `"nope"`)
+	})
+
+	t.Run("a seed over the start's limit", func(t *testing.T) {
+		// Four inline results of 62,000 bytes before the last step: more than a start may
+		// record. From the fourth step, three of them fit.
+		var b strings.Builder
+		b.WriteString("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: wide, path: tests/wide}\nworkflow:\n")
+		for i := 1; i <= 4; i++ {
+			name := fmt.Sprintf("s%d", i)
+			if i == 1 {
+				name = "start"
+			}
+			fmt.Fprintf(&b, "  - step: %s\n    tool: {kind: python, code: 'result = {\"blob\": \"x\" * 62000}'}\n    next: [{step: s%d}]\n", name, i+1)
+		}
+		b.WriteString("  - step: s5\n    tool: {kind: noop, result: {ok: true}}\n")
+		reg, err := def.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: b.String()})
+		require.NoError(t, err)
+		started, err := def.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: reg.GetPlaybook().GetPath()})
+		require.NoError(t, err)
+		x := waitDone(t, def, started.GetExecutionId())
+		require.NotNil(t, x.GetSteps()["s4"].GetResult(), "the results stay inline")
+		_, err = def.exe.RerunExecution(ctx, &apiv1.RerunExecutionRequest{ExecutionId: x.GetExecutionId(), FromStep: "s5"})
+		require.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+		require.Contains(t, status.Convert(err).Message(), "exceeds the limit of 245760 bytes")
+		rr, err := def.exe.RerunExecution(ctx, &apiv1.RerunExecutionRequest{ExecutionId: x.GetExecutionId(), FromStep: "s4"})
+		require.NoError(t, err)
+		require.Equal(t, []string{"s2", "s3", "start"}, rr.GetReusedSteps())
+		require.Equal(t, []string{"s4", "s5"}, commandsOf(t, def, waitDone(t, def, rr.GetExecutionId()).GetExecutionId()))
 	})
 
 	t.Run("another tenant", func(t *testing.T) {
