@@ -83,7 +83,9 @@ func (s *Server) RerunExecution(ctx context.Context, req *orchv1.RerunExecutionR
 	if len(payload) > MaxRerunStartBytes {
 		return nil, tooLarge()
 	}
-	id, err := s.publishStart(ctx, tenant, req.GetIdempotencyKey(), orig.GetParentExecutionId(), payload, tooLarge)
+	// A rerun is the caller's own execution, not a child of the original's parent (which
+	// neither waits for it nor cancels it).
+	id, err := s.publishStart(ctx, tenant, req.GetIdempotencyKey(), "", payload, tooLarge)
 	if err != nil {
 		return nil, err
 	}
