@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
@@ -196,6 +199,46 @@ func TestRerunFromAStepReusesTheStepsBeforeIt(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{"s2", "s3", "start"}, rr.GetReusedSteps())
 		require.Equal(t, []string{"s4", "s5"}, commandsOf(t, def, waitDone(t, def, rr.GetExecutionId()).GetExecutionId()))
+	})
+
+	t.Run("from the step that failed", func(t *testing.T) {
+		// The step fails until a file exists: fix the cause, rerun from the failed step,
+		// and the steps before it do not run again.
+		flag := filepath.Join(t.TempDir(), "ready")
+		reg, err := def.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: `
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: flaky, path: tests/flaky}
+workload: {flag: ""}
+workflow:
+  - step: start
+    tool: {kind: noop, result: {n: 1}}
+    next: [{step: check}]
+  - step: check
+    tool:
+      kind: python
+      input: {flag: "{{ workload.flag }}", n: "{{ start.n }}"}
+      code: |
+        import os
+        if not os.path.exists(flag):
+            raise RuntimeError("not ready")
+        result = {"n": n + 1}
+`})
+		require.NoError(t, err)
+		w, err := structpb.NewStruct(map[string]any{"flag": flag})
+		require.NoError(t, err)
+		started, err := def.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: reg.GetPlaybook().GetPath(), Workload: w})
+		require.NoError(t, err)
+		done, err := def.exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: started.GetExecutionId(), Timeout: durationpb.New(60 * time.Second)})
+		require.NoError(t, err)
+		require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, done.GetExecution().GetStatus())
+		require.NoError(t, os.WriteFile(flag, nil, 0o600))
+		rr, err := def.exe.RerunExecution(ctx, &apiv1.RerunExecutionRequest{ExecutionId: started.GetExecutionId(), FromStep: "check"})
+		require.NoError(t, err)
+		require.Equal(t, []string{"start"}, rr.GetReusedSteps())
+		x := waitDone(t, def, rr.GetExecutionId())
+		require.Equal(t, []string{"check"}, commandsOf(t, def, x.GetExecutionId()))
+		require.EqualValues(t, 2, x.GetSteps()["check"].GetResult().GetStructValue().GetFields()["n"].GetNumberValue())
 	})
 
 	t.Run("another tenant", func(t *testing.T) {
