@@ -142,10 +142,10 @@ func withDataAlias(v any) any {
 	return m
 }
 
-// PoolFor returns the worker pool of a playbook path: "system" for system/ playbooks,
-// "shared" otherwise.
+// PoolFor returns the worker pool of a playbook path: "system" for system/ playbooks
+// (written /system/ too, as the catalog takes it), "shared" otherwise.
 func PoolFor(path string) string {
-	if strings.HasPrefix(path, "system/") {
+	if strings.HasPrefix(strings.TrimPrefix(path, "/"), "system/") {
 		return "system"
 	}
 	return "shared"

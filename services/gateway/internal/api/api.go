@@ -23,6 +23,7 @@ import (
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 )
 
@@ -110,6 +111,8 @@ func playbookError(err error) error {
 
 // GetPlaybook implements CatalogService.
 func (s *Server) GetPlaybook(ctx context.Context, req *apiv1.GetPlaybookRequest) (*apiv1.GetPlaybookResponse, error) {
+	req.Path = playbook.CleanPath(req.GetPath()) // NoETL writes /team/job for team/job
+
 	if err := validPlaybookPath("path", req.GetPath()); err != nil {
 		return nil, err
 	}
@@ -122,6 +125,8 @@ func (s *Server) GetPlaybook(ctx context.Context, req *apiv1.GetPlaybookRequest)
 
 // ListPlaybooks implements CatalogService.
 func (s *Server) ListPlaybooks(ctx context.Context, req *apiv1.ListPlaybooksRequest) (*apiv1.ListPlaybooksResponse, error) {
+	req.Path = playbook.CleanPath(req.GetPath()) // NoETL writes /team/job for team/job
+
 	if req.GetPath() != "" {
 		if err := validPlaybookPath("path", req.GetPath()); err != nil {
 			return nil, err
@@ -140,6 +145,8 @@ func (s *Server) ListPlaybooks(ctx context.Context, req *apiv1.ListPlaybooksRequ
 
 // StartExecution implements ExecutionService.
 func (s *Server) StartExecution(ctx context.Context, req *apiv1.StartExecutionRequest) (*apiv1.StartExecutionResponse, error) {
+	req.Path = playbook.CleanPath(req.GetPath()) // NoETL writes /team/job for team/job
+
 	if err := validPlaybookPath("path", req.GetPath()); err != nil {
 		return nil, err
 	}
@@ -240,6 +247,8 @@ func (s *Server) execution(ctx context.Context, id string, minSeq int64) (*apiv1
 
 // ListExecutions implements ExecutionService.
 func (s *Server) ListExecutions(ctx context.Context, req *apiv1.ListExecutionsRequest) (*apiv1.ListExecutionsResponse, error) {
+	req.Path = playbook.CleanPath(req.GetPath()) // NoETL writes /team/job for team/job
+
 	if req.GetPath() != "" {
 		if err := validPlaybookPath("path", req.GetPath()); err != nil {
 			return nil, err

@@ -8,14 +8,16 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/noetl/noetl/internal/playbook"
 )
 
 // Limits of the ids and paths a request names, checked here before anything is forwarded:
 // a value that cannot name anything (a NUL byte, a path with '..', a 5 KB id) is an
 // InvalidArgument naming the field, never a lookup.
 const (
-	// MaxPlaybookPath is the longest catalog path (as the orchestrator's catalog allows).
-	MaxPlaybookPath = 256
+	// MaxPlaybookPath is the longest catalog path (the catalog's rule, playbook.CheckPath).
+	MaxPlaybookPath = playbook.MaxPathLen
 	// MaxResultID is the longest result id or noetl://results/ URI.
 	MaxResultID = 512
 	// MaxKeyID is the longest API key id.
@@ -52,38 +54,10 @@ func validExecutionID(field, id string) error {
 	return nil
 }
 
-// pathSegment reports whether seg is one segment of a catalog path: a letter, digit or
-// '_', then letters, digits, '_', '.' and '-'.
-func pathSegment(seg string) bool {
-	if seg == "" {
-		return false
-	}
-	for i, r := range seg {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_'
-		if i > 0 {
-			ok = ok || r == '.' || r == '-'
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// validPlaybookPath checks a catalog path by the catalog's rule: slash-separated segments
-// of letters, digits, '_', '.' and '-' (each starting with a letter, digit or '_'), at most
-// MaxPlaybookPath characters.
+// validPlaybookPath checks a clean catalog path by the catalog's rule (playbook.CheckPath).
 func validPlaybookPath(field, path string) error {
-	if path == "" {
-		return invalid(field, "required")
-	}
-	if len(path) > MaxPlaybookPath {
-		return invalid(field, fmt.Sprintf("%d characters exceeds the limit of %d", len(path), MaxPlaybookPath))
-	}
-	for seg := range strings.SplitSeq(path, "/") {
-		if !pathSegment(seg) {
-			return invalid(field, "must be a catalog path (segments of letters, digits, '_', '.' and '-' separated by '/', no '..')")
-		}
+	if err := playbook.CheckPath(path); err != nil {
+		return invalid(field, err.Error())
 	}
 	return nil
 }

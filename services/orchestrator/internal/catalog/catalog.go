@@ -8,8 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -70,7 +68,8 @@ func (c *Catalog) Register(ctx context.Context, tenant, content string, guard fu
 	if err != nil {
 		return nil, err
 	}
-	path := PathOf(pb)
+	path := playbook.CleanPath(PathOf(pb))
+	pb.Metadata.Path = path
 	if path == "" {
 		return nil, &playbook.Error{Field: "metadata.path", Msg: "metadata.path or metadata.name is required"}
 	}
@@ -121,6 +120,7 @@ func (c *Catalog) Register(ctx context.Context, tenant, content string, guard fu
 
 // Get returns one version (the latest when version is 0).
 func (c *Catalog) Get(ctx context.Context, tenant, path string, version int64) (*Entry, error) {
+	path = playbook.CleanPath(path)
 	e := &Entry{Tenant: tenant, Path: path}
 	q := `SELECT version, name, description, content, content_sha256, warnings, created_at FROM noetl.catalog WHERE tenant=$1 AND path=$2 AND ($3 = 0 OR version = $3) ORDER BY version DESC LIMIT 1`
 	err := c.db.QueryRow(ctx, q, tenant, path, version).Scan(&e.Version, &e.Name, &e.Description, &e.Content, &e.SHA256, &e.Warnings, &e.Created)
@@ -156,6 +156,7 @@ func (c *Catalog) List(ctx context.Context, tenant string, limit int, after stri
 // version before (all versions when before is 0), without content. A path with no version
 // is ErrNotFound.
 func (c *Catalog) Versions(ctx context.Context, tenant, path string, limit int, before int64) ([]*Entry, error) {
+	path = playbook.CleanPath(path)
 	rows, err := c.db.Query(ctx, `SELECT version, name, description, content_sha256, warnings, created_at
 		FROM noetl.catalog WHERE tenant=$1 AND path=$2 AND ($3 = 0 OR version < $3) ORDER BY version DESC LIMIT $4`, tenant, path, before, limit)
 	if err != nil {
@@ -181,6 +182,7 @@ func (c *Catalog) Versions(ctx context.Context, tenant, path string, limit int, 
 
 // Compiled returns the compiled form of a version (the latest when version is 0).
 func (c *Catalog) Compiled(ctx context.Context, tenant, path string, version int64) (*decide.Compiled, error) {
+	path = playbook.CleanPath(path)
 	if version > 0 {
 		if cp := c.get(key{tenant, path, version}); cp != nil {
 			return cp, nil
@@ -218,19 +220,11 @@ func (c *Catalog) put(k key, v *decide.Compiled) {
 	c.cache[k] = v
 }
 
-var pathPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$`)
-
-// ValidPath checks a catalog path: slash-separated segments of letters, digits, '_', '.'
-// and '-', no empty, '.' or '..' segment, at most 256 characters.
+// ValidPath checks a clean catalog path by playbook.CheckPath, as a playbook error naming
+// metadata.path.
 func ValidPath(path string) error {
-	bad := len(path) > 256 || !pathPattern.MatchString(path)
-	for _, seg := range strings.Split(path, "/") {
-		if seg == "." || seg == ".." {
-			bad = true
-		}
-	}
-	if bad {
-		return &playbook.Error{Field: "metadata.path", Msg: fmt.Sprintf("%q is not a valid catalog path (segments of letters, digits, '_', '.', '-', separated by '/', no '..')", path)}
+	if err := playbook.CheckPath(path); err != nil {
+		return &playbook.Error{Field: "metadata.path", Msg: fmt.Sprintf("%q %v", path, err)}
 	}
 	return nil
 }

@@ -163,6 +163,7 @@ func (s *Server) listVersions(ctx context.Context, req *orchv1.ListPlaybooksRequ
 // StartExecution publishes playbook.started and waits until it is committed.
 func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionRequest) (*orchv1.StartExecutionResponse, error) {
 	tenant := tenantOf(req.GetTenant())
+	req.Path = playbook.CleanPath(req.GetPath())
 	if req.GetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "path: required")
 	}
