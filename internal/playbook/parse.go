@@ -318,6 +318,7 @@ func (b *builder) step(n *yaml.Node, i int) *Step {
 		s.Next = b.next(nx, name)
 	}
 	s.When, _ = b.str(value(n, "when"), name, "when")
+	b.stepTimeout(n, s)
 	if isNull(value(n, "tool")) && isNull(value(n, "next")) && name != "end" {
 		b.errorf(n, name, "", "step must have a tool or a next")
 	}

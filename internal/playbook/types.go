@@ -1,5 +1,7 @@
 package playbook
 
+import "time"
+
 // Playbook is a parsed and validated playbook document.
 type Playbook struct {
 	// APIVersion is the document's apiVersion (noetl.io/v2 or noetl.io/v10).
@@ -90,6 +92,8 @@ type Step struct {
 	// RefsAll is true when the templates may reach any step result (they use
 	// steps or _results, or could not be analysed).
 	RefsAll bool
+	// Timeout bounds each attempt of the step's command (spec.timeout; zero: none).
+	Timeout time.Duration
 	// Extra holds the step keys not modelled above (spec, output, vars, ...)
 	// as JSON-compatible values, nil when there are none.
 	Extra map[string]any

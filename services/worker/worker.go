@@ -576,7 +576,13 @@ func (w *Worker) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.Sc
 		kind = cmd.GetTools()[0].GetKind()
 	}
 	begin := time.Now()
-	out, err := w.run(ctx, cmd)
+	runCtx, cancelRun := ctx, context.CancelFunc(func() {})
+	if t := cmd.GetTimeout().AsDuration(); t > 0 {
+		runCtx, cancelRun = context.WithTimeoutCause(ctx, t, errStepTimeout)
+	}
+	out, err := w.run(runCtx, cmd)
+	timedOut := errors.Is(context.Cause(runCtx), errStepTimeout)
+	cancelRun()
 	w.duration.WithLabelValues(kind).Observe(time.Since(begin).Seconds())
 	if err != nil {
 		w.runs.WithLabelValues(w.cfg.Pool, kind, "error").Inc()
@@ -584,6 +590,12 @@ func (w *Worker) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.Sc
 		var te *tools.Error
 		if errors.As(err, &te) {
 			info.Retryable = te.Retryable
+		}
+		if timedOut {
+			// The tool was stopped at the step's bound: say so, whatever the tool made of
+			// its cancelled context.
+			info = &eventv1.ErrorInfo{Code: "deadline_exceeded", Retryable: true,
+				Message: fmt.Sprintf("step %s: the attempt ran past its timeout of %s (spec.timeout) and was stopped", cmd.GetStep(), cmd.GetTimeout().AsDuration())}
 		}
 		var re *renderError
 		if errors.As(err, &re) {
@@ -627,6 +639,9 @@ func (w *Worker) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.Sc
 	done.ResultJson = b
 	return []*eventv1.Event{started, done, mk(domain.EventCommandCompleted)}
 }
+
+// errStepTimeout is the cause of a command's context past its step's spec.timeout.
+var errStepTimeout = errors.New("the step's spec.timeout passed")
 
 // maxErrorMessage bounds the message of an error carried by an event.
 const maxErrorMessage = 16 << 10

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
@@ -860,7 +862,16 @@ func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration,
 		Attempt:           attempt,
 		PlaybookPath:      d.c.Path,
 		ParentExecutionId: d.st.GetParentExecutionId(),
+		Timeout:           stepTimeout(ps),
 	}, nil
+}
+
+// stepTimeout is a command's bound of one attempt: the step's spec.timeout, unset without.
+func stepTimeout(ps *playbook.Step) *durationpb.Duration {
+	if ps.Timeout <= 0 {
+		return nil
+	}
+	return durationpb.New(ps.Timeout)
 }
 
 // scope is the render scope of a step: workload, ctx and the results of the steps its

@@ -14,6 +14,7 @@ package eventv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -688,7 +689,10 @@ type Command struct {
 	OutputSelect []string `protobuf:"bytes,15,rep,name=output_select,json=outputSelect,proto3" json:"output_select,omitempty"`
 	// Reference to the render context when it was too large to travel inline (context_json is
 	// then empty); the worker loads it before rendering.
-	ContextRef    *ResultRef `protobuf:"bytes,16,opt,name=context_ref,json=contextRef,proto3" json:"context_ref,omitempty"`
+	ContextRef *ResultRef `protobuf:"bytes,16,opt,name=context_ref,json=contextRef,proto3" json:"context_ref,omitempty"`
+	// How long one attempt may run (the step's spec.timeout); past it the worker stops the
+	// tool and the attempt fails with deadline_exceeded. Unset: no bound but the tools' own.
+	Timeout       *durationpb.Duration `protobuf:"bytes,17,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -835,6 +839,13 @@ func (x *Command) GetContextRef() *ResultRef {
 	return nil
 }
 
+func (x *Command) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
 // CommitNotice tells the orchestrator that an execution's log grew.
 type CommitNotice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -923,7 +934,7 @@ var File_noetl_event_v1_event_proto protoreflect.FileDescriptor
 
 const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x1anoetl/event/v1/event.proto\x12\x0enoetl.event.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x06\n" +
+	"\x1anoetl/event/v1/event.proto\x12\x0enoetl.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x06\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x16\n" +
@@ -973,7 +984,7 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x1f\n" +
 	"\vconfig_json\x18\x03 \x01(\fR\n" +
-	"configJson\"\xe6\x04\n" +
+	"configJson\"\x9b\x05\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12!\n" +
@@ -994,7 +1005,8 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\x13parent_execution_id\x18\x0e \x01(\tR\x11parentExecutionId\x12#\n" +
 	"\routput_select\x18\x0f \x03(\tR\foutputSelect\x12:\n" +
 	"\vcontext_ref\x18\x10 \x01(\v2\x19.noetl.event.v1.ResultRefR\n" +
-	"contextRef\"\x9e\x01\n" +
+	"contextRef\x123\n" +
+	"\atimeout\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x9e\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -1043,6 +1055,7 @@ var file_noetl_event_v1_event_proto_goTypes = []any{
 	(*CommitNotice)(nil),          // 8: noetl.event.v1.CommitNotice
 	nil,                           // 9: noetl.event.v1.Event.TraceContextEntry
 	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
 }
 var file_noetl_event_v1_event_proto_depIdxs = []int32{
 	3,  // 0: noetl.event.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
@@ -1056,11 +1069,12 @@ var file_noetl_event_v1_event_proto_depIdxs = []int32{
 	3,  // 8: noetl.event.v1.Command.iteration:type_name -> noetl.event.v1.Iteration
 	10, // 9: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
 	5,  // 10: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	11, // 11: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_noetl_event_v1_event_proto_init() }
