@@ -813,6 +813,15 @@ func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error
 		byLabel[label] = res
 		vars[label] = res
 		vars["_prev"] = res
+		if set := itemSet(tc); len(set) > 0 {
+			// An item's set: is rendered against its result and merged into the running
+			// variables: the following items see each value by its bare name, later steps
+			// through ctx.
+			vars["output"], vars["result"] = res, res
+			if err := w.applySet(set, vars, out, where); err != nil {
+				return nil, err
+			}
+		}
 		switch action.Do {
 		case playbook.DoBreak:
 			i = len(calls)
@@ -860,6 +869,7 @@ func (w *Worker) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.
 	delete(cfg, "code")
 	spec := cfg["spec"]
 	delete(cfg, "spec")
+	delete(cfg, "set") // a pipeline item's set is rendered against its result (run)
 	rc, err := w.renderer.Render(cfg, vars)
 	if err != nil {
 		return nil, &renderError{fmt.Errorf("%s: %w", where, err)}
@@ -960,6 +970,17 @@ func envelope(res any, err error) map[string]any {
 		retryable = te.Retryable
 	}
 	return map[string]any{"status": "error", "data": res, "error": map[string]any{"message": err.Error(), "retryable": retryable}}
+}
+
+// itemSet reads a pipeline item's set: mapping (nil when it has none).
+func itemSet(tc *eventv1.ToolCall) map[string]any {
+	var cfg struct {
+		Set map[string]any `json:"set"`
+	}
+	if tc.GetLabel() == "" || json.Unmarshal(tc.GetConfigJson(), &cfg) != nil {
+		return nil
+	}
+	return cfg.Set
 }
 
 // policyOf reads a tool's spec.policy.

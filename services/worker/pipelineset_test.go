@@ -1,0 +1,29 @@
+package worker
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/services/worker/internal/tools"
+)
+
+// TestPipelineItemSetFlowsToLaterItems: a pipeline item's set: is rendered against its
+// result; the following items read each value by its bare name (in their config and
+// input), and the step's call.done carries it to ctx for later steps.
+func TestPipelineItemSetFlowsToLaterItems(t *testing.T) {
+	w := testWorker()
+	w.tools["noop"] = tools.Noop{}
+	cmd := &eventv1.Command{CommandId: "c1", ExecutionId: "x1", Tenant: "t", Step: "s", PlaybookPath: "p", Tools: []*eventv1.ToolCall{
+		{Kind: "noop", Label: "a", ConfigJson: []byte(`{"result": {"n": 2}, "set": {"doubled": "{{ output.n * 2 }}", "ctx.label": "{{ result.n + 1 }}"}}`)},
+		{Kind: "noop", Label: "b", ConfigJson: []byte(`{"result": {"seen": "{{ doubled }}", "label": "{{ label }}"}}`)},
+	}}
+	evs := w.Execute(context.Background(), cmd)
+	require.Len(t, evs, 3)
+	done := evs[1]
+	require.Nil(t, done.GetError(), "%v", done.GetError())
+	require.JSONEq(t, `{"seen": 4, "label": 3, "a": {"n": 2}, "b": {"seen": 4, "label": 3}}`, string(done.GetResultJson()))
+	require.JSONEq(t, `{"set": {"ctx": {"doubled": 4, "label": 3}}}`, string(done.GetPayloadJson()))
+}
