@@ -69,7 +69,13 @@ type StartedPayload struct {
 	// Ctx is the execution context a rerun starts with (the original's when it first
 	// entered FromStep).
 	Ctx map[string]any `json:"ctx,omitempty"`
+	// TimeoutSeconds bounds the whole execution from this event's commit (the start's
+	// timeout, else the playbook's spec.timeout); zero: no bound.
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 }
+
+// DeadlineTimerID is the id of the durable timer that ends an execution at its deadline.
+func DeadlineTimerID(executionID string) string { return "deadline-" + executionID }
 
 // ReusedStep is a step a rerun takes over from the execution it reruns: its result inline
 // (Result) or by reference (ResultRef, the original's reference as protobuf JSON: the

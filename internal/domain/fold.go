@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
@@ -132,6 +134,10 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		st.ParentExecutionId = ev.GetParentExecutionId()
 		st.Status = eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING
 		st.StartTime = ev.GetCommitTime()
+		if p.TimeoutSeconds > 0 && ev.GetCommitTime() != nil {
+			// From the commit time, which every fold of the log reads alike.
+			st.Deadline = timestamppb.New(ev.GetCommitTime().AsTime().Add(time.Duration(p.TimeoutSeconds * float64(time.Second))))
+		}
 		w, err := json.Marshal(p.Workload)
 		if err != nil {
 			return err
@@ -184,11 +190,19 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.DoneEventId = ev.GetEventId()
 		s.Routed = true
 	case EventTimerScheduled, EventTimerFired:
-		s := step()
 		var p TimerPayload
 		if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
 			return fmt.Errorf("%s payload: %w", ev.GetType(), err)
 		}
+		if ev.GetStep() == "" {
+			// The execution's own timer: its deadline.
+			if p.TimerID == DeadlineTimerID(st.GetExecutionId()) && st.GetDeadline() != nil {
+				st.DeadlineScheduled = true
+				st.DeadlinePassed = st.DeadlinePassed || ev.GetType() == EventTimerFired
+			}
+			return nil
+		}
+		s := step()
 		if s.Retry == nil {
 			return nil
 		}

@@ -136,7 +136,8 @@ func (b *builder) playbook(root *yaml.Node) *Playbook {
 	b.workflow(root, pb)
 	pb.Extra = extra(root, "apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "workflow")
 	b.validate(pb)
-	b.checkCycles(root, pb) // cycles.go: executor.spec.policy.limits, cycles with no exit
+	b.checkCycles(root, pb)     // cycles.go: executor.spec.policy.limits, cycles with no exit
+	b.playbookTimeout(root, pb) // timeout.go: spec.timeout of the whole execution
 	if len(b.errs) > 0 {
 		return nil
 	}

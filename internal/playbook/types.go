@@ -23,6 +23,8 @@ type Playbook struct {
 	Warnings []Warning
 	// Limits are the playbook's executor.spec.policy.limits (cycles.go).
 	Limits Limits
+	// Timeout bounds the whole execution (the root's spec.timeout; zero: none).
+	Timeout time.Duration
 	// Extra holds the root keys not modelled above (executor, vars, ...)
 	// as JSON-compatible values, nil when there are none.
 	Extra map[string]any

@@ -166,7 +166,7 @@ func (s *Server) StartExecution(ctx context.Context, req *apiv1.StartExecutionRe
 	if err := domain.ValidateLabels("labels", req.GetLabels()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp, err := s.Orchestrator.StartExecution(ctx, &orchv1.StartExecutionRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion(), WorkloadJson: w, IdempotencyKey: req.GetIdempotencyKey(), Labels: req.GetLabels()})
+	resp, err := s.Orchestrator.StartExecution(ctx, &orchv1.StartExecutionRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion(), WorkloadJson: w, IdempotencyKey: req.GetIdempotencyKey(), Labels: req.GetLabels(), Timeout: req.GetTimeout()})
 	if err != nil {
 		return nil, startError(err)
 	}

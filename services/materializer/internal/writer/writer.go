@@ -51,8 +51,8 @@ type Result struct {
 	Commands []*eventv1.Command
 	// Committed counts events inserted.
 	Committed int
-	// Cancelled lists executions whose playbook.cancelled was committed (or redelivered)
-	// in this batch.
+	// Cancelled lists executions whose playbook.cancelled, or playbook.failed at their
+	// deadline, was committed (or redelivered) in this batch: their running commands stop.
 	Cancelled []string
 }
 
@@ -310,7 +310,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		s := state[ev.GetExecutionId()]
 		s.present = true
 		s.decide = s.decide || !domain.IsDecisionOutput(ev.GetType())
-		if ev.GetType() == domain.EventPlaybookCancelled {
+		if ev.GetType() == domain.EventPlaybookCancelled || ev.GetType() == domain.EventPlaybookFailed && ev.GetError().GetCode() == "deadline_exceeded" {
 			res.Cancelled = append(res.Cancelled, ev.GetExecutionId())
 		}
 	}

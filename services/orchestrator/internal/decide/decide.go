@@ -247,6 +247,9 @@ func (d *decider) run() error {
 	if err := d.checkHeld(); err != nil {
 		return err
 	}
+	if ended := d.deadline(); ended {
+		return nil
+	}
 	if from := d.st.GetFromStep(); from != "" && d.st.GetSteps()[from] == nil {
 		// A rerun from a step: its first decision enters that step (the steps before it
 		// are reused, completed and routed, by the fold of playbook.started).
@@ -307,6 +310,28 @@ func (d *decider) run() error {
 		return err
 	}
 	return d.finish()
+}
+
+// deadline keeps an execution's timeout: it schedules the durable timer of the deadline
+// (due at the start's commit time plus the timeout, as the fold computed it: no clock is
+// read), and once the timer fired it fails the execution, reporting that it ended.
+func (d *decider) deadline() (ended bool) {
+	dl := d.st.GetDeadline()
+	if dl == nil {
+		return false
+	}
+	id := d.st.GetExecutionId()
+	if d.st.GetDeadlinePassed() {
+		timeout := dl.AsTime().Sub(d.st.GetStartTime().AsTime())
+		d.out = append(d.out, d.terminal(domain.EventPlaybookFailed, &eventv1.ErrorInfo{Code: "deadline_exceeded",
+			Message: fmt.Sprintf("the execution ran past its timeout of %s (spec.timeout or the start's timeout) and was stopped", timeout)}, nil, nil, nil))
+		return true
+	}
+	if !d.st.GetDeadlineScheduled() {
+		payload, _ := json.Marshal(domain.TimerPayload{TimerID: domain.DeadlineTimerID(id), DueAt: dl.AsTime()})
+		d.emit(&eventv1.Event{EventId: domain.EventID(domain.ExecutionCause(id), domain.EventTimerScheduled), Type: domain.EventTimerScheduled, CauseEventId: d.st.GetLastEventId(), PayloadJson: payload})
+	}
+	return false
 }
 
 // advanceRetries schedules the durable timer of each pending retry and, once the timer

@@ -58,7 +58,7 @@ func (s *Server) RerunExecution(ctx context.Context, req *orchv1.RerunExecutionR
 	if err := domain.DecodeJSON(jsonObject(orig.GetWorkloadJson()), &workload); err != nil {
 		return nil, fmt.Errorf("execution %s: workload: %w", orig.GetExecutionId(), err)
 	}
-	p := domain.StartedPayload{Path: cp.Path, Version: cp.Version, Workload: workload, Labels: orig.GetLabels(), RerunOf: orig.GetExecutionId()}
+	p := domain.StartedPayload{Path: cp.Path, Version: cp.Version, Workload: workload, Labels: orig.GetLabels(), RerunOf: orig.GetExecutionId(), TimeoutSeconds: cp.Playbook.Timeout.Seconds()}
 	var reused []string
 	if from := req.GetFromStep(); from != "" {
 		if cp.Playbook.Step(from) == nil {

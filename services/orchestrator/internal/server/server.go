@@ -192,7 +192,13 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 	if err := domain.ValidateLabels("labels", req.GetLabels()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	payload, err := json.Marshal(domain.StartedPayload{Path: cp.Path, Version: cp.Version, Workload: workload, Labels: req.GetLabels()})
+	timeout := cp.Playbook.Timeout
+	if t := req.GetTimeout(); t != nil {
+		if timeout = t.AsDuration(); !t.IsValid() || timeout <= 0 || timeout > playbook.MaxExecutionTimeout {
+			return nil, status.Errorf(codes.InvalidArgument, "timeout: must be positive and at most %s", playbook.MaxExecutionTimeout)
+		}
+	}
+	payload, err := json.Marshal(domain.StartedPayload{Path: cp.Path, Version: cp.Version, Workload: workload, Labels: req.GetLabels(), TimeoutSeconds: timeout.Seconds()})
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "workload: %v", err)
 	}

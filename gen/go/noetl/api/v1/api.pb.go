@@ -456,7 +456,10 @@ type StartExecutionRequest struct {
 	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	// Labels of the execution, at most 32: keys match [a-z0-9][a-z0-9_./-]{0,62}, values
 	// are at most 256 characters. ListExecutions filters by them.
-	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Bound on the whole execution, counted from its start's commit; past it the execution
+	// fails with deadline_exceeded. Unset: the playbook's spec.timeout, if any.
+	Timeout       *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -522,6 +525,13 @@ func (x *StartExecutionRequest) GetIdempotencyKey() string {
 func (x *StartExecutionRequest) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *StartExecutionRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
 	}
 	return nil
 }
@@ -2461,13 +2471,14 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\tR\x04path\"u\n" +
 	"\x15ListPlaybooksResponse\x124\n" +
 	"\tplaybooks\x18\x01 \x03(\v2\x16.noetl.api.v1.PlaybookR\tplaybooks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa7\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdc\x02\n" +
 	"\x15StartExecutionRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x123\n" +
 	"\bworkload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bworkload\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12G\n" +
-	"\x06labels\x18\x05 \x03(\v2/.noetl.api.v1.StartExecutionRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x05 \x03(\v2/.noetl.api.v1.StartExecutionRequest.LabelsEntryR\x06labels\x123\n" +
+	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
@@ -2699,12 +2710,12 @@ var file_noetl_api_v1_api_proto_goTypes = []any{
 	nil,                                 // 40: noetl.api.v1.ListExecutionsRequest.LabelsEntry
 	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
 	(*structpb.Struct)(nil),             // 42: google.protobuf.Struct
-	(v1.StepStatus)(0),                  // 43: noetl.event.v1.StepStatus
-	(*structpb.Value)(nil),              // 44: google.protobuf.Value
-	(*v1.ResultRef)(nil),                // 45: noetl.event.v1.ResultRef
-	(*v1.ErrorInfo)(nil),                // 46: noetl.event.v1.ErrorInfo
-	(v1.ExecutionStatus)(0),             // 47: noetl.event.v1.ExecutionStatus
-	(*durationpb.Duration)(nil),         // 48: google.protobuf.Duration
+	(*durationpb.Duration)(nil),         // 43: google.protobuf.Duration
+	(v1.StepStatus)(0),                  // 44: noetl.event.v1.StepStatus
+	(*structpb.Value)(nil),              // 45: google.protobuf.Value
+	(*v1.ResultRef)(nil),                // 46: noetl.event.v1.ResultRef
+	(*v1.ErrorInfo)(nil),                // 47: noetl.event.v1.ErrorInfo
+	(v1.ExecutionStatus)(0),             // 48: noetl.event.v1.ExecutionStatus
 	(*v1.Iteration)(nil),                // 49: noetl.event.v1.Iteration
 }
 var file_noetl_api_v1_api_proto_depIdxs = []int32{
@@ -2714,80 +2725,81 @@ var file_noetl_api_v1_api_proto_depIdxs = []int32{
 	0,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
 	42, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
 	37, // 5: noetl.api.v1.StartExecutionRequest.labels:type_name -> noetl.api.v1.StartExecutionRequest.LabelsEntry
-	43, // 6: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	44, // 7: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	45, // 8: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	46, // 9: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	47, // 10: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	44, // 11: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	46, // 12: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	38, // 13: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	41, // 14: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	41, // 15: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
-	39, // 16: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
-	10, // 17: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	48, // 18: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	10, // 19: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	47, // 20: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	41, // 21: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
-	41, // 22: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
-	40, // 23: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
-	10, // 24: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	49, // 25: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	44, // 26: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	44, // 27: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	45, // 28: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	46, // 29: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	41, // 30: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	41, // 31: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
-	19, // 32: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
-	19, // 33: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
-	45, // 34: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	44, // 35: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	45, // 36: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
-	41, // 37: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
-	41, // 38: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	42, // 39: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
-	28, // 40: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
-	28, // 41: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	9,  // 42: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	1,  // 43: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 44: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 45: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 46: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 47: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 48: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 49: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 50: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 51: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 52: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
-	35, // 53: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
-	24, // 54: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	26, // 55: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
-	29, // 56: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	31, // 57: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	33, // 58: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	2,  // 59: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 60: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 61: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 62: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 63: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 64: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 65: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 66: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 67: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 68: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
-	36, // 69: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
-	25, // 70: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	27, // 71: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
-	30, // 72: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	32, // 73: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	34, // 74: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	59, // [59:75] is the sub-list for method output_type
-	43, // [43:59] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	43, // 6: noetl.api.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 7: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	45, // 8: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	46, // 9: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	47, // 10: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	48, // 11: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	45, // 12: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	47, // 13: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	38, // 14: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	41, // 15: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	41, // 16: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	39, // 17: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
+	10, // 18: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	43, // 19: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	10, // 20: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	48, // 21: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	41, // 22: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	41, // 23: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	40, // 24: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	10, // 25: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
+	49, // 26: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	45, // 27: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	45, // 28: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	46, // 29: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	47, // 30: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	41, // 31: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	41, // 32: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	19, // 33: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
+	19, // 34: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
+	46, // 35: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	45, // 36: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	46, // 37: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
+	41, // 38: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
+	41, // 39: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	42, // 40: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	28, // 41: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
+	28, // 42: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
+	9,  // 43: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	1,  // 44: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 45: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 46: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 47: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 48: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 49: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 50: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 51: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 52: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 53: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	35, // 54: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
+	24, // 55: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	26, // 56: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
+	29, // 57: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	31, // 58: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	33, // 59: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	2,  // 60: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 61: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 62: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 63: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 64: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 65: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 66: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 67: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 68: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 69: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	36, // 70: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
+	25, // 71: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	27, // 72: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
+	30, // 73: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	32, // 74: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	34, // 75: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	60, // [60:76] is the sub-list for method output_type
+	44, // [44:60] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }

@@ -501,7 +501,9 @@ type StartExecutionRequest struct {
 	// Parent execution when started by a playbook tool.
 	ParentExecutionId string `protobuf:"bytes,6,opt,name=parent_execution_id,json=parentExecutionId,proto3" json:"parent_execution_id,omitempty"`
 	// Labels of the execution (validated as the public API documents).
-	Labels        map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Bound on the whole execution (the public request's timeout); unset: the playbook's.
+	Timeout       *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -581,6 +583,13 @@ func (x *StartExecutionRequest) GetParentExecutionId() string {
 func (x *StartExecutionRequest) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *StartExecutionRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
 	}
 	return nil
 }
@@ -2232,7 +2241,7 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04path\x18\x04 \x01(\tR\x04path\"~\n" +
 	"\x15ListPlaybooksResponse\x12=\n" +
 	"\aentries\x18\x01 \x03(\v2#.noetl.orchestrator.v1.CatalogEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe8\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9d\x03\n" +
 	"\x15StartExecutionRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
@@ -2240,7 +2249,8 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\rworkload_json\x18\x04 \x01(\fR\fworkloadJson\x12'\n" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12.\n" +
 	"\x13parent_execution_id\x18\x06 \x01(\tR\x11parentExecutionId\x12P\n" +
-	"\x06labels\x18\a \x03(\v28.noetl.orchestrator.v1.StartExecutionRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\a \x03(\v28.noetl.orchestrator.v1.StartExecutionRequest.LabelsEntryR\x06labels\x123\n" +
+	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
@@ -2433,58 +2443,59 @@ var file_noetl_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	0,  // 2: noetl.orchestrator.v1.GetPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 3: noetl.orchestrator.v1.ListPlaybooksResponse.entries:type_name -> noetl.orchestrator.v1.CatalogEntry
 	35, // 4: noetl.orchestrator.v1.StartExecutionRequest.labels:type_name -> noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
-	37, // 5: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	38, // 6: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	36, // 7: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
-	36, // 8: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
-	19, // 9: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
-	36, // 10: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
-	36, // 11: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
-	36, // 12: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
-	36, // 13: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
-	36, // 14: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	24, // 15: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	24, // 16: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	24, // 17: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	24, // 18: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	39, // 19: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
-	1,  // 20: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
-	3,  // 21: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
-	5,  // 22: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
-	7,  // 23: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
-	9,  // 24: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
-	11, // 25: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
-	13, // 26: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
-	15, // 27: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
-	17, // 28: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
-	20, // 29: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
-	22, // 30: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
-	25, // 31: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
-	27, // 32: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
-	29, // 33: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
-	31, // 34: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
-	33, // 35: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
-	2,  // 36: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
-	4,  // 37: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
-	6,  // 38: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
-	8,  // 39: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
-	10, // 40: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
-	12, // 41: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
-	14, // 42: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
-	16, // 43: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
-	18, // 44: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
-	21, // 45: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
-	23, // 46: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
-	26, // 47: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
-	28, // 48: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
-	30, // 49: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
-	32, // 50: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
-	34, // 51: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
-	36, // [36:52] is the sub-list for method output_type
-	20, // [20:36] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	37, // 5: noetl.orchestrator.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	37, // 6: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	38, // 7: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	36, // 8: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
+	36, // 9: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
+	19, // 10: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
+	36, // 11: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
+	36, // 12: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
+	36, // 13: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
+	36, // 14: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
+	36, // 15: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	24, // 16: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	24, // 17: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	24, // 18: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	24, // 19: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	39, // 20: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
+	1,  // 21: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
+	3,  // 22: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
+	5,  // 23: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
+	7,  // 24: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
+	9,  // 25: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
+	11, // 26: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
+	13, // 27: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
+	15, // 28: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
+	17, // 29: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
+	20, // 30: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
+	22, // 31: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
+	25, // 32: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
+	27, // 33: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
+	29, // 34: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
+	31, // 35: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
+	33, // 36: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
+	2,  // 37: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
+	4,  // 38: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
+	6,  // 39: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
+	8,  // 40: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
+	10, // 41: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
+	12, // 42: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
+	14, // 43: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
+	16, // 44: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
+	18, // 45: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
+	21, // 46: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
+	23, // 47: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
+	26, // 48: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
+	28, // 49: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
+	30, // 50: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
+	32, // 51: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
+	34, // 52: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
+	37, // [37:53] is the sub-list for method output_type
+	21, // [21:37] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_noetl_orchestrator_v1_orchestrator_proto_init() }

@@ -70,9 +70,16 @@ type ExecutionState struct {
 	// Execution this one reruns, when started by a rerun.
 	RerunOf string `protobuf:"bytes,20,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
 	// Step a rerun started from; the first decision enters it instead of start.
-	FromStep      string `protobuf:"bytes,21,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FromStep string `protobuf:"bytes,21,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"`
+	// Time past which the execution fails (its start's commit time plus its timeout); unset
+	// without a timeout.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// Whether the deadline's durable timer is in the log.
+	DeadlineScheduled bool `protobuf:"varint,23,opt,name=deadline_scheduled,json=deadlineScheduled,proto3" json:"deadline_scheduled,omitempty"`
+	// Whether the deadline's timer fired: the next decision fails the execution.
+	DeadlinePassed bool `protobuf:"varint,24,opt,name=deadline_passed,json=deadlinePassed,proto3" json:"deadline_passed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ExecutionState) Reset() {
@@ -250,6 +257,27 @@ func (x *ExecutionState) GetFromStep() string {
 		return x.FromStep
 	}
 	return ""
+}
+
+func (x *ExecutionState) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *ExecutionState) GetDeadlineScheduled() bool {
+	if x != nil {
+		return x.DeadlineScheduled
+	}
+	return false
+}
+
+func (x *ExecutionState) GetDeadlinePassed() bool {
+	if x != nil {
+		return x.DeadlinePassed
+	}
+	return false
 }
 
 // StepState is one step's state inside an execution.
@@ -1456,7 +1484,7 @@ var File_noetl_statebuilder_v1_statebuilder_proto protoreflect.FileDescriptor
 
 const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
-	"(noetl/statebuilder/v1/statebuilder.proto\x12\x15noetl.statebuilder.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anoetl/event/v1/event.proto\"\x88\b\n" +
+	"(noetl/statebuilder/v1/statebuilder.proto\x12\x15noetl.statebuilder.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anoetl/event/v1/event.proto\"\x98\t\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12#\n" +
@@ -1481,7 +1509,10 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\rlast_event_id\x18\x12 \x01(\tR\vlastEventId\x12I\n" +
 	"\x06labels\x18\x13 \x03(\v21.noetl.statebuilder.v1.ExecutionState.LabelsEntryR\x06labels\x12\x19\n" +
 	"\brerun_of\x18\x14 \x01(\tR\arerunOf\x12\x1b\n" +
-	"\tfrom_step\x18\x15 \x01(\tR\bfromStep\x1aZ\n" +
+	"\tfrom_step\x18\x15 \x01(\tR\bfromStep\x126\n" +
+	"\bdeadline\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12-\n" +
+	"\x12deadline_scheduled\x18\x17 \x01(\bR\x11deadlineScheduled\x12'\n" +
+	"\x0fdeadline_passed\x18\x18 \x01(\bR\x0edeadlinePassed\x1aZ\n" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
@@ -1655,43 +1686,44 @@ var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
 	20, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
 	20, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
 	15, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
-	21, // 6: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
-	22, // 7: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
-	19, // 8: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
-	3,  // 9: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
-	2,  // 10: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
-	23, // 11: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
-	20, // 12: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
-	22, // 13: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
-	0,  // 14: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	23, // 15: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	18, // 16: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	20, // 17: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	20, // 18: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	16, // 19: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	18, // 20: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	20, // 21: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	20, // 22: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
-	20, // 23: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
-	17, // 24: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
-	8,  // 25: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	20, // 26: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	11, // 27: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	20, // 28: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	1,  // 29: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	4,  // 30: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	6,  // 31: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	9,  // 32: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	12, // 33: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	5,  // 34: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	7,  // 35: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	10, // 36: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	13, // 37: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	34, // [34:38] is the sub-list for method output_type
-	30, // [30:34] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	20, // 6: noetl.statebuilder.v1.ExecutionState.deadline:type_name -> google.protobuf.Timestamp
+	21, // 7: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
+	22, // 8: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
+	19, // 9: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
+	3,  // 10: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
+	2,  // 11: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
+	23, // 12: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
+	20, // 13: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
+	22, // 14: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
+	0,  // 15: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	23, // 16: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	18, // 17: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	20, // 18: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	20, // 19: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	16, // 20: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	18, // 21: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	20, // 22: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	20, // 23: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
+	20, // 24: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
+	17, // 25: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	8,  // 26: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	20, // 27: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	11, // 28: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	20, // 29: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	1,  // 30: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	4,  // 31: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	6,  // 32: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	9,  // 33: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	12, // 34: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	5,  // 35: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	7,  // 36: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	10, // 37: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	13, // 38: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	35, // [35:39] is the sub-list for method output_type
+	31, // [31:35] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
