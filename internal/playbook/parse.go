@@ -17,19 +17,6 @@ const maxErrors = 100
 // Accepted apiVersion values.
 var apiVersions = []string{"noetl.io/v2", "noetl.io/v10"}
 
-// toolKinds are the tool kinds Parse accepts, besides any kind that starts
-// with "system_".
-var toolKinds = map[string]bool{
-	"python": true, "http": true, "postgres": true, "shell": true, "noop": true,
-	"playbook": true, "artifact": true, "workbook": true, "nats": true,
-	"duckdb": true, "secrets": true, "task_sequence": true,
-}
-
-// KnownToolKind reports whether Parse accepts kind as a tool kind.
-func KnownToolKind(kind string) bool {
-	return toolKinds[kind] || (strings.HasPrefix(kind, "system_") && len(kind) > len("system_"))
-}
-
 var policyActions = []string{DoContinue, DoRetry, DoFail, DoJump, DoBreak}
 
 // Parse parses and validates a playbook document. Its input is bounded
@@ -409,7 +396,7 @@ func (b *builder) tool(n *yaml.Node, step, field, label string, dropName bool) *
 		return nil
 	}
 	if !KnownToolKind(kind) {
-		b.errorf(kn, step, field+".kind", "unknown tool kind %q", kind)
+		b.errorf(kn, step, field+".kind", "%s", unknownKindMsg(kind))
 		return nil
 	}
 	t := &Tool{Kind: kind, Label: label, Config: map[string]any{}}

@@ -433,7 +433,7 @@ workbook:
 workflow:
   - step: start
     spec: {policy: {admit: {rules: [{when: "{{ x }}", then: {allow: true}}]}}}
-    tool: {kind: system_orchestrate}
+    tool: {kind: system_info}
     next: end
   - step: end
 `))
@@ -442,12 +442,12 @@ workflow:
 	require.NotContains(t, pb.Workbook, "bad")
 	require.Len(t, pb.Warnings, 2)
 	require.Contains(t, pb.Warnings[0].Msg, `unknown tool kind "unknown_kind"`)
-	require.Equal(t, "system_orchestrate", pb.Step("start").Tool[0].Kind)
+	require.Equal(t, "system_info", pb.Step("start").Tool[0].Kind)
 	require.Equal(t, map[string]any{"executor": map[string]any{"profile": "auto"}, "vars": map[string]any{"a": int64(1)}}, pb.Extra)
 	require.Contains(t, pb.Step("start").Extra, "spec")
 	require.Nil(t, pb.Step("end").Extra)
 	require.Empty(t, pb.Step("end").Tool)
-	require.True(t, KnownToolKind("duckdb"))
+	require.False(t, KnownToolKind("duckdb"))
 	require.False(t, KnownToolKind("system_"))
 }
 

@@ -138,7 +138,6 @@ func TestSQLTemplateWarnings(t *testing.T) {
 		"      kind: postgres\n      command: \"select {% for c in workload.cols %}{{ c }},{% endfor %} 1\"\n":           "{{ c }}",
 		"      kind: postgres\n      command: \"select {{ workload.xs | map('upper') | join(', ') }}\"\n":                "{{ workload.xs | map('upper') | join(', ') }}",
 		"      kind: postgres\n      command: \"select {{ workload.xs | map('sql_literal') | join(workload.sep) }}\"\n":  "{{ workload.xs | map('sql_literal') | join(workload.sep) }}",
-		"      kind: duckdb\n      command: \"select {{ workload.t }}\"\n":                                               "{{ workload.t }}",
 		"      kind: postgres\n      command: \"select {{-   workload.t   -}}\"\n":                                       "{{- workload.t -}}",
 	} {
 		pb := mustParse(t, sqlPlaybook(tool))

@@ -276,10 +276,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer func() { _ = fclient.Close() }()
-	pg := &tools.Postgres{Resolve: resolve}
-	defer pg.Close()
-	httpTool := &tools.HTTP{Egress: egress, Resolve: resolve}
-	defer httpTool.CloseIdleConnections()
 	w := &Worker{
 		cfg:      cfg,
 		log:      log,
@@ -288,13 +284,6 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		results:  rsv1.NewResultStoreServiceClient(rconn),
 		flight:   fclient,
 		renderer: playbook.NewRenderer(),
-		tools: tools.Registry{
-			"noop":     tools.Noop{},
-			"python":   &tools.Python{Interpreter: cfg.Python, PassEnv: tools.ParsePassEnv(cfg.ToolEnv)},
-			"postgres": pg,
-			"http":     httpTool,
-			"playbook": &tools.Playbook{Orchestrator: orchv1.NewOrchestratorServiceClient(conn)},
-		},
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_worker_commands_total", Help: "Commands run, by pool, tool and outcome."},
 			[]string{"pool", "tool", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "noetl_worker_tool_seconds", Help: "Tool run time.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12)}, []string{"tool"}),
@@ -309,14 +298,36 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_concurrency", Help: "Commands the worker runs at once at most (NOETL_WORKER_CONCURRENCY).", ConstLabels: prometheus.Labels{"pool": cfg.Pool}})
 	limit.Set(float64(cfg.Concurrency))
-	w.tools["artifact"] = artifactTool{w}
-	if cfg.Pool == "system" {
-		w.tools["system_info"] = systemInfo{w}
-	}
+	var closeTools func()
+	w.tools, closeTools = w.toolTable(egress, resolve, orchv1.NewOrchestratorServiceClient(conn))
+	defer closeTools()
 	srv.Registry.MustRegister(w.runs, w.duration, w.inFlight, w.scrubbed, w.storeRetries, limit)
 	lag := natsx.NewLagMonitor(js, natsx.StreamCommands, consumerName(cfg.Pool), cfg.Pool, cfg.LagPoll, srv.Registry, log)
 	log.Info("worker consuming", slog.String("admin", srv.AdminAddr()), slog.String("http_egress", egress.String()))
 	return srv.Run(ctx, 30*time.Second, w.consume, lag.Run)
+}
+
+// toolTable builds the tools this worker runs, by kind: playbook.WorkerToolKinds, and
+// playbook.SystemToolKinds on the system pool (a test keeps the two lists equal). The
+// returned func releases the tools' pooled connections.
+func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver, orch orchv1.OrchestratorServiceClient) (tools.Registry, func()) {
+	pg := &tools.Postgres{Resolve: resolve}
+	httpTool := &tools.HTTP{Egress: egress, Resolve: resolve}
+	r := tools.Registry{
+		"noop":     tools.Noop{},
+		"python":   &tools.Python{Interpreter: w.cfg.Python, PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv)},
+		"postgres": pg,
+		"http":     httpTool,
+		"playbook": &tools.Playbook{Orchestrator: orch},
+		"artifact": artifactTool{w},
+	}
+	if w.cfg.Pool == "system" {
+		r["system_info"] = systemInfo{w}
+	}
+	return r, func() {
+		pg.Close()
+		httpTool.CloseIdleConnections()
+	}
 }
 
 // Worker runs commands.

@@ -1,0 +1,52 @@
+package playbook
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A kind no worker pool runs never passes registration: the error names the line, the
+// step and the kind, says why, and lists the kinds this engine runs.
+func TestToolKindNoPoolRunsIsRefused(t *testing.T) {
+	t.Parallel()
+	runs := "(this engine runs: " + strings.Join(ToolKinds(), ", ") + ")"
+	for _, tc := range []struct {
+		kind, msg string
+	}{
+		{"duckdb", `tool kind "duckdb" is not supported yet ` + runs},
+		{"nats", `tool kind "nats" is not supported yet ` + runs},
+		{"task_sequence", `tool kind "task_sequence" is internal to NoETL`},
+		{"system_orchestrate", `unknown tool kind "system_orchestrate" ` + runs},
+		{"rhai", `unknown tool kind "rhai" ` + runs},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse(doc("workflow:\n  - step: start\n    tool:\n      kind: " + tc.kind + "\n"))
+			require.Error(t, err)
+			var pe *Error
+			require.True(t, errors.As(err, &pe))
+			require.Equal(t, 9, pe.Line)
+			require.Equal(t, "start", pe.Step)
+			require.Equal(t, "tool.kind", pe.Field)
+			require.Contains(t, pe.Msg, tc.msg)
+			require.Contains(t, err.Error(), `line 9`)
+			require.Contains(t, err.Error(), `step "start"`)
+		})
+	}
+	// In a pipeline, the item is named.
+	_, err := Parse(doc("workflow:\n  - step: start\n    tool:\n      - {name: a, kind: noop}\n      - {name: b, kind: duckdb}\n"))
+	require.ErrorContains(t, err, `tool kind "duckdb" is not supported yet`)
+}
+
+func TestToolKindsRunByAPoolAreAccepted(t *testing.T) {
+	t.Parallel()
+	for _, k := range WorkerToolKinds {
+		require.True(t, KnownToolKind(k), k)
+	}
+	require.Contains(t, ToolKinds(), "workbook")
+	require.NotContains(t, ToolKinds(), "duckdb")
+	require.NotContains(t, ToolKinds(), "nats")
+}

@@ -1,0 +1,37 @@
+package worker
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/services/worker/internal/tools"
+)
+
+// The worker's tool table and the kinds registration accepts are one list
+// (playbook.WorkerToolKinds, plus SystemToolKinds on the system pool): a kind registration
+// accepts always has a tool, and a tool the worker runs is always accepted.
+func TestToolTableIsTheKindsRegistrationAccepts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		pool string
+		want []string
+	}{
+		{"shared", playbook.WorkerToolKinds},
+		{"system", slices.Concat(playbook.WorkerToolKinds, playbook.SystemToolKinds)},
+	} {
+		t.Run(tc.pool, func(t *testing.T) {
+			t.Parallel()
+			w := &Worker{cfg: Config{Pool: tc.pool}}
+			table, closeTools := w.toolTable(tools.EgressPublic, nil, nil)
+			defer closeTools()
+			require.ElementsMatch(t, tc.want, slices.Collect(maps.Keys(table)))
+			for k := range table {
+				require.True(t, playbook.KnownToolKind(k), k)
+			}
+		})
+	}
+}
