@@ -187,6 +187,9 @@ func register(ctx context.Context, c *client, file string) (*apiv1.Playbook, err
 	if err != nil {
 		return nil, err
 	}
+	for _, w := range resp.GetPlaybook().GetWarnings() {
+		fmt.Fprintf(os.Stderr, "noetl: warning: %s: %s\n", file, w)
+	}
 	return resp.GetPlaybook(), nil
 }
 

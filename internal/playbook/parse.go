@@ -121,6 +121,7 @@ func (b *builder) playbook(root *yaml.Node) *Playbook {
 	}
 	b.workbook(value(root, "workbook"), pb)
 	b.workflow(root, pb)
+	b.ignoredKeys(root) // ignored.go
 	pb.Extra = extra(root, "apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "workflow")
 	b.validate(pb)
 	b.checkCycles(root, pb)     // cycles.go: executor.spec.policy.limits, cycles with no exit

@@ -112,10 +112,25 @@ func TestParseV10Canonical(t *testing.T) {
 		MaxInFlight: 5,
 	}, store.Loop)
 	require.Equal(t, []string{"process_data"}, store.Refs)
-	// Its one warning: a value spliced into SQL text unquoted (sql.go).
-	require.Len(t, pb.Warnings, 1)
+	// Its warnings: a value spliced into SQL text unquoted (sql.go), and each key this
+	// engine does not read (ignored.go).
 	require.Equal(t, "store_results", pb.Warnings[0].Step)
 	require.Contains(t, pb.Warnings[0].Msg, "template {{ iter.item }} is spliced into SQL text (tool.command)")
+	var ignored []string
+	for _, w := range pb.Warnings[1:] {
+		ignored = append(ignored, fmt.Sprintf("%d %s %s", w.Line, w.Step, w.Msg))
+	}
+	require.Equal(t, []string{
+		`23  "metadata.labels" is not read by this engine; it is ignored`,
+		`28  "executor.profile" is not read by this engine; it is ignored`,
+		`29  "executor.version" is not read by this engine; it is ignored`,
+		`30  "executor.requires" is not read by this engine; it is ignored`,
+		`34  "executor.spec.entry_step" is not read by this engine; it is ignored`,
+		`35  "executor.spec.no_next_is_error" is not read by this engine; it is ignored`,
+		`37  "executor.spec.policy.defaults" is not read by this engine; it is ignored`,
+		`39  "executor.spec.policy.results" is not read by this engine; it is ignored`,
+		`54 start "spec.policy" is not read by this engine; it is ignored`,
+	}, ignored)
 }
 
 func TestParseWorkbookAndPipelines(t *testing.T) {
@@ -440,8 +455,18 @@ workflow:
 	require.Equal(t, []any{map[string]any{"name": "k", "kind": "secret_manager"}}, pb.Keychain)
 	require.Contains(t, pb.Workbook, "ok")
 	require.NotContains(t, pb.Workbook, "bad")
-	require.Len(t, pb.Warnings, 2)
+	require.Len(t, pb.Warnings, 6)
 	require.Contains(t, pb.Warnings[0].Msg, `unknown tool kind "unknown_kind"`)
+	var msgs []string
+	for _, w := range pb.Warnings[2:] {
+		msgs = append(msgs, w.Msg)
+	}
+	require.Equal(t, []string{
+		`"vars" is not read by this engine; it is ignored`,
+		`keychain entries are not resolved yet: {{ keychain.<name> }} renders as undefined`,
+		`"executor.profile" is not read by this engine; it is ignored`,
+		`"spec.policy" is not read by this engine; it is ignored`,
+	}, msgs)
 	require.Equal(t, "system_info", pb.Step("start").Tool[0].Kind)
 	require.Equal(t, map[string]any{"executor": map[string]any{"profile": "auto"}, "vars": map[string]any{"a": int64(1)}}, pb.Extra)
 	require.Contains(t, pb.Step("start").Extra, "spec")

@@ -85,6 +85,10 @@ func (c *Catalog) Register(ctx context.Context, tenant, content string, guard fu
 	digest := hex.EncodeToString(sum[:])
 	var warnings []string
 	for _, w := range pb.Warnings {
+		if w.Step == "" {
+			warnings = append(warnings, fmt.Sprintf("line %d: %s", w.Line, w.Msg))
+			continue
+		}
 		warnings = append(warnings, fmt.Sprintf("line %d: step %q: %s", w.Line, w.Step, w.Msg))
 	}
 	if warnings == nil {
