@@ -247,7 +247,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		resp, err := creds.ResolveCredential(ctx, &orchv1.ResolveCredentialRequest{Tenant: tenant, Name: name})
 		if err != nil {
 			retry := status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded
-			return "", nil, &tools.Error{Msg: fmt.Sprintf("credential %q: %s", name, status.Convert(err).Message()), Retryable: retry}
+			return "", nil, &tools.Error{Msg: tools.CredentialMessage(name, status.Convert(err).Message()), Retryable: retry}
 		}
 		var data map[string]any
 		if err := json.Unmarshal(resp.GetDataJson(), &data); err != nil {

@@ -42,7 +42,7 @@ func resolveAuth(ctx context.Context, r CredentialResolver, tool string, auth an
 		if errors.As(err, &te) {
 			retry = te.Retryable
 		}
-		return nil, &Error{Msg: fmt.Sprintf("%s: credential %q: %v", tool, name, err), Retryable: retry}
+		return nil, &Error{Msg: tool + ": " + CredentialMessage(name, err.Error()), Retryable: retry}
 	}
 	if data == nil {
 		data = map[string]any{}
@@ -146,4 +146,13 @@ func cfgBool(v any, def bool) (bool, error) {
 		return p, nil
 	}
 	return def, fmt.Errorf("not a boolean: %v", v)
+}
+
+// CredentialMessage is msg about the credential name, naming it once: as it stands when
+// msg names it already (the orchestrator's "credential \"pg\" not found"), else prefixed.
+func CredentialMessage(name, msg string) string {
+	if strings.Contains(msg, strconv.Quote(name)) {
+		return msg
+	}
+	return fmt.Sprintf("credential %q: %s", name, msg)
 }
