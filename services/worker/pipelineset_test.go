@@ -27,3 +27,15 @@ func TestPipelineItemSetFlowsToLaterItems(t *testing.T) {
 	require.JSONEq(t, `{"seen": 4, "label": 3, "a": {"n": 2}, "b": {"seen": 4, "label": 3}}`, string(done.GetResultJson()))
 	require.JSONEq(t, `{"set": {"ctx": {"doubled": 4, "label": 3}}}`, string(done.GetPayloadJson()))
 }
+
+// TestAttemptCountsDurableRetries: _attempt is the command's attempt (a retry after a
+// durable timer is a new command, attempt 2 and on), not 1 on every command.
+func TestAttemptCountsDurableRetries(t *testing.T) {
+	w := testWorker()
+	w.tools["noop"] = tools.Noop{}
+	cmd := &eventv1.Command{CommandId: "c3", ExecutionId: "x1", Tenant: "t", Step: "s", PlaybookPath: "p", Attempt: 3,
+		Tools: []*eventv1.ToolCall{{Kind: "noop", ConfigJson: []byte(`{"result": {"attempt": "{{ _attempt }}"}}`)}}}
+	evs := w.Execute(context.Background(), cmd)
+	require.Len(t, evs, 3)
+	require.JSONEq(t, `{"attempt": 3}`, string(evs[1].GetResultJson()))
+}

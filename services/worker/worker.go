@@ -766,7 +766,9 @@ func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error
 		if tc.GetLabel() != "" {
 			where = fmt.Sprintf("step %s: tool %s (%s)", cmd.GetStep(), tc.GetLabel(), tc.GetKind())
 		}
-		vars["_attempt"] = attempts[i]
+		// The attempt of the command (a durable retry is a new command) plus the runs of
+		// this item within it.
+		vars["_attempt"] = max(int(cmd.GetAttempt()), 1) - 1 + attempts[i]
 		vars["_task"] = label
 		res, runErr := w.runTool(ctx, cmd, tc, stepInput, vars, where)
 		var re *renderError
