@@ -14,8 +14,6 @@ var (
 	rootKeys     = []string{"apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "workflow", "executor", "spec"}
 	metadataKeys = []string{"name", "path", "version", "description"}
 	stepKeys     = []string{"step", "desc", "tool", "input", "args", "loop", "set", "next", "when", "spec", "output"}
-	// toolCommon are the keys of a tool mapping that are not the tool's own settings.
-	toolCommon = []string{"kind", "name", "label", "auth", "input", "args", "spec", "set", "output"}
 )
 
 // ignoredKeys warns about each key of the document this engine does not act on: unknown
