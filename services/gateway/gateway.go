@@ -1,6 +1,6 @@
 // Package gateway is the NoETL gateway service: the public gRPC API and its REST/JSON
-// mapping (grpc-gateway) with the OpenAPI document, plus NoETL-compatible /api/ routes,
-// forwarding to the internal services.
+// mapping (grpc-gateway) with the OpenAPI document, NoETL-compatible /api/ routes and the
+// web console (/ui/), forwarding to the internal services.
 package gateway
 
 import (
@@ -35,6 +35,7 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/authn"
 	"github.com/noetl/noetl/services/gateway/internal/compat"
+	"github.com/noetl/noetl/services/gateway/internal/console"
 	"github.com/noetl/noetl/services/gateway/internal/limit"
 )
 
@@ -306,6 +307,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	top.Handle("/api/", forwardCredentials(compat.New(newLoopbackBackend(lc), log)))
 	// Server-Sent Events, not grpc-gateway's newline-delimited JSON, for the watch route.
 	top.Handle(watchRoute, forwardCredentials(&watchSSE{exe: apiv1.NewExecutionServiceClient(lc), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()}))
+	// The web console under /ui/, and / sends a browser there. Its graph route reads the
+	// catalog over the loopback with the request's credentials, like every REST route.
+	top.Handle(console.Prefix, forwardCredentials(console.New(console.Config{
+		Catalog: apiv1.NewCatalogServiceClient(lc),
+		Error: func(w http.ResponseWriter, r *http.Request, err error) {
+			restErrors(r.Context(), mux, marshaler, w, r, err)
+		},
+	})))
+	top.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
 	for pattern, h := range cfg.Routes {
 		top.Handle(pattern, h)
 	}

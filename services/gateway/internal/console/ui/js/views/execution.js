@@ -1,0 +1,409 @@
+// One execution: its header and cancel button, then the step graph, the timeline, the
+// event log and the results. A running execution is followed live over the watch stream:
+// every committed event updates the graph, the timeline and the log.
+
+import {h, mount, badge, execStatus, stepStatus, when, fullTime, duration, ms, tabs, spinner, empty, throttle, copyButton, bytes, count, download} from '../dom.js';
+import {api, watch, resultId, iterationOf, TERMINAL} from '../api.js';
+import {errorBox, notice, confirmDialog, card} from '../ui.js';
+import {drawGraph, legend, zoomable} from '../graph.js';
+import {model, drawTimeline, legendTimeline} from '../timeline.js';
+import {jsonTree} from '../json.js';
+
+const EVENT_PAGE = 1000;
+const MAX_EVENTS = 20_000;
+const SHOWN_EVENTS = 500;
+const TABLE_PAGE = 50;
+
+export async function render(root, route, app) {
+  const id = route.parts[1];
+  const controller = new AbortController();
+  const signal = controller.signal;
+  let tab = route.query.get('tab') || 'graph';
+  let selected = route.query.get('step') || '';
+  let eventFilter = route.query.get('filter') || '';
+  let x; let g = null; let graphErr = null; let events = []; let truncated = false;
+  let ticker = null;
+
+  mount(root, spinner('Loading the execution…'));
+  try {
+    x = (await api(`/v1/executions/${encodeURIComponent(id)}`, {signal})).execution;
+  } catch (e) {
+    if (e.name === 'AbortError') return;
+    mount(root, h('div', {class: 'page-head'}, h('h1', {}, 'Execution'), h('span', {class: 'mono muted'}, id)), errorBox(e, 'the execution could not be read'),
+      h('p', {}, h('a', {href: '#/executions'}, '← All executions')));
+    return () => controller.abort();
+  }
+  document.title = `${x.path} ${id.slice(0, 8)} · NoETL`;
+  const [graphResult] = await Promise.allSettled([
+    api('/ui/api/graph', {query: {path: x.path, version: x.version}, signal}),
+    loadEvents(),
+  ]);
+  if (graphResult.status === 'fulfilled') g = graphResult.value;
+  else graphErr = graphResult.reason;
+
+  async function loadEvents() {
+    let token = '';
+    for (;;) {
+      const r = await api(`/v1/executions/${encodeURIComponent(id)}/events`, {query: {pageSize: EVENT_PAGE, pageToken: token}, signal});
+      events.push(...(r.events || []));
+      token = r.nextPageToken || '';
+      if (!token) return;
+      if (events.length >= MAX_EVENTS) { truncated = true; return; }
+    }
+  }
+
+  const head = h('div', {class: 'exec-head'});
+  const actionMsg = h('div', {class: 'action-msg', 'aria-live': 'polite'});
+  const body = h('div', {class: 'tab-body'});
+  const tabBar = h('div');
+  mount(root, h('p', {class: 'crumbs'}, h('a', {href: '#/executions'}, 'Executions'), ' / ', h('span', {class: 'mono'}, id)), head, actionMsg, tabBar, body);
+
+  let graph = null;
+  let graphWrap = null;
+
+  // derive reads what the graph needs from the execution and its events.
+  function derive() {
+    const steps = {};
+    for (const [name, s] of Object.entries(x.steps || {})) steps[name] = {status: stepStatus(s.status), error: s.error, epoch: s.epoch};
+    const loops = {};
+    const fired = new Set();
+    const exited = new Set();
+    const latest = {};
+    for (const e of events) {
+      const epoch = (e.iteration && e.iteration.epoch) || 1;
+      if (e.type === 'step.enter') {
+        latest[e.step] = epoch;
+        const lp = e.payload && e.payload.loop;
+        if (lp) loops[e.step] = {total: Array.isArray(lp.items) && lp.items.length ? lp.items.length : Number(lp.total) || 0, done: 0, failed: 0, seen: new Map(), epoch};
+      } else if ((e.type === 'command.completed' || e.type === 'command.failed') && loops[e.step] && iterationOf(e) >= 0 && epoch === loops[e.step].epoch) {
+        loops[e.step].seen.set(iterationOf(e), e.type === 'command.completed');
+      } else if (e.type === 'step.exit') {
+        exited.add(e.step);
+        for (const to of (e.payload && e.payload.fired) || []) fired.add(e.step + '\u0000' + to);
+      }
+    }
+    for (const l of Object.values(loops)) {
+      for (const ok of l.seen.values()) { if (ok) l.done++; else l.failed++; }
+    }
+    const took = {};
+    const m = model(events, x);
+    for (const r of m.rows) {
+      if (r.status !== 'skipped' && Number.isFinite(r.end)) took[r.step] = r.end - r.start;
+    }
+    return {steps, loops, took, fired, exited};
+  }
+
+  function drawHead() {
+    const status = execStatus(x.status);
+    const running = status === 'running';
+    const end = x.endTime ? ms(x.endTime) : Date.now();
+    const failed = x.failedSteps || [];
+    const cancel = running ? h('button', {type: 'button', class: 'btn danger', id: 'cancel', onclick: doCancel}, 'Cancel execution') : null;
+    mount(head,
+      h('div', {class: 'exec-title'},
+        h('h1', {}, h('a', {href: app.link(['catalog', ...x.path.split('/')], {version: x.version}), class: 'mono'}, x.path), h('span', {class: 'muted'}, ' v' + x.version)),
+        h('div', {class: 'exec-status', id: 'exec-status', dataset: {status}}, badge(status)),
+        h('div', {class: 'spacer'}),
+        cancel),
+      h('dl', {class: 'facts'},
+        fact('Execution', h('span', {class: 'mono'}, id, ' ', copyButton(id))),
+        fact('Started', h('span', {title: fullTime(x.startTime)}, when(x.startTime))),
+        fact(running ? 'Running for' : 'Took', h('span', {id: 'exec-duration'}, duration(end - ms(x.startTime)))),
+        fact('Events', count(Number(x.lastSeq) || events.length)),
+        x.parentExecutionId ? fact('Parent', h('a', {class: 'mono', href: '#/executions/' + encodeURIComponent(x.parentExecutionId)}, x.parentExecutionId)) : null,
+        failed.length ? fact('Failed steps', failed.join(', ')) : null),
+      x.error && x.error.message ? h('div', {class: 'alert error'}, h('div', {class: 'alert-head'}, h('strong', {}, 'The execution failed'), x.error.code ? h('span', {class: 'alert-meta'}, x.error.code) : null),
+        h('p', {class: 'alert-msg mono'}, x.error.message)) : null,
+      truncated ? notice(`Only the first ${count(MAX_EVENTS)} events are loaded; the timeline and the log stop there.`, 'warn') : null);
+  }
+
+  function fact(k, v) { return h('div', {class: 'fact'}, h('dt', {}, k), h('dd', {}, v)); }
+
+  async function doCancel() {
+    const reason = await confirmDialog({title: 'Cancel this execution?', body: 'Running tools are stopped and running child executions cancelled. It cannot be resumed.',
+      action: 'Cancel execution', danger: true, reason: 'Reason (optional, recorded in the log)'});
+    if (reason === null) return;
+    const b = head.querySelector('#cancel');
+    if (b) { b.disabled = true; b.textContent = 'Cancelling…'; }
+    try {
+      await api(`/v1/executions/${encodeURIComponent(id)}:cancel`, {method: 'POST', body: {reason}, signal});
+      mount(actionMsg, notice('Cancellation requested; the execution ends once its running work has stopped.'));
+      refresh();
+    } catch (e) {
+      if (b) { b.disabled = false; b.textContent = 'Cancel execution'; }
+      mount(actionMsg, errorBox(e, 'the execution was not cancelled'));
+    }
+  }
+
+  function drawTabs() {
+    const n = events.length;
+    mount(tabBar, tabs([['graph', 'Graph'], ['timeline', 'Timeline'], ['events', `Events (${count(n)}${truncated ? '+' : ''})`], ['results', 'Results']], tab, (t) => {
+      tab = t;
+      app.replace(app.link(['executions', id], {tab: t, step: selected, filter: tab === 'events' ? eventFilter : ''}));
+      drawTabs();
+      drawBody();
+    }));
+  }
+
+  function drawBody() {
+    switch (tab) {
+      case 'timeline': return drawTimelineTab();
+      case 'events': return drawEventsTab();
+      case 'results': return drawResultsTab();
+      default: return drawGraphTab();
+    }
+  }
+
+  // The graph tab keeps its drawing between updates; only statuses change.
+  function drawGraphTab() {
+    if (graphErr) { mount(body, errorBox(graphErr, 'the step graph could not be drawn')); return; }
+    if (!graph) {
+      graph = drawGraph(g, (name) => { selected = name; graph.select(name); drawStepPanel(); app.replace(app.link(['executions', id], {tab: 'graph', step: name})); });
+      const z = zoomable(graph.el, g.width, g.height);
+      graphWrap = {z, panel: h('div', {class: 'step-panel', id: 'step-panel'})};
+    }
+    graph.update(derive());
+    graph.select(selected);
+    mount(body,
+      h('div', {class: 'graph-tools'}, legend(), h('div', {class: 'spacer'}), graphWrap.z.bar),
+      graphWrap.z.scroller,
+      g.warnings && g.warnings.length ? h('ul', {class: 'warnings'}, g.warnings.map((w) => h('li', {}, w))) : null,
+      graphWrap.panel);
+    drawStepPanel();
+  }
+
+  function drawStepPanel() {
+    if (!graphWrap) return;
+    const panel = graphWrap.panel;
+    const n = selected && g.nodes.find((s) => s.name === selected);
+    if (!n) { mount(panel, h('p', {class: 'muted'}, 'Select a step to see its status, error and result.')); return; }
+    const s = (x.steps || {})[n.name] || {};
+    const status = stepStatus(s.status);
+    const d = derive();
+    const loop = d.loops[n.name];
+    mount(panel,
+      h('div', {class: 'step-panel-head'},
+        h('h2', {class: 'mono'}, n.name), badge(status),
+        h('span', {class: 'muted'}, n.kind + (n.tools ? ' (' + n.tools.join(' → ') + ')' : '')),
+        h('div', {class: 'spacer'}),
+        h('button', {type: 'button', class: 'btn small', onclick: () => { eventFilter = n.name; tab = 'events'; drawTabs(); drawBody(); }}, 'Its events'),
+        h('button', {type: 'button', class: 'btn ghost small', 'aria-label': 'Close', onclick: () => { selected = ''; graph.select(''); drawStepPanel(); }}, '✕')),
+      n.desc ? h('p', {}, n.desc) : null,
+      h('dl', {class: 'facts'},
+        fact('Entered', s.epoch ? `${s.epoch} time${s.epoch > 1 ? 's' : ''}` : 'not yet'),
+        d.took[n.name] !== undefined ? fact('Took', duration(d.took[n.name])) : null,
+        n.loop ? fact('Loop', `${n.loop.mode} over ${n.loop.in || 'a list'} as ${n.loop.iterator}`) : null,
+        loop ? fact('Iterations', `${loop.done} of ${loop.total} done${loop.failed ? ', ' + loop.failed + ' failed' : ''}`) : null,
+        n.when ? fact('Guard', h('code', {}, n.when)) : null,
+        fact('Line', String(n.line))),
+      s.error && s.error.message ? h('div', {class: 'alert error'}, h('p', {class: 'alert-msg mono'}, s.error.message)) : null,
+      s.result !== undefined ? jsonTree(s.result, 1) : null,
+      s.resultRef ? refCard(n.name, s.resultRef) : null);
+  }
+
+  let tlWrap = null;
+  function drawTimelineTab() {
+    if (!events.length) { mount(body, empty('No events yet.')); return; }
+    tlWrap = h('div', {class: 'timeline-wrap', id: 'timeline'});
+    mount(body, h('div', {class: 'graph-tools'}, legendTimeline()), tlWrap);
+    const width = Math.max(720, tlWrap.clientWidth || root.clientWidth || 1000);
+    mount(tlWrap, drawTimeline(model(events, x), width, execStatus(x.status) === 'running'));
+  }
+
+  // The event log: every event in seq order, each row opening to its payload.
+  let shown = SHOWN_EVENTS;
+  function drawEventsTab() {
+    const filterIn = h('input', {type: 'search', class: 'input', placeholder: 'Filter by step or type', value: eventFilter, 'aria-label': 'Filter events', id: 'event-filter'});
+    const tableBox = h('div', {class: 'table-wrap'});
+    const t0 = ms(x.startTime);
+    const draw = () => {
+      const f = eventFilter.toLowerCase();
+      const list = f ? events.filter((e) => (e.step || '').toLowerCase().includes(f) || e.type.includes(f)) : events;
+      const rows = [];
+      for (const e of list.slice(0, shown)) {
+        const open = h('tr', {class: 'event-detail hidden'}, h('td', {colspan: '7'}, jsonTree(detailOf(e), 1)));
+        const tr = h('tr', {class: ['event', 'ev-' + e.type.split('.')[0], e.type.endsWith('failed') || e.type.endsWith('error') ? 'ev-bad' : ''], tabindex: '0', dataset: {seq: e.seq, type: e.type},
+          onclick: () => { open.classList.toggle('hidden'); tr.classList.toggle('open'); }},
+        h('td', {class: 'num mono'}, e.seq),
+        h('td', {class: 'num mono', title: fullTime(e.commitTime)}, '+' + duration(ms(e.commitTime) - t0)),
+        h('td', {}, h('span', {class: 'ev-type mono'}, e.type)),
+        h('td', {class: 'mono'}, e.step || ''),
+        h('td', {class: 'num mono'}, iterationOf(e) >= 0 ? iterationOf(e) : ''),
+        h('td', {class: 'num mono'}, e.attempt || ''),
+        h('td', {class: 'muted'}, e.producer || ''));
+        rows.push(tr, open);
+      }
+      mount(tableBox,
+        h('table', {class: 'table events', id: 'events'},
+          h('thead', {}, h('tr', {}, h('th', {class: 'num'}, 'Seq'), h('th', {class: 'num'}, 'At'), h('th', {}, 'Type'), h('th', {}, 'Step'),
+            h('th', {class: 'num'}, 'Iteration'), h('th', {class: 'num'}, 'Attempt'), h('th', {}, 'Producer'))),
+          h('tbody', {}, rows)),
+        list.length > shown ? h('div', {class: 'pager'}, h('button', {type: 'button', class: 'btn', onclick: () => { shown += SHOWN_EVENTS; draw(); }},
+          `Show ${Math.min(SHOWN_EVENTS, list.length - shown)} more of ${count(list.length - shown)}`)) : null,
+        !list.length ? empty('No events match.') : null);
+    };
+    filterIn.addEventListener('input', () => { eventFilter = filterIn.value; shown = SHOWN_EVENTS; draw(); });
+    mount(body, h('div', {class: 'graph-tools'}, filterIn, h('span', {class: 'muted'}, 'Click a row to open its payload.')), tableBox);
+    draw();
+  }
+
+  function detailOf(e) {
+    const out = {};
+    for (const k of ['eventId', 'commandId', 'payload', 'result', 'resultRef', 'error', 'iteration', 'produceTime', 'commitTime']) {
+      if (e[k] !== undefined) out[k] = e[k];
+    }
+    return out;
+  }
+
+  function drawResultsTab() {
+    const blocks = [];
+    const status = execStatus(x.status);
+    if (x.result !== undefined) blocks.push(card('Result of the execution', jsonTree(x.result, 2)));
+    else if (status === 'running') blocks.push(notice('The execution is still running; its result comes with its end.'));
+    else if (x.error) blocks.push(errorBox({message: x.error.message}, 'no result'));
+    const order = g ? g.nodes.map((n) => n.name) : Object.keys(x.steps || {}).sort();
+    const stepCards = [];
+    for (const name of order) {
+      const s = (x.steps || {})[name];
+      if (!s) continue;
+      const st = stepStatus(s.status);
+      const content = [];
+      if (s.error && s.error.message) content.push(h('div', {class: 'alert error'}, h('p', {class: 'alert-msg mono'}, s.error.message)));
+      if (s.resultRef) content.push(refCard(name, s.resultRef));
+      else if (s.result !== undefined) content.push(jsonTree(s.result, 1));
+      else if (!content.length) content.push(h('p', {class: 'muted'}, st === 'skipped' ? 'Skipped: no result.' : 'No result.'));
+      stepCards.push(h('section', {class: 'card step-result', dataset: {step: name}},
+        h('div', {class: 'card-title-row'}, h('h3', {class: 'mono'}, name), badge(st)), content));
+    }
+    mount(body, blocks, h('h2', {class: 'section-title'}, 'Results of the steps'), stepCards.length ? stepCards : empty('No step has finished yet.'));
+  }
+
+  // refCard shows a result held by reference: its size and, for a table, a page of its
+  // rows with a CSV download; other results load as JSON on demand.
+  function refCard(step, ref) {
+    const rid = resultId(ref.uri);
+    const rows = Number(ref.rowCount) || 0;
+    const box = h('div', {class: 'ref-body'});
+    const meta = h('p', {class: 'muted small'}, 'Stored by reference · ', bytes(ref.size), ' · ', ref.contentType || '', rows ? ` · ${count(rows)} rows` : '', ' · ',
+      h('span', {class: 'mono'}, ref.uri));
+    if (rows) {
+      let offset = 0;
+      const page = async () => {
+        mount(box, spinner('Reading rows…'));
+        try {
+          const r = await api(`/v1/results/${encodeURIComponent(rid)}`, {query: {offset, limit: TABLE_PAGE}, signal});
+          mount(box, table(r.value || {}, Number(r.totalRows) || rows, offset, (o) => { offset = o; page(); }));
+        } catch (e) {
+          if (e.name !== 'AbortError') mount(box, errorBox(e, 'the rows could not be read'));
+        }
+      };
+      const csv = h('button', {type: 'button', class: 'btn small', dataset: {csv: step}, onclick: async () => {
+        csv.disabled = true;
+        try {
+          const text = await allRowsCSV(rid, rows, (n) => { csv.textContent = `Downloading… ${Math.round(100 * n / rows)}%`; });
+          download(`${step}.csv`, text, 'text/csv');
+        } catch (e) {
+          mount(box, errorBox(e, 'the CSV could not be made'));
+        } finally {
+          csv.disabled = false; csv.textContent = 'Download CSV';
+        }
+      }}, 'Download CSV');
+      page();
+      return h('div', {class: 'ref'}, h('div', {class: 'ref-head'}, meta, csv), box);
+    }
+    const load = h('button', {type: 'button', class: 'btn small', onclick: async () => {
+      mount(box, spinner());
+      try {
+        const r = await api(`/v1/results/${encodeURIComponent(rid)}`, {signal});
+        mount(box, jsonTree(r.value, 1));
+      } catch (e) {
+        if (e.name !== 'AbortError') mount(box, errorBox(e, 'the result could not be read'));
+      }
+    }}, 'Load the result');
+    return h('div', {class: 'ref'}, h('div', {class: 'ref-head'}, meta, load), box);
+  }
+
+  async function allRowsCSV(rid, total, progress) {
+    const out = [];
+    let cols = null;
+    for (let offset = 0; offset < total; offset += 10_000) {
+      const r = await api(`/v1/results/${encodeURIComponent(rid)}`, {query: {offset, limit: 10_000}, signal});
+      const v = r.value || {};
+      if (!cols) { cols = columnNames(v); out.push(cols.map(csvCell).join(',')); }
+      for (const row of v.rows || []) out.push(cols.map((c, i) => csvCell(Array.isArray(row) ? row[i] : row[c])).join(','));
+      progress(Math.min(total, offset + 10_000));
+      if (!(v.rows || []).length) break;
+    }
+    return out.join('\r\n') + '\r\n';
+  }
+
+  // Live: follow the watch stream, refreshing the execution's state as events land.
+  const refresh = throttle(async () => {
+    try {
+      x = (await api(`/v1/executions/${encodeURIComponent(id)}`, {signal})).execution;
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+    }
+    drawHead();
+    drawTabs();
+    if (tab === 'events' && body.querySelector('#event-filter') === document.activeElement) return;
+    drawBody();
+  }, 400);
+
+  drawHead();
+  drawTabs();
+  drawBody();
+
+  if (execStatus(x.status) === 'running') {
+    const last = events.length ? events[events.length - 1].seq : 0;
+    watch(id, truncated ? x.lastSeq : last, (e) => {
+      if (!truncated) events.push(e);
+      refresh();
+      if (TERMINAL.has(e.type)) clearInterval(ticker);
+    }, signal).catch((e) => mount(actionMsg, errorBox(e, 'live updates stopped'))).finally(() => refresh());
+    ticker = setInterval(() => {
+      const d = head.querySelector('#exec-duration');
+      if (d && execStatus(x.status) === 'running') d.textContent = duration(Date.now() - ms(x.startTime));
+    }, 1000);
+  }
+  const onResize = throttle(() => { if (tab === 'timeline') drawTimelineTab(); }, 200);
+  window.addEventListener('resize', onResize);
+  return () => { controller.abort(); clearInterval(ticker); window.removeEventListener('resize', onResize); };
+}
+
+function columnNames(v) {
+  const cols = v.columns || [];
+  if (cols.length) return cols.map((c) => (typeof c === 'string' ? c : c.name));
+  const first = (v.rows || [])[0];
+  return first && typeof first === 'object' && !Array.isArray(first) ? Object.keys(first) : [];
+}
+
+function csvCell(v) {
+  if (v === null || v === undefined) return '';
+  const s = typeof v === 'object' ? JSON.stringify(v) : String(v);
+  return /[",\r\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
+}
+
+function cell(v) {
+  if (v === null || v === undefined) return h('span', {class: 'j-null'}, 'null');
+  if (typeof v === 'object') return h('span', {class: 'mono small'}, JSON.stringify(v));
+  return String(v);
+}
+
+/** table draws a page {columns, rows, offset, total_rows} of a tabular result. */
+function table(page, total, offset, go) {
+  const cols = columnNames(page);
+  const rows = page.rows || [];
+  const last = offset + rows.length;
+  return h('div', {class: 'result-table'},
+    h('div', {class: 'table-wrap'},
+      h('table', {class: 'table data', dataset: {offset}},
+        h('thead', {}, h('tr', {}, h('th', {class: 'num'}, '#'), cols.map((c) => h('th', {}, c)))),
+        h('tbody', {}, rows.map((r, i) => h('tr', {}, h('td', {class: 'num muted'}, offset + i + 1),
+          cols.map((c, k) => h('td', {class: typeof (Array.isArray(r) ? r[k] : r[c]) === 'number' ? 'num' : ''}, cell(Array.isArray(r) ? r[k] : r[c])))))))),
+    h('div', {class: 'pager'},
+      h('button', {type: 'button', class: 'btn', disabled: offset === 0, dataset: {rows: 'prev'}, onclick: () => go(Math.max(0, offset - TABLE_PAGE))}, '← Previous'),
+      h('span', {class: 'muted', dataset: {rowsShown: `${offset + 1}-${last}`}}, rows.length ? `Rows ${count(offset + 1)}–${count(last)} of ${count(total)}` : 'No rows'),
+      h('button', {type: 'button', class: 'btn', disabled: last >= total, dataset: {rows: 'next'}, onclick: () => go(offset + TABLE_PAGE)}, 'Next →')));
+}
+

@@ -1,0 +1,182 @@
+// Executions: a page of the list, newest first, filtered by status, playbook path and a
+// start-time range (all three filters are the API's, so paging stays a keyset scan however
+// many executions there are). Running rows are followed live: a few over the watch stream,
+// the rest by refreshing the page while any of them runs.
+
+import {h, mount, badge, execStatus, EXEC_ENUM, when, fullTime, duration, ms, ago, empty, spinner} from '../dom.js';
+import {api, watch, TERMINAL} from '../api.js';
+import {errorBox, Pager} from '../ui.js';
+
+const PAGE = 50;
+// Watch streams a page opens at most (a browser keeps about six connections per origin).
+const WATCHED = 3;
+const REFRESH = 4000;
+
+const RANGES = [['', 'Any time'], ['1h', 'Last hour'], ['24h', 'Last 24 hours'], ['7d', 'Last 7 days'], ['custom', 'Custom…']];
+const SPAN = {'1h': 3_600_000, '24h': 86_400_000, '7d': 7 * 86_400_000};
+
+/** localInput formats a time for a datetime-local input. */
+function localInput(t) {
+  if (!Number.isFinite(t)) return '';
+  const d = new Date(t - new Date(t).getTimezoneOffset() * 60_000);
+  return d.toISOString().slice(0, 16);
+}
+
+export async function render(root, route, app) {
+  const q = route.query;
+  const filters = {status: q.get('status') || '', path: q.get('path') || '', range: q.get('range') || '', from: q.get('from') || '', to: q.get('to') || ''};
+  const controller = new AbortController();
+  const watched = new Map(); // execution id -> AbortController
+  let timer = null;
+  let rows = [];
+
+  const body = h('div', {class: 'list-body'}, spinner());
+  const pager = new Pager(() => load());
+  const counter = h('span', {class: 'muted'});
+
+  const statusSel = h('select', {class: 'input', id: 'f-status', 'aria-label': 'Status'},
+    [['', 'Any status'], ['running', 'Running'], ['completed', 'Completed'], ['failed', 'Failed'], ['cancelled', 'Cancelled']]
+      .map(([v, l]) => h('option', {value: v, selected: filters.status === v}, l)));
+  const pathIn = h('input', {class: 'input mono', id: 'f-path', type: 'search', placeholder: 'playbook path, e.g. examples/fanout', value: filters.path, list: 'f-paths', 'aria-label': 'Playbook path'});
+  const paths = h('datalist', {id: 'f-paths'});
+  const rangeSel = h('select', {class: 'input', id: 'f-range', 'aria-label': 'Started'},
+    RANGES.map(([v, l]) => h('option', {value: v, selected: filters.range === v}, l)));
+  const fromIn = h('input', {class: 'input', id: 'f-from', type: 'datetime-local', value: filters.from, 'aria-label': 'Started from'});
+  const toIn = h('input', {class: 'input', id: 'f-to', type: 'datetime-local', value: filters.to, 'aria-label': 'Started before'});
+  const custom = h('span', {class: ['custom-range', filters.range !== 'custom' && 'hidden']}, fromIn, h('span', {class: 'muted'}, 'to'), toIn);
+
+  const apply = () => {
+    const f = {status: statusSel.value, path: pathIn.value.trim(), range: rangeSel.value};
+    if (f.range === 'custom') { f.from = fromIn.value; f.to = toIn.value; }
+    app.go(app.link(['executions'], f));
+  };
+  statusSel.addEventListener('change', apply);
+  rangeSel.addEventListener('change', () => {
+    if (rangeSel.value === 'custom') {
+      custom.classList.remove('hidden');
+      if (!fromIn.value) fromIn.value = localInput(Date.now() - SPAN['24h']);
+      fromIn.focus();
+      return;
+    }
+    apply();
+  });
+  fromIn.addEventListener('change', apply);
+  toIn.addEventListener('change', apply);
+
+  const form = h('form', {class: 'filters', role: 'search', onsubmit: (e) => { e.preventDefault(); apply(); }},
+    h('label', {class: 'field'}, h('span', {class: 'label'}, 'Status'), statusSel),
+    h('label', {class: 'field grow'}, h('span', {class: 'label'}, 'Playbook'), pathIn, paths),
+    h('label', {class: 'field'}, h('span', {class: 'label'}, 'Started'), rangeSel),
+    custom,
+    h('div', {class: 'field actions'}, h('button', {type: 'submit', class: 'btn primary'}, 'Apply'),
+      (filters.status || filters.path || filters.range) ? h('a', {class: 'btn ghost', href: '#/executions'}, 'Clear') : null));
+
+  mount(root,
+    h('div', {class: 'page-head'}, h('h1', {}, 'Executions'), counter,
+      h('div', {class: 'spacer'}),
+      h('a', {class: 'btn', href: '#/catalog'}, 'Start a run')),
+    form, body);
+
+  // Offer the catalog's paths as the path filter's suggestions.
+  api('/v1/playbooks', {query: {pageSize: 500}, signal: controller.signal}).then((r) => {
+    mount(paths, (r.playbooks || []).map((p) => h('option', {value: p.path})));
+  }).catch(() => {});
+
+  function range() {
+    if (SPAN[filters.range]) return {startTimeAfter: new Date(Date.now() - SPAN[filters.range]).toISOString()};
+    if (filters.range === 'custom') {
+      const out = {};
+      if (filters.from) out.startTimeAfter = new Date(filters.from).toISOString();
+      if (filters.to) out.startTimeBefore = new Date(filters.to).toISOString();
+      return out;
+    }
+    return {};
+  }
+
+  async function load(quiet) {
+    clearTimeout(timer);
+    if (!quiet) mount(body, spinner());
+    let resp;
+    try {
+      resp = await api('/v1/executions', {signal: controller.signal, query: {
+        pageSize: PAGE, pageToken: pager.token, status: EXEC_ENUM[filters.status] || '', path: filters.path, ...range()}});
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      mount(body, errorBox(e, 'the executions could not be listed'));
+      return;
+    }
+    pager.next = resp.nextPageToken || '';
+    rows = resp.executions || [];
+    draw();
+    follow();
+  }
+
+  function draw() {
+    counter.textContent = rows.length ? `${rows.length}${pager.next ? '+' : ''} on this page` : '';
+    if (!rows.length) {
+      mount(body, empty(pager.page > 1 ? 'No more executions.' : 'No executions match these filters.',
+        'Start one from the catalog, or with noetl run PLAYBOOK.'), pager.page > 1 ? pager.view() : null);
+      return;
+    }
+    mount(body,
+      h('div', {class: 'table-wrap'},
+        h('table', {class: 'table executions', id: 'executions'},
+          h('thead', {}, h('tr', {},
+            h('th', {}, 'Status'), h('th', {}, 'Execution'), h('th', {}, 'Playbook'), h('th', {}, 'Started'),
+            h('th', {class: 'num'}, 'Duration'), h('th', {}, 'Parent'))),
+          h('tbody', {}, rows.map(row)))),
+      pager.view());
+  }
+
+  function row(x) {
+    const status = execStatus(x.status);
+    const href = '#/executions/' + encodeURIComponent(x.executionId);
+    const end = x.endTime ? ms(x.endTime) : Date.now();
+    return h('tr', {class: ['row-link', 'st-' + status], dataset: {id: x.executionId, status}, onclick: (e) => {
+      if (e.target.closest('a')) return;
+      app.go(href);
+    }},
+    h('td', {}, badge(status)),
+    h('td', {class: 'mono'}, h('a', {href}, x.executionId)),
+    h('td', {}, h('a', {href: app.link(['catalog', ...x.path.split('/')], {version: x.version}), class: 'mono'}, x.path),
+      h('span', {class: 'muted'}, ' v' + x.version)),
+    h('td', {title: fullTime(x.startTime)}, when(x.startTime), h('span', {class: 'muted small'}, ' · ' + ago(x.startTime))),
+    h('td', {class: 'num'}, duration(end - ms(x.startTime))),
+    h('td', {class: 'mono small'}, x.parentExecutionId ? h('a', {href: '#/executions/' + encodeURIComponent(x.parentExecutionId)}, x.parentExecutionId.slice(0, 12) + '…') : ''));
+  }
+
+  // follow keeps running rows live: up to WATCHED over the watch stream (each updates its
+  // row when its terminal event arrives), and, while others run, a refresh of the page.
+  function follow() {
+    const running = rows.filter((x) => execStatus(x.status) === 'running');
+    for (const [id, c] of watched) {
+      if (!running.some((x) => x.executionId === id)) { c.abort(); watched.delete(id); }
+    }
+    for (const x of running) {
+      if (watched.size >= WATCHED || watched.has(x.executionId)) continue;
+      const c = new AbortController();
+      watched.set(x.executionId, c);
+      controller.signal.addEventListener('abort', () => c.abort(), {once: true});
+      watch(x.executionId, x.lastSeq, (ev) => {
+        x.lastSeq = ev.seq;
+        if (TERMINAL.has(ev.type)) {
+          x.status = {'playbook.completed': 'EXECUTION_STATUS_COMPLETED', 'playbook.failed': 'EXECUTION_STATUS_FAILED', 'playbook.cancelled': 'EXECUTION_STATUS_CANCELLED'}[ev.type];
+          x.endTime = ev.commitTime;
+          redraw(x);
+        }
+      }, c.signal).catch(() => {}).finally(() => watched.delete(x.executionId));
+    }
+    if (running.length > watched.size || running.length) {
+      // Durations of running rows tick, and rows not watched are refreshed.
+      timer = setTimeout(() => (running.length > watched.size ? load(true) : (draw(), follow())), REFRESH);
+    }
+  }
+
+  function redraw(x) {
+    const old = body.querySelector(`tr[data-id="${CSS.escape(x.executionId)}"]`);
+    if (old) old.replaceWith(row(x));
+  }
+
+  await load();
+  return () => { controller.abort(); clearTimeout(timer); for (const c of watched.values()) c.abort(); };
+}
