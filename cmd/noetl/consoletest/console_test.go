@@ -1,0 +1,468 @@
+package consoletest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/noetl/noetl/cmd/noetl/mesh"
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// chromium finds the browser: $NOETL_CHROMIUM, else chromium (Debian's package) on PATH.
+// Without one the test is skipped, except in CI (CI=true), where it fails.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{os.Getenv("NOETL_CHROMIUM"), "chromium", "chromium-browser"} {
+		if name == "" {
+			continue
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed, and CI must run the browser tests: apt-get install -y chromium")
+	}
+	t.Skip("skipping the console's browser tests: chromium is not installed (apt-get install -y chromium, or set NOETL_CHROMIUM)")
+	return ""
+}
+
+// shots saves screenshots under $NOETL_SCREENSHOT_DIR (default noetl-console-screenshots
+// in the temporary directory) and lists them, with what each shows, in index.txt.
+type shots struct {
+	dir   string
+	mu    sync.Mutex
+	index []string
+}
+
+func newShots(t *testing.T) *shots {
+	dir := os.Getenv("NOETL_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "noetl-console-screenshots")
+	}
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	old, _ := filepath.Glob(filepath.Join(dir, "*.png"))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+	s := &shots{dir: dir}
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_ = os.WriteFile(filepath.Join(dir, "index.txt"), []byte(strings.Join(s.index, "\n")+"\n"), 0o644)
+		t.Logf("screenshots (%d) in %s, listed in index.txt", len(s.index), dir)
+	})
+	return s
+}
+
+// take saves the whole page as name.png.
+func (s *shots) take(t *testing.T, ctx context.Context, name, what string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	p := filepath.Join(s.dir, name+".png")
+	require.NoError(t, os.WriteFile(p, png, 0o644))
+	s.mu.Lock()
+	s.index = append(s.index, fmt.Sprintf("%s\t%s", p, what))
+	s.mu.Unlock()
+	t.Logf("screenshot %s: %s", p, what)
+}
+
+// browser starts a headless chromium with a fresh profile and returns its tab's context
+// and the page's console errors so far.
+func browser(t *testing.T, exe string) (context.Context, func() []string) {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("lang", "en-US"),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1440, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	var mu sync.Mutex
+	var problems []string
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			// Refused calls the test makes on purpose are logged by the network (HTTP 401,
+			// 400); anything else of level error, a CSP violation included, is a problem.
+			if m.IsException() || (m.Type == chromedp.ConsoleError && m.Source != "network") {
+				mu.Lock()
+				problems = append(problems, m.String()+" at "+m.URL)
+				mu.Unlock()
+			}
+		}
+	}()
+	return ctx, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), problems...)
+	}
+}
+
+// do runs actions within a minute.
+func do(t *testing.T, ctx context.Context, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, chromedp.Do(ctx, actions...))
+}
+
+// eval evaluates a JavaScript expression in the page.
+func eval[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	require.NoError(t, err, expr)
+	return v
+}
+
+// setValue sets the value of the element sel and tells the page, as typing would.
+func setValue(t *testing.T, ctx context.Context, sel, v string) {
+	t.Helper()
+	js, err := json.Marshal(v)
+	require.NoError(t, err)
+	eval[bool](t, ctx, `(() => { const e = document.querySelector(`+"`"+sel+"`"+`); e.value = `+string(js)+`; e.dispatchEvent(new Event('input', {bubbles: true})); return true; })()`)
+}
+
+// until waits, in the page, for expr to be true, and fails with what explains the wait.
+func until(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	// An element not there yet is a false condition, not an error.
+	guarded := "(() => { try { return !!(" + expr + "); } catch { return false; } })()"
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](guarded, chromedp.WithPollingTimeout(90*time.Second)))
+	if err != nil {
+		body, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.body.innerText.slice(0, 2000)`))
+		t.Fatalf("waiting for %s (%s): %v\npage text:\n%s", what, expr, err, body)
+	}
+}
+
+type fixture struct {
+	m    *mesh.Mesh
+	cat  apiv1.CatalogServiceClient
+	exe  apiv1.ExecutionServiceClient
+	cred apiv1.CredentialServiceClient
+}
+
+func startMesh(t *testing.T) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: testkit.StartPostgres(t), NATSURL: testkit.StartNATS(t)})
+	require.NoError(t, err)
+	t.Cleanup(m.Stop)
+	conn, err := m.Dial()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return &fixture{m: m, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn)}
+}
+
+func (f *fixture) register(t *testing.T, content string) {
+	t.Helper()
+	_, err := f.cat.RegisterPlaybook(context.Background(), &apiv1.RegisterPlaybookRequest{Content: content})
+	require.NoError(t, err)
+}
+
+func (f *fixture) start(t *testing.T, path string) string {
+	t.Helper()
+	w, _ := structpb.NewStruct(nil)
+	r, err := f.exe.StartExecution(context.Background(), &apiv1.StartExecutionRequest{Path: path, Workload: w})
+	require.NoError(t, err)
+	return r.GetExecutionId()
+}
+
+func (f *fixture) wait(t *testing.T, id string) *apiv1.Execution {
+	t.Helper()
+	var x *apiv1.Execution
+	testkit.WaitFor(t, 2*time.Minute, func() error {
+		r, err := f.exe.WaitExecution(context.Background(), &apiv1.WaitExecutionRequest{ExecutionId: id, Timeout: durationpb.New(30 * time.Second)})
+		if err != nil {
+			return err
+		}
+		if x = r.GetExecution(); x.GetStatus() == eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING {
+			return errors.New("still running")
+		}
+		return nil
+	})
+	return x
+}
+
+func testdata(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	require.NoError(t, err)
+	return string(b)
+}
+
+// rect is an element's box in the page.
+type rect struct {
+	What                     string
+	Left, Top, Right, Bottom float64
+}
+
+// overlaps lists the pairs of boxes matched by sel that overlap by more than a pixel.
+func overlaps(t *testing.T, ctx context.Context, sel string) ([]string, int) {
+	t.Helper()
+	rs := eval[[]rect](t, ctx, `[...document.querySelectorAll(`+"`"+sel+"`"+`)].map((e) => {
+		const r = e.getBoundingClientRect();
+		const g = e.closest('[data-step]') || e.closest('[data-from]');
+		return {What: (g ? (g.dataset.step || g.dataset.from + '->' + g.dataset.to) : '') + ' ' + e.getAttribute('class'), Left: r.left, Top: r.top, Right: r.right, Bottom: r.bottom};
+	})`)
+	var out []string
+	for i := range rs {
+		for j := i + 1; j < len(rs); j++ {
+			a, b := rs[i], rs[j]
+			if a.Left+1 < b.Right && b.Left+1 < a.Right && a.Top+1 < b.Bottom && b.Top+1 < a.Bottom {
+				out = append(out, a.What+" overlaps "+b.What)
+			}
+		}
+	}
+	return out, len(rs)
+}
+
+// TestConsole drives the web console in chromium against a real mesh: sign in with a key,
+// the executions list (filters, live rows, an API error as the API worded it), the catalog
+// (source, diff, a run started from the form), an execution of a fan-out/fan-in playbook
+// (its graph's nodes, arcs and statuses, the timeline, the event log, a table result paged),
+// a 30-step graph without overlaps, cancelling a running execution, the credentials and the
+// API pages, and a narrow screen. It saves a screenshot of each view.
+func TestConsole(t *testing.T) {
+	exe := chromium(t)
+	f := startMesh(t)
+	shots := newShots(t)
+	ctx := context.Background()
+
+	fanout := testdata(t, "fanout.yaml")
+	f.register(t, fanout)
+	f.register(t, strings.Replace(strings.Replace(fanout, "max_in_flight: 3", "max_in_flight: 2", 1), "three at a time", "two at a time", 1))
+	f.register(t, testdata(t, "slow.yaml"))
+	f.register(t, testdata(t, "thirty.yaml"))
+	thirty := f.start(t, "tests/console/thirty")
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, f.wait(t, thirty).GetStatus(), "the 30-step playbook runs to its end")
+	data, _ := structpb.NewStruct(map[string]any{"user": "etl", "password": "s3cret"})
+	for _, c := range []struct{ name, typ string }{{"warehouse_pg", "postgres"}, {"crm_token", "http_bearer"}} {
+		_, err := f.cred.PutCredential(ctx, &apiv1.PutCredentialRequest{Name: c.name, Type: c.typ, Data: data})
+		require.NoError(t, err)
+	}
+	slow := f.start(t, "tests/console/slow")
+
+	b, problems := browser(t, exe)
+	base := "http://" + f.m.HTTPAddr
+	// Each step builds on the one before: the first to fail ends the test.
+	step := func(name string, fn func(t *testing.T)) {
+		if !t.Run(name, fn) {
+			t.FailNow()
+		}
+	}
+
+	step("sign in", func(t *testing.T) {
+		do(t, b, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+		loc, err := chromedp.Run(b, chromedp.Location())
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(loc, base+"/ui/"), "/ redirects to the console: %s", loc)
+		shots.take(t, b, "01-sign-in", "the sign-in page: an API key or JWT, kept for the tab only")
+		do(t, b, chromedp.SendKeys(chromedp.CSS("#token"), "noetl_aaaaaaaaaaaaa_"+strings.Repeat("a", 52)), chromedp.Click(chromedp.CSS("#sign-in")))
+		until(t, b, "the refusal", `!!document.querySelector('.alert.error .alert-msg')`)
+		msg := eval[string](t, b, `document.querySelector('.alert.error .alert-msg').textContent`)
+		require.Contains(t, msg, "invalid, revoked or expired API key", "the API's message is shown")
+		shots.take(t, b, "02-sign-in-refused", "a refused key: the API's message (UNAUTHENTICATED, HTTP 401)")
+		setValue(t, b, "#token", f.m.AdminKey)
+		do(t, b, chromedp.Click(chromedp.CSS("#sign-in")))
+		until(t, b, "the executions list", `document.querySelectorAll('#executions tbody tr').length >= 2`)
+		// The key is in sessionStorage, never in the URL.
+		require.Equal(t, f.m.AdminKey, eval[string](t, b, `sessionStorage.getItem('noetl.console.token')`))
+		loc, err = chromedp.Run(b, chromedp.Location())
+		require.NoError(t, err)
+		require.NotContains(t, loc, f.m.AdminKey)
+	})
+
+	step("executions list", func(t *testing.T) {
+		until(t, b, "the running row", fmt.Sprintf(`document.querySelector('tr[data-id="%s"]')?.dataset.status === 'running'`, slow))
+		require.Equal(t, "completed", eval[string](t, b, fmt.Sprintf(`document.querySelector('tr[data-id="%s"]').dataset.status`, thirty)))
+		shots.take(t, b, "03-executions", "the executions list: filters, a running and a completed execution, paging")
+		// Filters are the API's: by status, and by a start-time range.
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions?status=completed"))
+		until(t, b, "the completed filter", `document.querySelectorAll('#executions tbody tr').length === 1 && document.querySelector('#executions tbody tr').dataset.status === 'completed'`)
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions?range=custom&from=2001-01-01T00:00&to=2001-01-02T00:00"))
+		until(t, b, "an empty range", `document.querySelector('.empty-title')?.textContent.includes('No executions match')`)
+	})
+
+	step("an API error is shown with its message", func(t *testing.T) {
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions?path=../etc"))
+		until(t, b, "the error", `!!document.querySelector('.alert.error .alert-msg')`)
+		msg := eval[string](t, b, `document.querySelector('.alert.error .alert-msg').textContent`)
+		require.Contains(t, msg, "path: must be a catalog path")
+		require.Equal(t, "INVALID_ARGUMENT", eval[string](t, b, `document.querySelector('.alert.error').dataset.code`))
+		shots.take(t, b, "04-api-error", "an API error as the API worded it: the field (path) and what is wrong")
+	})
+
+	var run string
+	step("catalog", func(t *testing.T) {
+		do(t, b, chromedp.Navigate(base+"/ui/#/catalog"))
+		until(t, b, "the catalog", `document.querySelectorAll('#playbooks tbody tr').length === 3`)
+		shots.take(t, b, "05-catalog", "the catalog: the latest version of each playbook")
+		do(t, b, chromedp.Navigate(base+"/ui/#/catalog/tests/console/fanout"))
+		until(t, b, "the source", `document.querySelectorAll('.code.yaml .code-line').length > 40 && !!document.querySelector('.y-key')`)
+		require.Equal(t, "2", eval[string](t, b, `document.querySelector('#version').value`))
+		shots.take(t, b, "06-catalog-source", "a playbook's YAML source, highlighted, with its versions")
+		do(t, b, chromedp.Navigate(base+"/ui/#/catalog/tests/console/fanout?version=2&tab=diff"))
+		until(t, b, "the diff", `document.querySelectorAll('.diff .diff-line.add').length === 2 && document.querySelectorAll('.diff .diff-line.del').length === 2`)
+		shots.take(t, b, "07-catalog-diff", "the diff from version 1 to version 2")
+		do(t, b, chromedp.Navigate(base+"/ui/#/catalog/tests/console/fanout?version=2&tab=run"))
+		until(t, b, "the workload form", `document.querySelector('#workload').value.includes('"items"') && !document.querySelector('#start').disabled`)
+		// A workload that is not JSON is refused before it is sent, naming the line.
+		setValue(t, b, "#workload", "{\n  \"items\": [1, 2,\n}")
+		until(t, b, "the JSON check", `document.querySelector('#start').disabled && document.querySelector('#workload-check').textContent.startsWith('line ')`)
+		setValue(t, b, "#workload", `{"items": [2, 3, 4, 5, 6, 7], "big": false}`)
+		until(t, b, "a valid workload", `!document.querySelector('#start').disabled`)
+		shots.take(t, b, "08-run-form", "the run form: the workload as JSON, checked as it is typed")
+		do(t, b, chromedp.Click(chromedp.CSS("#start")))
+		until(t, b, "the new execution's page", `location.hash.startsWith('#/executions/') && !!document.querySelector('#exec-status')`)
+		run = strings.TrimPrefix(eval[string](t, b, `location.hash`), "#/executions/")
+		run, _, _ = strings.Cut(run, "?")
+	})
+	require.NotEmpty(t, run, "the run form started an execution")
+
+	step("execution graph", func(t *testing.T) {
+		// The page follows the execution live until it completes.
+		until(t, b, "the end of the run", `document.querySelector('#exec-status').dataset.status === 'completed' && document.querySelector('[data-step="end"]')?.dataset.status === 'completed'`)
+		require.Equal(t, 7, eval[int](t, b, `document.querySelectorAll('svg.graph .node').length`), "nodes")
+		require.Equal(t, 8, eval[int](t, b, `document.querySelectorAll('svg.graph .edge').length`), "edges")
+		statuses := eval[map[string]string](t, b, `Object.fromEntries([...document.querySelectorAll('svg.graph .node')].map((n) => [n.dataset.step, n.dataset.status]))`)
+		require.Equal(t, map[string]string{"start": "completed", "fan": "completed", "side": "completed", "rare": "skipped", "join": "completed", "table": "completed", "end": "completed"}, statuses)
+		require.Equal(t, "6/6", eval[string](t, b, `(() => { const n = document.querySelector('[data-step="fan"]'); return n.dataset.loopDone + '/' + n.dataset.loopTotal; })()`), "the loop shows done/total")
+		arcs := eval[map[string]string](t, b, `Object.fromEntries([...document.querySelectorAll('svg.graph .edge')].map((e) => [e.dataset.from + '->' + e.dataset.to, e.dataset.state]))`)
+		require.Equal(t, map[string]string{"start->fan": "fired", "start->side": "fired", "start->rare": "not-taken", "fan->join": "fired", "side->join": "fired",
+			"rare->join": "not-taken", "join->table": "fired", "table->end": "fired"}, arcs)
+		require.Contains(t, eval[string](t, b, `document.querySelector('.edge-label text').textContent`), "workload.big")
+		bad, n := overlaps(t, b, "svg.graph .node-box, svg.graph .edge-label rect")
+		require.Equal(t, 8, n)
+		require.Empty(t, bad)
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-step="fan"]`)))
+		until(t, b, "the step panel", `document.querySelector('#step-panel h2')?.textContent === 'fan'`)
+		shots.take(t, b, "09-execution-graph", "an execution of a fan-out/fan-in playbook: its step graph coloured by status (a loop 6/6, a skipped branch, arcs taken and not), a step's panel")
+	})
+
+	step("timeline", func(t *testing.T) {
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-tab="timeline"]`)))
+		until(t, b, "the timeline", `document.querySelectorAll('svg.timeline .tl-row.step').length === 7`)
+		require.Equal(t, 6, eval[int](t, b, `document.querySelectorAll('svg.timeline .tl-row.iter').length`), "a row per loop iteration")
+		require.Equal(t, 1, eval[int](t, b, `document.querySelectorAll('svg.timeline .tl-row.slowest').length`))
+		shots.take(t, b, "10-timeline", "the timeline: a Gantt of the steps and the loop's iterations over wall time, waiting hatched, the slowest step marked")
+	})
+
+	step("event log", func(t *testing.T) {
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-tab="events"]`)))
+		until(t, b, "the events", `document.querySelectorAll('#events tr.event').length > 20`)
+		require.Equal(t, "playbook.started", eval[string](t, b, `document.querySelector('#events tr.event').dataset.type`))
+		do(t, b, chromedp.Click(chromedp.CSS(`#events tr.event[data-type="step.enter"]`)))
+		until(t, b, "an open payload", `!!document.querySelector('#events tr.event-detail:not(.hidden) .json')`)
+		shots.take(t, b, "11-events", "the event log: seq, time, type, step, iteration and attempt, one event's payload open")
+	})
+
+	step("results", func(t *testing.T) {
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-tab="results"]`)))
+		until(t, b, "the table's first page", `document.querySelector('[data-step="table"] [data-rows-shown]')?.dataset.rowsShown === '1-50'`)
+		require.Contains(t, eval[string](t, b, `document.querySelector('[data-step="table"] .pager .muted').textContent`), "of 2,000")
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-step="table"] [data-rows="next"]`)))
+		until(t, b, "the second page", `document.querySelector('[data-step="table"] [data-rows-shown]')?.dataset.rowsShown === '51-100'`)
+		first := eval[[]string](t, b, `[...document.querySelector('[data-step="table"] tbody tr').querySelectorAll('td')].map((td) => td.textContent)`)
+		require.Equal(t, []string{"51", "50", "SKU-00050", "1", "line 50 of the console test table"}, first)
+		do(t, b, chromedp.ScrollIntoView(chromedp.CSS(`[data-step="table"]`)))
+		shots.take(t, b, "12-results", "the results: the execution's result as a JSON tree, a table result paged (rows 51-100 of 2,000) with a CSV download")
+	})
+
+	step("thirty steps", func(t *testing.T) {
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+thirty))
+		until(t, b, "the 30-step graph", `document.querySelectorAll('svg.graph .node').length === 30 && document.querySelector('[data-step="end"]').dataset.status === 'completed'`)
+		do(t, b, chromedp.Click(chromedp.CSS(`.zoom button:last-child`))) // 100%: measure at the drawn size
+		shots.take(t, b, "13-graph-30-steps", "a 30-step graph: fan-outs, conditions, joins, a self-loop and a back edge, laid out in layers without overlaps")
+		bad, n := overlaps(t, b, "svg.graph .node-box, svg.graph .edge-label rect")
+		require.Greater(t, n, 40)
+		require.Empty(t, bad, "no step box or label overlaps another")
+		// Step names and labels fit their boxes.
+		require.Zero(t, eval[int](t, b, `[...document.querySelectorAll('svg.graph text')].filter((e) => e.hasAttribute('textLength')).length`))
+		require.Equal(t, "skipped", eval[string](t, b, `document.querySelector('[data-step="vip_customers"]').dataset.status`))
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-tab="timeline"]`)))
+		until(t, b, "its timeline", `document.querySelectorAll('svg.timeline .tl-row.step').length >= 30`)
+		shots.take(t, b, "14-timeline-30-steps", "the timeline of the 30-step execution, skipped steps dotted")
+	})
+
+	step("cancel from the console", func(t *testing.T) {
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+slow))
+		until(t, b, "the running step", `document.querySelector('[data-step="start"]')?.dataset.status === 'running'`)
+		shots.take(t, b, "15-running", "a running execution: its running step pulses, the cancel button")
+		do(t, b, chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("dialog[open] [data-confirm]")))
+		do(t, b, chromedp.SendKeys(chromedp.CSS("dialog[open] input"), "console test"))
+		shots.take(t, b, "16-cancel-dialog", "the cancel confirmation, with a reason recorded in the log")
+		do(t, b, chromedp.Click(chromedp.CSS("dialog[open] [data-confirm]")))
+		until(t, b, "CANCELLED", `document.querySelector('#exec-status').dataset.status === 'cancelled'`)
+		require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED, f.wait(t, slow).GetStatus())
+		shots.take(t, b, "17-cancelled", "the execution ended cancelled, live")
+	})
+
+	step("live rows", func(t *testing.T) {
+		other := f.start(t, "tests/console/slow")
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions"))
+		until(t, b, "the running row", fmt.Sprintf(`document.querySelector('tr[data-id="%s"]')?.dataset.status === 'running'`, other))
+		_, err := f.exe.CancelExecution(ctx, &apiv1.CancelExecutionRequest{ExecutionId: other, Reason: "test"})
+		require.NoError(t, err)
+		until(t, b, "the row to turn cancelled without a reload", fmt.Sprintf(`document.querySelector('tr[data-id="%s"]')?.dataset.status === 'cancelled'`, other))
+	})
+
+	step("credentials and API", func(t *testing.T) {
+		do(t, b, chromedp.Navigate(base+"/ui/#/credentials"))
+		until(t, b, "the credentials", `document.querySelectorAll('#credentials tbody tr').length === 2`)
+		require.NotContains(t, eval[string](t, b, `document.body.innerText`), "s3cret")
+		shots.take(t, b, "18-credentials", "credentials: names and types only")
+		do(t, b, chromedp.Navigate(base+"/ui/#/api"))
+		until(t, b, "the routes", `document.querySelectorAll('#api .api-route').length > 15`)
+		require.Equal(t, 1, eval[int](t, b, `document.querySelectorAll('#api .api-route[data-method="get"][data-path="/v1/executions"]').length`))
+		do(t, b, chromedp.Click(chromedp.CSS(`#api .api-route[data-method="get"][data-path="/v1/executions"] summary`)))
+		shots.take(t, b, "19-api", "the API page: /openapi.json's routes by service, one opened to its parameters and response")
+	})
+
+	step("narrow screen", func(t *testing.T) {
+		do(t, b, chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/ui/#/executions"))
+		until(t, b, "the list", `document.querySelectorAll('#executions tbody tr').length >= 3`)
+		require.LessOrEqual(t, eval[int](t, b, `document.documentElement.scrollWidth`), 390, "the page does not scroll sideways (tables scroll in their box)")
+		shots.take(t, b, "20-executions-narrow", "the executions list on a 390-pixel-wide screen")
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+run))
+		until(t, b, "the graph", `document.querySelectorAll('svg.graph .node').length === 7`)
+		shots.take(t, b, "21-graph-narrow", "an execution's page on a 390-pixel-wide screen, its graph fitted")
+	})
+
+	require.Empty(t, problems(), "the pages logged no error and threw no exception")
+}
