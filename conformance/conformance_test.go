@@ -237,6 +237,21 @@ func cases() []expectation {
 			require.Contains(t, msg, "42601")
 		}},
 		{file: "v10_canonical_example.yaml", registerOnly: true},
+		{file: "engine.shell_success.yaml", status: completed, check: func(t *testing.T, r run) {
+			start := r.stepResult("start")
+			require.EqualValues(t, 0, start["exit_code"], "%v", start)
+			require.Equal(t, "hello from work", start["stdout"], "%v", start)
+			require.Equal(t, "to stderr\n", start["stderr"], "%v", start)
+			require.Equal(t, "hello from work|0", r.stepResult("argv")["stdout"], "%v", r.stepResult("argv"))
+		}},
+		{file: "engine.shell_failure.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
+			failed, _ := r.exec["failedSteps"].([]any)
+			require.Equal(t, []any{"fail_loudly"}, failed)
+			e, _ := r.exec["error"].(map[string]any)
+			msg, _ := e["message"].(string)
+			require.Contains(t, msg, "fail_loudly")
+			require.Contains(t, msg, "exit code 4: disk on fire")
+		}},
 	}
 }
 
@@ -247,7 +262,7 @@ func TestConformance(t *testing.T) {
 	natsURL := testkit.StartNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, WorkerConcurrency: 16})
+	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, WorkerConcurrency: 16, Shell: true})
 	require.NoError(t, err)
 	t.Cleanup(m.Stop)
 	c := rest{t: t, base: "http://" + m.HTTPAddr, key: m.AdminKey}

@@ -25,7 +25,7 @@ import (
 // devCmd is `noetl dev`: the whole mesh in this process, until SIGINT or SIGTERM.
 func devCmd() *cobra.Command {
 	var httpAddr, grpcAddr, stateDir, run, trace, egress string
-	var verbose, insecure bool
+	var verbose, insecure, shell bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole mesh in one process: embedded NATS JetStream, a private Postgres, and the six services",
@@ -46,7 +46,7 @@ func devCmd() *cobra.Command {
 			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cfg, err := devEnv(mesh.Config{StateDir: stateDir, Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), HTTPEgress: egress, Log: log})
+			cfg, err := devEnv(mesh.Config{StateDir: stateDir, Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), HTTPEgress: egress, Shell: shell, Log: log})
 			if err != nil {
 				return err
 			}
@@ -119,6 +119,7 @@ func devCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "log at info level")
 	cmd.Flags().BoolVar(&insecure, "insecure", false, "turn the gateway's authentication off (every caller is an admin of tenant default)")
 	cmd.Flags().StringVar(&egress, "http-egress", worker.HTTPEgressLoopback, "addresses playbooks' http steps may reach: loopback (public and this machine), private (also private ranges) or public; never link-local or cloud metadata")
+	cmd.Flags().BoolVar(&shell, "shell", false, "let the worker run kind: shell steps (arbitrary commands on this machine; NOETL_WORKER_SHELL)")
 	cmd.Flags().StringVar(&trace, "trace", "", "trace every service: \"stdout\", or an OTLP/gRPC collector (host:port, https://host:port); default off")
 	return cmd
 }

@@ -8,8 +8,9 @@ import (
 
 // WorkerToolKinds are the tool kinds a worker of any pool runs: the worker's tool table
 // holds exactly these (a test of the worker checks it), plus SystemToolKinds on the
-// system pool.
-var WorkerToolKinds = []string{"artifact", "http", "noop", "playbook", "postgres", "python"}
+// system pool. A kind a worker's configuration may switch off (shell: NOETL_WORKER_SHELL)
+// is still listed, and accepted: some pool may run it.
+var WorkerToolKinds = []string{"artifact", "http", "noop", "playbook", "postgres", "python", "shell"}
 
 // SystemToolKinds are the tool kinds only the system pool's workers run, for playbooks
 // under system/.

@@ -46,6 +46,7 @@ func TestToolKindsRunByAPoolAreAccepted(t *testing.T) {
 	for _, k := range WorkerToolKinds {
 		require.True(t, KnownToolKind(k), k)
 	}
+	require.Contains(t, ToolKinds(), "shell")
 	require.Contains(t, ToolKinds(), "workbook")
 	require.NotContains(t, ToolKinds(), "duckdb")
 	require.NotContains(t, ToolKinds(), "nats")

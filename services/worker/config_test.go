@@ -31,6 +31,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{"NOETL_WORKER_CONCURRENCY", "-4", `NOETL_WORKER_CONCURRENCY="-4": must be positive`},
 		{"NOETL_WORKER_DRAIN_TIMEOUT", "30", `NOETL_WORKER_DRAIN_TIMEOUT="30": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
 		{"NOETL_WORKER_DRAIN_TIMEOUT", "-1s", `NOETL_WORKER_DRAIN_TIMEOUT="-1s": must not be negative`},
+		{"NOETL_WORKER_SHELL", "maybe", `NOETL_WORKER_SHELL="maybe": invalid boolean (want true or false)`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)

@@ -35,3 +35,23 @@ func TestToolTableIsTheKindsRegistrationAccepts(t *testing.T) {
 		})
 	}
 }
+
+// kind: shell is in every table (registration accepts it) but runs only where enabled:
+// NOETL_WORKER_SHELL=true, or the system pool.
+func TestShellRunsOnlyWhereEnabled(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		pool  string
+		shell bool
+		on    bool
+	}{
+		{"shared", false, false},
+		{"shared", true, true},
+		{"system", false, true},
+	} {
+		w := &Worker{cfg: Config{Pool: tc.pool, Shell: tc.shell}}
+		table, closeTools := w.toolTable(tools.EgressPublic, nil, nil)
+		closeTools()
+		require.Equal(t, tc.on, table["shell"].(*tools.Shell).Enabled, "pool %s, NOETL_WORKER_SHELL=%v", tc.pool, tc.shell)
+	}
+}

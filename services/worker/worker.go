@@ -55,9 +55,12 @@ type Config struct {
 	Concurrency int
 	Partitions  int
 	Python      string
-	// ToolEnv names the worker's environment variables python tools also see.
+	// ToolEnv names the worker's environment variables python and shell tools also see.
 	ToolEnv string
-	ID      string
+	// Shell lets this worker run kind: shell (arbitrary commands on its machine); a
+	// worker of the system pool runs it regardless.
+	Shell bool
+	ID    string
 	// OrchestratorAddr is where credentials are resolved (CredentialService).
 	OrchestratorAddr string
 	// HTTPEgress is the http tool's egress policy: HTTPEgressPublic (also when empty),
@@ -107,7 +110,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions", config.Positive)
 	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
 	fs.String(&c.Python, "python", "NOETL_PYTHON", "python3", "python interpreter for kind: python")
-	fs.String(&c.ToolEnv, "tool-env", "NOETL_WORKER_TOOL_ENV", "", "comma-separated names of the worker's environment variables that python tools also see (beside PATH and the locale); none of NOETL_*", tools.CheckPassEnv)
+	fs.String(&c.ToolEnv, "tool-env", "NOETL_WORKER_TOOL_ENV", "", "comma-separated names of the worker's environment variables that python and shell tools also see (beside PATH and the locale); none of NOETL_*", tools.CheckPassEnv)
+	fs.Bool(&c.Shell, "shell", tools.ShellEnableEnv, false, "run kind: shell steps (arbitrary commands on this machine; the system pool always runs them)")
 	fs.String(&c.ID, "id", "NOETL_WORKER_ID", "", "worker id reported in events (default: host name)")
 	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address (credential resolution)")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
@@ -320,6 +324,7 @@ func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver
 		"http":     httpTool,
 		"playbook": &tools.Playbook{Orchestrator: orch},
 		"artifact": artifactTool{w},
+		"shell":    &tools.Shell{Enabled: w.cfg.Shell || w.cfg.Pool == "system", PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv)},
 	}
 	if w.cfg.Pool == "system" {
 		r["system_info"] = systemInfo{w}

@@ -94,6 +94,10 @@ type Config struct {
 	// addresses and services on this machine (the gateway, an echo server), never private,
 	// link-local or cloud metadata addresses; `noetl dev --http-egress` changes it.
 	HTTPEgress string
+	// Shell lets the shared pool's worker run kind: shell steps (NOETL_WORKER_SHELL): they
+	// are arbitrary commands on this machine, so it is off unless asked for; the system
+	// pool's worker runs them regardless. `noetl dev --shell` sets it.
+	Shell bool
 	// Gateway, when set, adjusts the gateway's configuration before it starts, for the
 	// settings the mesh has no field of its own for: JWT verification, per-tenant limits,
 	// trusted proxies. The mesh's listeners and internal addresses are set already.
@@ -281,7 +285,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: pgURLs.Orchestrator, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	for pool, admin := range map[string]net.Listener{"shared": lis[7], "system": lis[9]} {
-		wcfg := worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: pool, Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: admin}
+		wcfg := worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: pool, Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Shell: cfg.Shell, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: admin}
 		if cfg.Worker != nil {
 			cfg.Worker(&wcfg)
 		}
