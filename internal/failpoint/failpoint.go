@@ -22,6 +22,7 @@ const (
 	OrchestratorAfterPublish = "orchestrator/after-publish" // decision published, notice not acked
 	MaterializerLoseNotice   = "materializer/lose-notice"   // a commit notice is never published
 	MaterializerLoseCommand  = "materializer/lose-command"  // a committed command is never published
+	OrchestratorAfterTick    = "orchestrator/after-tick"    // schedule ticks recorded, none started
 )
 
 // ErrInjected is the error an enabled point returns.

@@ -53,6 +53,9 @@ var grants = []Grant{
 	{Orchestrator, "catalog", []string{"SELECT", "INSERT"}},
 	{Orchestrator, "credential", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{Orchestrator, "api_key", []string{"SELECT", "INSERT", "UPDATE"}},
+	// Schedules and their ticks are the orchestrator's own rows (package schedule).
+	{Orchestrator, "schedule", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{Orchestrator, "schedule_tick", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	// The materializer is the sole writer of the log, which it only appends to, and of the
 	// projections it updates in the same transaction; the lease tables are its own.
 	{Materializer, "event", []string{"SELECT", "INSERT"}},

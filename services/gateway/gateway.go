@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer func() { _ = rc.Close() }()
 	keys := orchv1.NewApiKeyServiceClient(oc)
 	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), Credentials: orchv1.NewCredentialServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc), Keys: keys,
-		Watch: orchv1.NewWatchServiceClient(oc), Stopping: ctx.Done(), Tickets: trust, TicketTTL: cfg.TicketTTL, FlightLocation: cfg.FlightLocation}
+		Schedules: orchv1.NewScheduleServiceClient(oc), Watch: orchv1.NewWatchServiceClient(oc), Stopping: ctx.Done(), Tickets: trust, TicketTTL: cfg.TicketTTL, FlightLocation: cfg.FlightLocation}
 	authenticator, err := authn.New(authn.Config{
 		Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, KeyCacheSize: cfg.KeyCacheSize,
 		JWT: authn.JWTConfig{
@@ -258,6 +258,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	apiv1.RegisterResultServiceServer(srv.GRPC, impl)
 	apiv1.RegisterCredentialServiceServer(srv.GRPC, impl)
 	apiv1.RegisterAdminServiceServer(srv.GRPC, impl)
+	apiv1.RegisterScheduleServiceServer(srv.GRPC, impl)
 	srv.AddCheck("orchestrator", grpcx.HealthCheck(oc))
 	srv.AddCheck("statebuilder", grpcx.HealthCheck(sc))
 
@@ -286,6 +287,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		apiv1.RegisterResultServiceHandler,
 		apiv1.RegisterCredentialServiceHandler,
 		apiv1.RegisterAdminServiceHandler,
+		apiv1.RegisterScheduleServiceHandler,
 	} {
 		if err := reg(ctx, mux, lc); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
@@ -26,6 +27,7 @@ import (
 	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 	"github.com/noetl/noetl/services/orchestrator/internal/engine"
 	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
+	"github.com/noetl/noetl/services/orchestrator/internal/schedule"
 	"github.com/noetl/noetl/services/orchestrator/internal/server"
 )
 
@@ -47,6 +49,8 @@ type Config struct {
 	// ReconcileEvery and StaleAfter tune the reconciler of stalled executions.
 	ReconcileEvery time.Duration
 	StaleAfter     time.Duration
+	// ScheduleEvery is how often the scheduler looks for due schedules (package schedule).
+	ScheduleEvery time.Duration
 	// EncryptionKey is the base64 of the 32-byte AES-256 key that seals credentials at
 	// rest. Without it the orchestrator runs, but storing and resolving credentials fail
 	// with FailedPrecondition.
@@ -100,6 +104,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Duration(&c.StartTimeout, "start-timeout", "NOETL_START_TIMEOUT", 15*time.Second, "how long a start waits for its commit", config.Positive)
 	fs.Duration(&c.ReconcileEvery, "reconcile-every", "NOETL_RECONCILE_EVERY", 10*time.Second, "how often stalled executions are looked for", config.Positive)
 	fs.Duration(&c.StaleAfter, "stale-after", "NOETL_STALE_AFTER", 30*time.Second, "how long an execution's log may stay still before it is re-driven", config.Positive)
+	fs.Duration(&c.ScheduleEvery, "schedule-every", "NOETL_SCHEDULE_EVERY", time.Second, "how often the scheduler looks for due schedules", config.Positive)
 	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	fs.Int(&c.MaxWatches, "max-watches", "NOETL_ORCHESTRATOR_MAX_WATCHES", server.DefaultMaxWatches, "most concurrent WatchExecution streams", config.Positive)
@@ -212,6 +217,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	orchv1.RegisterApiKeyServiceServer(srv.GRPC, api)
 	watch := server.NewWatcher(nc, state, cfg.MaxWatches)
 	orchv1.RegisterWatchServiceServer(srv.GRPC, watch)
+	orchv1.RegisterScheduleServiceServer(srv.GRPC, &schedule.Service{DB: db})
+	ticks := &schedule.Loop{DB: db, Start: startTick(api), Every: cfg.ScheduleEvery, Log: log}
 	if cfg.BootstrapAPIKey != "" {
 		created, err := api.EnsureAPIKey(ctx, cfg.BootstrapAPIKey, "default", []string{auth.RoleAdmin, auth.RoleSystem}, "bootstrap")
 		if err != nil {
@@ -228,5 +235,26 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		cfg.Ready(srv.GRPCAddr())
 	}
 	log.Info("orchestrator serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers, eng.Reconcile, watch.Run)
+	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers, eng.Reconcile, watch.Run, ticks.Run)
+}
+
+// startTick starts a schedule's tick through StartExecution, as the schedule's own
+// principal in its tenant (with the system role for a system/ playbook, which only the
+// system role may schedule), with the tick's idempotency key and the label
+// schedule=<name>.
+func startTick(api *server.Server) schedule.Starter {
+	return func(ctx context.Context, t schedule.Tick) (string, error) {
+		p := &auth.Principal{Tenant: t.Tenant, Subject: "schedule:" + t.Name, Roles: []string{auth.RoleOperator}}
+		if domain.PoolFor(t.Path) == "system" {
+			p.Roles = append(p.Roles, auth.RoleSystem)
+		}
+		resp, err := api.StartExecution(auth.NewContext(ctx, p), &orchv1.StartExecutionRequest{
+			Tenant: t.Tenant, Path: t.Path, Version: t.Version, WorkloadJson: t.Workload, IdempotencyKey: t.Key,
+			Labels: map[string]string{"schedule": t.Name},
+		})
+		if err != nil {
+			return "", err
+		}
+		return resp.GetExecutionId(), nil
+	}
 }

@@ -51,12 +51,15 @@ type Server struct {
 	apiv1.UnimplementedResultServiceServer
 	apiv1.UnimplementedCredentialServiceServer
 	apiv1.UnimplementedAdminServiceServer
+	apiv1.UnimplementedScheduleServiceServer
 
 	Orchestrator orchv1.OrchestratorServiceClient
 	Credentials  orchv1.CredentialServiceClient
 	State        sbv1.StateServiceClient
 	Results      rsv1.ResultStoreServiceClient
 	Keys         orchv1.ApiKeyServiceClient
+	// Schedules stores the schedules (ScheduleService).
+	Schedules orchv1.ScheduleServiceClient
 	// Watch streams executions' committed events (WatchExecution).
 	Watch orchv1.WatchServiceClient
 	// Tickets signs Arrow Flight tickets (the internal secret's Trust).

@@ -40,6 +40,17 @@ var permissions = map[string]auth.Permission{
 	apiv1.AdminService_CreateApiKey_FullMethodName: auth.PermAdmin,
 	apiv1.AdminService_ListApiKeys_FullMethodName:  auth.PermAdmin,
 	apiv1.AdminService_RevokeApiKey_FullMethodName: auth.PermAdmin,
+
+	// A schedule is standing configuration that starts executions with no caller present,
+	// like an API key: creating and deleting one is the admin's; pausing and resuming are
+	// the operator's (who may stop a runaway schedule); reading is anyone's.
+	apiv1.ScheduleService_CreateSchedule_FullMethodName:  auth.PermAdmin,
+	apiv1.ScheduleService_DeleteSchedule_FullMethodName:  auth.PermAdmin,
+	apiv1.ScheduleService_PauseSchedule_FullMethodName:   auth.PermExecute,
+	apiv1.ScheduleService_ResumeSchedule_FullMethodName:  auth.PermExecute,
+	apiv1.ScheduleService_GetSchedule_FullMethodName:     auth.PermRead,
+	apiv1.ScheduleService_ListSchedules_FullMethodName:   auth.PermRead,
+	apiv1.ScheduleService_PreviewSchedule_FullMethodName: auth.PermRead,
 }
 
 // Required returns the permission method needs; false when method is not mapped (and so
