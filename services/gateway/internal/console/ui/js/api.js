@@ -40,14 +40,15 @@ export class ApiError extends Error {
         for (const v of d.fieldViolations || []) out.push(`${v.field}: ${v.description}`);
       } else if (type.endsWith('google.rpc.ErrorInfo')) {
         const meta = Object.entries(d.metadata || {}).map(([k, v]) => `${k}=${v}`).join(', ');
-        out.push(`reason ${d.reason}${meta ? ' (' + meta + ')' : ''}`);
+        if (d.reason !== this.code || meta) out.push(`reason ${d.reason}${meta ? ' (' + meta + ')' : ''}`);
       } else if (type.endsWith('google.rpc.RetryInfo')) {
         out.push(`retry after ${d.retryDelay}`);
       } else if (type.endsWith('google.rpc.RequestInfo') && d.requestId) {
         out.push(`request id ${d.requestId}`);
       }
     }
-    return out;
+    // A detail that only repeats the message says nothing more.
+    return out.filter((n) => n !== this.message);
   }
 }
 

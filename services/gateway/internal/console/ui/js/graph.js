@@ -3,7 +3,7 @@
 
 import {h, svg, GLYPH, compact, short} from './dom.js';
 
-const STATUSES = ['pending', 'running', 'completed', 'failed', 'skipped'];
+const STATUSES = ['pending', 'running', 'completed', 'failed', 'skipped', 'cancelled'];
 
 /** legend lists the statuses with their marks. */
 export function legend() {

@@ -1,5 +1,5 @@
 // The timeline: a Gantt of the execution over wall time, from the event log's commit
-// times. A row per step entry (a step entered again by a cycle gets a row per epoch), with
+// times (a command's start from its command.started's produce time: see model). A row per step entry (a step entered again by a cycle gets a row per epoch), with
 // its commands drawn over it: waiting for a worker (issued to started) hatched, running
 // (started to done) solid, a retry's backoff dotted; a loop's row has a row per iteration
 // under it. The slowest step is marked.
@@ -73,8 +73,12 @@ export function model(events, execution) {
         break;
       }
       case 'command.started': {
+        // A worker commits command.started with the command's outcome, once it is done; the
+        // time it started is the event's produce time (the worker's clock, kept between
+        // the issue and the end below).
         const c = commands.get(e.commandId);
-        if (c && !Number.isFinite(c.started)) c.started = t;
+        const p = ms(e.produceTime);
+        if (c && !Number.isFinite(c.started)) c.started = Number.isFinite(p) ? p : t;
         break;
       }
       case 'command.completed': case 'command.failed': {
@@ -102,10 +106,14 @@ export function model(events, execution) {
       default:
     }
   }
+  for (const c of commands.values()) {
+    if (Number.isFinite(c.started)) c.started = Math.max(c.issued, Number.isFinite(c.end) ? Math.min(c.started, c.end) : c.started);
+  }
   // A step that failed has no exit: its status is the execution state's.
   for (const r of order) {
     const s = stepStatus((execution.steps || {})[r.step]?.status);
     if (r.status === 'running' && s !== 'running' && s !== 'pending') r.status = s;
+    if (r.status === 'running' && execution.status === 'EXECUTION_STATUS_CANCELLED') r.status = 'cancelled';
     if (!Number.isFinite(r.end)) {
       const ends = [...r.cmds, ...[...r.iterations.values()].flat()].map((c) => c.end).filter(Number.isFinite);
       if (r.status !== 'running' && ends.length) r.end = Math.max(...ends);
@@ -194,7 +202,7 @@ export function drawTimeline(m, width, running) {
       drawCommands(g, cs, by, x, end);
     }
     const d = to - from;
-    const label = short(d) + (ln.kind === 'step' && slowest && slowest.r === r && m.rows.length > 1 ? ' · slowest' : '');
+    const label = (ln.kind === 'step' && r.status === 'skipped' ? 'skipped' : short(d)) + (ln.kind === 'step' && slowest && slowest.r === r && m.rows.length > 1 ? ' · slowest' : '');
     const tx = x(to) + 6;
     g.append(svg('text', {class: 'tl-dur', x: tx + 60 > width ? x(from) - 6 : tx, y: y + ROW / 2, 'dominant-baseline': 'central',
       'text-anchor': tx + 60 > width ? 'end' : 'start'}, label));
@@ -225,7 +233,7 @@ function drawCommands(g, cmds, by, x, end) {
 export function legendTimeline() {
   return h('ul', {class: 'legend'},
     h('li', {class: 'tl-key span'}, h('span', {class: 'swatch'}), 'step entered → routed'),
-    h('li', {class: 'tl-key wait'}, h('span', {class: 'swatch'}), 'waiting for a worker'),
+    h('li', {class: 'tl-key wait'}, h('span', {class: 'swatch'}), 'issued, not started'),
     h('li', {class: 'tl-key run'}, h('span', {class: 'swatch'}), 'running'),
     h('li', {class: 'tl-key fail'}, h('span', {class: 'swatch'}), 'attempt failed'),
     h('li', {class: 'tl-key backoff'}, h('span', {class: 'swatch'}), 'retry backoff'));

@@ -43,6 +43,7 @@ export class Pager {
   get page() { return this.tokens.length; }
   reset() { this.tokens = ['']; this.next = ''; }
   view(label = 'page') {
+    if (this.tokens.length <= 1 && !this.next) return null; // one page: nothing to page
     return h('div', {class: 'pager'},
       h('button', {type: 'button', class: 'btn', disabled: this.tokens.length <= 1, dataset: {pager: 'prev'},
         onclick: () => { this.tokens.pop(); this.onChange(); }}, '← Newer'),

@@ -47,8 +47,11 @@ function route(method, path, op, defs) {
   const body = (op.parameters || []).find((p) => p.in === 'body');
   const ok = op.responses && op.responses['200'];
   const desc = op.description && op.description !== op.summary ? op.description : '';
+  // An operation whose comment is one paragraph has it as its description only: its first
+  // sentence stands in for the summary.
+  const sum = op.summary || firstSentence(op.description);
   return h('details', {class: 'api-route', dataset: {method, path}},
-    h('summary', {}, h('span', {class: ['method', 'm-' + method]}, method.toUpperCase()), h('code', {class: 'api-path'}, path), h('span', {class: 'api-sum'}, op.summary || '')),
+    h('summary', {}, h('span', {class: ['method', 'm-' + method]}, method.toUpperCase()), h('code', {class: 'api-path'}, path), h('span', {class: 'api-sum'}, sum)),
     h('div', {class: 'api-body'},
       desc ? h('p', {class: 'pre'}, desc) : null,
       params.length ? h('div', {}, h('h4', {}, 'Parameters'), h('table', {class: 'table compact'},
@@ -59,6 +62,12 @@ function route(method, path, op, defs) {
         : null,
       body ? schema('Request body', body.schema, defs) : null,
       ok ? schema('Response', ok.schema, defs) : null));
+}
+
+function firstSentence(s) {
+  const t = String(s || '').replace(/\s+/g, ' ').trim();
+  const m = /^.*?[.:](\s|$)/.exec(t);
+  return m ? m[0].trim().replace(/:$/, '.') : t;
 }
 
 function firstPara(s) { return String(s || '').split('\n\n')[0]; }

@@ -64,7 +64,12 @@ export async function render(root, route, app) {
   // derive reads what the graph needs from the execution and its events.
   function derive() {
     const steps = {};
-    for (const [name, s] of Object.entries(x.steps || {})) steps[name] = {status: stepStatus(s.status), error: s.error, epoch: s.epoch};
+    // A step still running when its execution was cancelled was stopped: it shows so.
+    const stopped = execStatus(x.status) === 'cancelled';
+    for (const [name, s] of Object.entries(x.steps || {})) {
+      const st = stepStatus(s.status);
+      steps[name] = {status: stopped && st === 'running' ? 'cancelled' : st, error: s.error, epoch: s.epoch};
+    }
     const loops = {};
     const fired = new Set();
     const exited = new Set();
@@ -96,6 +101,7 @@ export async function render(root, route, app) {
   function drawHead() {
     const status = execStatus(x.status);
     const running = status === 'running';
+    if (!running && actionMsg.querySelector('.alert.info')) mount(actionMsg);
     const end = x.endTime ? ms(x.endTime) : Date.now();
     const failed = x.failedSteps || [];
     const cancel = running ? h('button', {type: 'button', class: 'btn danger', id: 'cancel', onclick: doCancel}, 'Cancel execution') : null;
@@ -112,7 +118,8 @@ export async function render(root, route, app) {
         fact('Events', count(Number(x.lastSeq) || events.length)),
         x.parentExecutionId ? fact('Parent', h('a', {class: 'mono', href: '#/executions/' + encodeURIComponent(x.parentExecutionId)}, x.parentExecutionId)) : null,
         failed.length ? fact('Failed steps', failed.join(', ')) : null),
-      x.error && x.error.message ? h('div', {class: 'alert error'}, h('div', {class: 'alert-head'}, h('strong', {}, 'The execution failed'), x.error.code ? h('span', {class: 'alert-meta'}, x.error.code) : null),
+      x.error && x.error.message ? h('div', {class: ['alert', status === 'cancelled' ? 'stopped' : 'error']},
+        h('div', {class: 'alert-head'}, h('strong', {}, status === 'cancelled' ? 'Cancelled' : 'The execution failed'), x.error.code ? h('span', {class: 'alert-meta'}, x.error.code) : null),
         h('p', {class: 'alert-msg mono'}, x.error.message)) : null,
       truncated ? notice(`Only the first ${count(MAX_EVENTS)} events are loaded; the timeline and the log stop there.`, 'warn') : null);
   }
@@ -178,8 +185,8 @@ export async function render(root, route, app) {
     const n = selected && g.nodes.find((s) => s.name === selected);
     if (!n) { mount(panel, h('p', {class: 'muted'}, 'Select a step to see its status, error and result.')); return; }
     const s = (x.steps || {})[n.name] || {};
-    const status = stepStatus(s.status);
     const d = derive();
+    const status = (d.steps[n.name] || {}).status || 'pending';
     const loop = d.loops[n.name];
     mount(panel,
       h('div', {class: 'step-panel-head'},
@@ -201,13 +208,13 @@ export async function render(root, route, app) {
       s.resultRef ? refCard(n.name, s.resultRef) : null);
   }
 
-  let tlWrap = null;
+  let tlWidth = 0;
   function drawTimelineTab() {
     if (!events.length) { mount(body, empty('No events yet.')); return; }
-    tlWrap = h('div', {class: 'timeline-wrap', id: 'timeline'});
+    const tlWrap = h('div', {class: 'timeline-wrap', id: 'timeline'});
     mount(body, h('div', {class: 'graph-tools'}, legendTimeline()), tlWrap);
-    const width = Math.max(720, tlWrap.clientWidth || root.clientWidth || 1000);
-    mount(tlWrap, drawTimeline(model(events, x), width, execStatus(x.status) === 'running'));
+    tlWidth = tlWrap.clientWidth || root.clientWidth || 1000;
+    mount(tlWrap, drawTimeline(model(events, x), Math.max(720, tlWidth), execStatus(x.status) === 'running'));
   }
 
   // The event log: every event in seq order, each row opening to its payload.
@@ -366,7 +373,11 @@ export async function render(root, route, app) {
       if (d && execStatus(x.status) === 'running') d.textContent = duration(Date.now() - ms(x.startTime));
     }, 1000);
   }
-  const onResize = throttle(() => { if (tab === 'timeline') drawTimelineTab(); }, 200);
+  // The timeline is drawn to the page's width: redraw it when that changes.
+  const onResize = throttle(() => {
+    const w = body.querySelector('#timeline')?.clientWidth;
+    if (tab === 'timeline' && w && w !== tlWidth) drawTimelineTab();
+  }, 200);
   window.addEventListener('resize', onResize);
   return () => { controller.abort(); clearInterval(ticker); window.removeEventListener('resize', onResize); };
 }
