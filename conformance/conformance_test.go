@@ -244,6 +244,10 @@ func cases() []expectation {
 			require.Equal(t, "to stderr\n", start["stderr"], "%v", start)
 			require.Equal(t, "hello from work|0", r.stepResult("argv")["stdout"], "%v", r.stepResult("argv"))
 		}},
+		{file: "engine.secrets_fields.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, map[string]any{"host": "***", "user": "***"}, r.stepResult("start")["fields"], "%v", r.stepResult("start"))
+			require.Equal(t, map[string]any{"names": []any{"host", "user"}, "masked": true, "credential": "pg_local"}, r.stepResult("check"))
+		}},
 		{file: "engine.shell_failure.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
 			failed, _ := r.exec["failedSteps"].([]any)
 			require.Equal(t, []any{"fail_loudly"}, failed)

@@ -47,6 +47,7 @@ func TestToolKindsRunByAPoolAreAccepted(t *testing.T) {
 		require.True(t, KnownToolKind(k), k)
 	}
 	require.Contains(t, ToolKinds(), "shell")
+	require.Contains(t, ToolKinds(), "secrets")
 	require.Contains(t, ToolKinds(), "workbook")
 	require.NotContains(t, ToolKinds(), "duckdb")
 	require.NotContains(t, ToolKinds(), "nats")

@@ -325,6 +325,7 @@ func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver
 		"playbook": &tools.Playbook{Orchestrator: orch},
 		"artifact": artifactTool{w},
 		"shell":    &tools.Shell{Enabled: w.cfg.Shell || w.cfg.Pool == "system", PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv)},
+		"secrets":  &tools.Secrets{Resolve: resolve, Register: registerSecret},
 	}
 	if w.cfg.Pool == "system" {
 		r["system_info"] = systemInfo{w}
@@ -334,6 +335,10 @@ func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver
 		httpTool.CloseIdleConnections()
 	}
 }
+
+// registerSecret adds a secret value to the scrubber of the command ctx runs (the
+// secrets tool registers every value it fetches).
+func registerSecret(ctx context.Context, v string) { scrubberOf(ctx).AddSecret(v) }
 
 // Worker runs commands.
 type Worker struct {
