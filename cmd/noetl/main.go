@@ -60,6 +60,7 @@ type client struct {
 	exe   apiv1.ExecutionServiceClient
 	admin apiv1.AdminServiceClient
 	cred  apiv1.CredentialServiceClient
+	sched apiv1.ScheduleServiceClient
 }
 
 func newRoot() *cobra.Command {
@@ -89,7 +90,7 @@ func newRoot() *cobra.Command {
 		return dialWith(gw, key, creds)
 	}
 	root.AddCommand(devCmd(), migrateCmd(), versionCmd(), registerCmd(dial), runCmd(dial), rerunCmd(dial), statusCmd(dial, &output), eventsCmd(dial, &output), cancelCmd(dial), apikeyCmd(dial, &output), resultCmd(dial),
-		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output))
+		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output), schedulesCmd(dial, &output))
 	return root
 }
 
@@ -151,7 +152,7 @@ func dialWith(addr, key string, creds credentials.TransportCredentials) (*client
 	if err != nil {
 		return nil, err
 	}
-	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), admin: apiv1.NewAdminServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn)}, nil
+	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), admin: apiv1.NewAdminServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn), sched: apiv1.NewScheduleServiceClient(conn)}, nil
 }
 
 func registerCmd(dial func() (*client, error)) *cobra.Command {
