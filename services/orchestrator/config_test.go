@@ -25,6 +25,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		"NOETL_ORCHESTRATOR_SHARDS":      configtest.Positive,
 		"NOETL_PARTITIONS":               configtest.Positive,
 		"NOETL_RECONCILE_EVERY":          configtest.Positive,
+		"NOETL_SCHEDULE_EVERY":           configtest.Positive,
 		"NOETL_STALE_AFTER":              configtest.Positive,
 		"NOETL_START_TIMEOUT":            configtest.Positive,
 		"NOETL_STREAM_REPLICAS":          configtest.Positive,
@@ -32,6 +33,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct{ env, value, want string }{
 		{"NOETL_STALE_AFTER", "soon", `NOETL_STALE_AFTER="soon": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
 		{"NOETL_PARTITIONS", "0", `NOETL_PARTITIONS="0": must be positive`},
+		{"NOETL_SCHEDULE_EVERY", "0s", `NOETL_SCHEDULE_EVERY="0s": must be positive`},
 		{"NOETL_TENANT_LIMITS", `{"acme": {"max_events": 0}}`, `NOETL_TENANT_LIMITS="{\"acme\": {\"max_events\": 0}}": tenant "acme": max_events must be a positive integer, not 0`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
