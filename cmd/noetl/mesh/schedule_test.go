@@ -3,6 +3,8 @@ package mesh_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -15,11 +17,14 @@ import (
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/testkit"
+	"github.com/noetl/noetl/services/orchestrator"
 )
 
-// A schedule of one second starts executions that complete, each labelled with the
-// schedule; pausing stops them; bad timings are refused naming the field over gRPC and
+// A schedule of one second, ticked by two orchestrators (the mesh's and a second replica
+// on the same database), starts one execution per tick, and they complete, each labelled
+// with the schedule; pausing stops them; bad timings are refused naming the field over gRPC and
 // REST; a viewer may list schedules but not create them.
 func TestScheduleStartsExecutionsThatComplete(t *testing.T) {
 	m := startAuthMesh(t, mesh.Config{})
@@ -28,6 +33,20 @@ func TestScheduleStartsExecutionsThatComplete(t *testing.T) {
 	_, err := admin.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: quick})
 	require.NoError(t, err)
 	sched := apiv1.NewScheduleServiceClient(admin.conn)
+
+	// A second orchestrator replica, with its own scheduler loop.
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	t.Cleanup(func() { cancel(); <-done })
+	lis := func() net.Listener {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		return l
+	}
+	go func() {
+		done <- orchestrator.Run(rctx, orchestrator.Config{PostgresURL: m.PostgresURLs.Orchestrator, InternalSecret: m.InternalSecret, NATSURL: m.NATSURL,
+			StatebuilderAddr: m.StatebuilderAddr, GRPCListener: lis(), AdminListener: lis(), ScheduleEvery: 100 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	}()
 
 	created, err := sched.CreateSchedule(ctx, &apiv1.CreateScheduleRequest{Schedule: &apiv1.Schedule{Name: "quick-every-second", Path: "tests/quick", Interval: durationpb.New(time.Second)}})
 	require.NoError(t, err)
@@ -41,6 +60,25 @@ func TestScheduleStartsExecutionsThatComplete(t *testing.T) {
 	testkit.WaitFor(t, 60*time.Second, func() error {
 		if n := completed(); n < 2 {
 			return fmt.Errorf("%d scheduled executions completed, want 2", n)
+		}
+		return nil
+	})
+	// One execution per recorded tick: the ticks' executions are all distinct, and they are
+	// every execution of the schedule.
+	db, err := pgxext.Open(ctx, m.PostgresURLs.Orchestrator, 2)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	testkit.WaitFor(t, 30*time.Second, func() error {
+		var ticks, started, distinct int
+		if err := db.QueryRow(ctx, `SELECT count(*), count(execution_id), count(DISTINCT execution_id) FROM noetl.schedule_tick`).Scan(&ticks, &started, &distinct); err != nil {
+			return err
+		}
+		resp, err := admin.exe.ListExecutions(ctx, &apiv1.ListExecutionsRequest{Labels: map[string]string{"schedule": "quick-every-second"}, PageSize: 500})
+		if err != nil {
+			return err
+		}
+		if ticks < 2 || ticks != started || started != distinct || distinct != len(resp.GetExecutions()) {
+			return fmt.Errorf("%d ticks, %d started, %d distinct executions, %d executions of the schedule", ticks, started, distinct, len(resp.GetExecutions()))
 		}
 		return nil
 	})
