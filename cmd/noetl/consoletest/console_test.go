@@ -73,12 +73,16 @@ func newShots(t *testing.T) *shots {
 	return s
 }
 
-// take saves the whole page as name.png.
+// take saves the page as name.png.
 func (s *shots) take(t *testing.T, ctx context.Context, name, what string) {
 	t.Helper()
-	// From the top: the sticky bar would otherwise be drawn where the page was scrolled.
-	eval[bool](t, ctx, `window.scrollTo(0, 0), true`)
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	// From the top: the sticky bar would otherwise be drawn where the page was scrolled. A
+	// modal dialog's backdrop covers the viewport only: then the viewport is the picture.
+	shot := chromedp.FullScreenshot(100)
+	if eval[bool](t, ctx, `window.scrollTo(0, 0), !!document.querySelector('dialog[open]')`) {
+		shot = chromedp.CaptureScreenshot()
+	}
+	png, err := chromedp.Run(ctx, shot)
 	require.NoError(t, err)
 	p := filepath.Join(s.dir, name+".png")
 	require.NoError(t, os.WriteFile(p, png, 0o644))
@@ -256,8 +260,9 @@ func overlaps(t *testing.T, ctx context.Context, sel string) ([]string, int) {
 
 // TestConsole drives the web console in chromium against a real mesh: sign in with a key,
 // the executions list (filters, live rows, an API error as the API worded it), the catalog
-// (source, diff, a run started from the form), an execution of a fan-out/fan-in playbook
-// (its graph's nodes, arcs and statuses, the timeline, the event log, a table result paged),
+// (source, diff, a run with labels started from the form), an execution of a fan-out/fan-in
+// playbook (its graph's nodes, arcs and statuses, the timeline, the event log, a table result
+// paged), a rerun from a step (its reused steps) and the list filtered by label,
 // a 30-step graph without overlaps, cancelling a running execution, the credentials and the
 // API pages, and a narrow screen. It saves a screenshot of each view.
 func TestConsole(t *testing.T) {
@@ -348,6 +353,7 @@ func TestConsole(t *testing.T) {
 		setValue(t, b, "#workload", "{\n  \"items\": [1, 2,\n}")
 		until(t, b, "the JSON check", `document.querySelector('#start').disabled && document.querySelector('#workload-check').textContent.startsWith('line ')`)
 		setValue(t, b, "#workload", `{"items": [2, 3, 4, 5, 6, 7], "big": false}`)
+		setValue(t, b, "#labels", "team=console, env=test")
 		until(t, b, "a valid workload", `!document.querySelector('#start').disabled`)
 		shots.take(t, b, "08-run-form", "the run form: the workload as JSON, checked as it is typed")
 		do(t, b, chromedp.Click(chromedp.CSS("#start")))
@@ -405,11 +411,31 @@ func TestConsole(t *testing.T) {
 		shots.take(t, b, "12-results", "the results: the execution's result as a JSON tree, a table result paged (rows 51-100 of 2,000) with a CSV download")
 	})
 
+	step("rerun from a step", func(t *testing.T) {
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+run))
+		until(t, b, "the run's labels", `[...document.querySelectorAll('.facts .label-chip')].map((c) => c.textContent).join(' ') === 'env=test team=console'`)
+		do(t, b, chromedp.Click(chromedp.CSS("#rerun")), chromedp.WaitVisible(chromedp.CSS("dialog[open] #rerun-from")))
+		setValue(t, b, "#rerun-from", "join")
+		shots.take(t, b, "13-rerun-dialog", "rerun from a step: the steps the original entered, the whole playbook by default")
+		do(t, b, chromedp.Click(chromedp.CSS("dialog[open] [data-confirm]")))
+		until(t, b, "the rerun's page", fmt.Sprintf(`location.hash.startsWith('#/executions/') && !location.hash.includes(%q) && !!document.querySelector('#exec-status')`, run))
+		until(t, b, "the rerun's end", `document.querySelector('#exec-status').dataset.status === 'completed' && document.querySelector('[data-step="end"]')?.dataset.status === 'completed'`)
+		reused := eval[map[string]string](t, b, `Object.fromEntries([...document.querySelectorAll('svg.graph .node')].map((n) => [n.dataset.step, n.dataset.reused]))`)
+		require.Equal(t, map[string]string{"start": "true", "fan": "true", "side": "true", "rare": "true", "join": "false", "table": "false", "end": "false"}, reused)
+		require.Equal(t, "fired", eval[string](t, b, `document.querySelector('.edge[data-from="fan"][data-to="join"]').dataset.state`), "a reused step's arcs to what ran were taken")
+		require.Equal(t, "reused", eval[string](t, b, `document.querySelector('[data-step="fan"] .node-sub').textContent.split(' · ')[1]`))
+		require.Contains(t, eval[string](t, b, `document.querySelector('.facts').textContent`), "Rerun of"+run+" from join")
+		shots.take(t, b, "14-rerun", "a rerun from join: the steps before it reused (dashed, 'reused'), join and after run again, its origin in the header")
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions?labels=team%3Dconsole"))
+		until(t, b, "the label filter", `document.querySelectorAll('#executions tbody tr').length === 2 && document.querySelectorAll('#executions tbody .label-chip').length === 4`)
+		shots.take(t, b, "15-executions-by-label", "the executions list filtered by a label: the run started from the console and its rerun")
+	})
+
 	step("thirty steps", func(t *testing.T) {
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+thirty))
 		until(t, b, "the 30-step graph", `document.querySelectorAll('svg.graph .node').length === 30 && document.querySelector('[data-step="end"]').dataset.status === 'completed'`)
 		do(t, b, chromedp.Click(chromedp.CSS(`.zoom button:last-child`))) // 100%: measure at the drawn size
-		shots.take(t, b, "13-graph-30-steps", "a 30-step graph: fan-outs, conditions, joins, a self-loop and a back edge, laid out in layers without overlaps")
+		shots.take(t, b, "16-graph-30-steps", "a 30-step graph: fan-outs, conditions, joins, a self-loop and a back edge, laid out in layers without overlaps")
 		bad, n := overlaps(t, b, "svg.graph .node-box, svg.graph .edge-label rect")
 		require.Greater(t, n, 40)
 		require.Empty(t, bad, "no step box or label overlaps another")
@@ -418,20 +444,20 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, "skipped", eval[string](t, b, `document.querySelector('[data-step="vip_customers"]').dataset.status`))
 		do(t, b, chromedp.Click(chromedp.CSS(`[data-tab="timeline"]`)))
 		until(t, b, "its timeline", `document.querySelectorAll('svg.timeline .tl-row.step').length >= 30`)
-		shots.take(t, b, "14-timeline-30-steps", "the timeline of the 30-step execution, skipped steps dotted")
+		shots.take(t, b, "17-timeline-30-steps", "the timeline of the 30-step execution, skipped steps dotted")
 	})
 
 	step("cancel from the console", func(t *testing.T) {
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+slow))
 		until(t, b, "the running step", `document.querySelector('[data-step="start"]')?.dataset.status === 'running'`)
-		shots.take(t, b, "15-running", "a running execution: its running step pulses, the cancel button")
+		shots.take(t, b, "18-running", "a running execution: its running step pulses, the cancel button")
 		do(t, b, chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("dialog[open] [data-confirm]")))
 		do(t, b, chromedp.SendKeys(chromedp.CSS("dialog[open] input"), "console test"))
-		shots.take(t, b, "16-cancel-dialog", "the cancel confirmation, with a reason recorded in the log")
+		shots.take(t, b, "19-cancel-dialog", "the cancel confirmation, with a reason recorded in the log")
 		do(t, b, chromedp.Click(chromedp.CSS("dialog[open] [data-confirm]")))
 		until(t, b, "CANCELLED", `document.querySelector('#exec-status').dataset.status === 'cancelled'`)
 		require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED, f.wait(t, slow).GetStatus())
-		shots.take(t, b, "17-cancelled", "the execution ended cancelled, live")
+		shots.take(t, b, "20-cancelled", "the execution ended cancelled, live")
 	})
 
 	step("live rows", func(t *testing.T) {
@@ -447,22 +473,22 @@ func TestConsole(t *testing.T) {
 		do(t, b, chromedp.Navigate(base+"/ui/#/credentials"))
 		until(t, b, "the credentials", `document.querySelectorAll('#credentials tbody tr').length === 2`)
 		require.NotContains(t, eval[string](t, b, `document.body.innerText`), "s3cret")
-		shots.take(t, b, "18-credentials", "credentials: names and types only")
+		shots.take(t, b, "21-credentials", "credentials: names and types only")
 		do(t, b, chromedp.Navigate(base+"/ui/#/api"))
 		until(t, b, "the routes", `document.querySelectorAll('#api .api-route').length > 15`)
 		require.Equal(t, 1, eval[int](t, b, `document.querySelectorAll('#api .api-route[data-method="get"][data-path="/v1/executions"]').length`))
 		do(t, b, chromedp.Click(chromedp.CSS(`#api .api-route[data-method="get"][data-path="/v1/executions"] summary`)))
-		shots.take(t, b, "19-api", "the API page: /openapi.json's routes by service, one opened to its parameters and response")
+		shots.take(t, b, "22-api", "the API page: /openapi.json's routes by service, one opened to its parameters and response")
 	})
 
 	step("narrow screen", func(t *testing.T) {
 		do(t, b, chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/ui/#/executions"))
 		until(t, b, "the list", `document.querySelectorAll('#executions tbody tr').length >= 3`)
 		require.LessOrEqual(t, eval[int](t, b, `document.documentElement.scrollWidth`), 390, "the page does not scroll sideways (tables scroll in their box)")
-		shots.take(t, b, "20-executions-narrow", "the executions list on a 390-pixel-wide screen")
+		shots.take(t, b, "23-executions-narrow", "the executions list on a 390-pixel-wide screen")
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+run))
 		until(t, b, "the graph", `document.querySelectorAll('svg.graph .node').length === 7`)
-		shots.take(t, b, "21-graph-narrow", "an execution's page on a 390-pixel-wide screen, its graph fitted")
+		shots.take(t, b, "24-graph-narrow", "an execution's page on a 390-pixel-wide screen, its graph fitted")
 	})
 
 	require.Empty(t, problems(), "the pages logged no error and threw no exception")

@@ -86,10 +86,10 @@ type Edge struct {
 }
 
 // loopCountChars is the room a node keeps on its second line for a loop's progress
-// (" · loop 999/999") or a step's duration (" · 59.9s").
+// (" · loop 999/999") or a step's duration (" · 59.9s") or " · reused".
 const (
 	loopCountChars = 15
-	durationChars  = 8
+	durationChars  = 9
 )
 
 // buildGraph lays out pb's steps and arcs.

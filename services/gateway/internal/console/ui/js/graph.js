@@ -79,7 +79,10 @@ export function drawGraph(g, onSelect) {
       glyph.textContent = GLYPH[status];
       const parts = [n.kind];
       const loop = state.loops[n.name];
-      if (n.loop) {
+      if (st.reused) {
+        parts.push('reused');
+        if (bar) bar.setAttribute('width', '0');
+      } else if (n.loop) {
         const total = loop ? loop.total : 0;
         const done = loop ? loop.done : 0;
         parts.push(`loop ${compact(done)}/${total ? compact(total) : '?'}`);
@@ -89,10 +92,13 @@ export function drawGraph(g, onSelect) {
       } else if (state.took[n.name] !== undefined) {
         parts.push(short(state.took[n.name]));
       }
+      el.classList.toggle('reused', !!st.reused);
+      el.dataset.reused = st.reused ? 'true' : 'false';
       sub.textContent = parts.join(' · ');
       const lines = [`${n.name} — ${status}`];
       if (n.desc) lines.push(n.desc);
       if (n.loop) lines.push(`loop (${n.loop.mode}) over ${n.loop.in || 'a list'} as ${n.loop.iterator}${loop ? `: ${loop.done} of ${loop.total} done${loop.failed ? ', ' + loop.failed + ' failed' : ''}` : ''}`);
+      if (st.reused) lines.push('result reused from the execution this one reruns');
       if (st.error && st.error.message) lines.push('error: ' + st.error.message);
       lines.push(`line ${n.line}`);
       title.textContent = lines.join('\n');

@@ -54,17 +54,19 @@ export class Pager {
 }
 
 /**
- * confirmDialog asks before an action. It resolves to the text of the optional reason
- * field, or null when the user backs out.
+ * confirmDialog asks before an action. It resolves to the value of its field (a text
+ * input with the reason placeholder, or the element given as field), or null when the user
+ * backs out.
  */
-export function confirmDialog({title, body, action, danger, reason}) {
+export function confirmDialog({title, body, action, danger, reason, field}) {
   return new Promise((resolve) => {
-    const input = reason ? h('input', {type: 'text', class: 'input', placeholder: reason, 'aria-label': reason, maxlength: '500'}) : null;
+    const input = field || (reason ? h('input', {type: 'text', class: 'input', placeholder: reason, 'aria-label': reason, maxlength: '500'}) : null);
     const close = (v) => { dlg.close(); dlg.remove(); resolve(v); };
     const dlg = h('dialog', {class: 'dialog', 'aria-label': title},
       h('form', {method: 'dialog', onsubmit: (e) => { e.preventDefault(); close(input ? input.value : ''); }},
         h('h2', {}, title),
         h('p', {}, body),
+        field ? h('label', {class: 'label', for: field.id}, field.getAttribute('aria-label') || '') : null,
         input,
         h('div', {class: 'dialog-actions'},
           h('button', {type: 'button', class: 'btn', onclick: () => close(null)}, 'Keep it'),
@@ -79,4 +81,28 @@ export function confirmDialog({title, body, action, danger, reason}) {
 /** section is a titled card. */
 export function card(title, ...body) {
   return h('section', {class: 'card'}, title ? h('h2', {class: 'card-title'}, title) : null, ...body);
+}
+
+/** parseLabels reads "k=v, k2=v2" into an object, or throws naming the item at fault. */
+export function parseLabels(text) {
+  const out = {};
+  for (const item of String(text || '').split(',').map((x) => x.trim()).filter(Boolean)) {
+    const i = item.indexOf('=');
+    if (i <= 0) throw new Error(`labels: "${item}" is not key=value`);
+    out[item.slice(0, i).trim()] = item.slice(i + 1).trim();
+  }
+  return out;
+}
+
+/** labelText writes labels as "k=v, k2=v2". */
+export function labelText(labels) {
+  return Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(', ');
+}
+
+/** labelChips shows labels as chips, at most max of them and a count of the rest. */
+export function labelChips(labels, max = 4) {
+  const all = Object.entries(labels || {}).sort(([a], [b]) => a.localeCompare(b));
+  if (!all.length) return null;
+  return h('span', {class: 'labels'}, all.slice(0, max).map(([k, v]) => h('span', {class: 'label-chip', title: `${k}=${v}`}, h('span', {class: 'lk'}, k), '=', v)),
+    all.length > max ? h('span', {class: 'muted small', title: labelText(labels)}, `+${all.length - max}`) : null);
 }

@@ -3,7 +3,7 @@
 
 import {h, mount, when, fullTime, tabs, spinner, empty, count} from '../dom.js';
 import {api} from '../api.js';
-import {errorBox, Pager, notice, card} from '../ui.js';
+import {errorBox, Pager, notice, card, parseLabels} from '../ui.js';
 import {highlight} from '../yaml.js';
 import {diffView} from '../diff.js';
 import {drawGraph, zoomable} from '../graph.js';
@@ -168,6 +168,7 @@ function crumbs(path) {
 function runForm(path, version, pb, app, signal) {
   const area = h('textarea', {class: 'input mono editor', id: 'workload', rows: '14', spellcheck: 'false', 'aria-label': 'Workload (JSON)', 'aria-describedby': 'workload-check'}, '{}');
   const check = h('p', {id: 'workload-check', class: 'help'});
+  const labelsIn = h('input', {class: 'input mono', id: 'labels', type: 'text', placeholder: 'optional: team=data, env=prod', 'aria-label': 'Labels'});
   const key = h('input', {class: 'input mono', id: 'idempotency', type: 'text', placeholder: 'optional: retrying with the same key returns the same execution', 'aria-label': 'Idempotency key'});
   const status = h('div', {'aria-live': 'polite'});
   const submit = h('button', {type: 'submit', class: 'btn primary', id: 'start'}, `Start v${version}`);
@@ -195,10 +196,17 @@ function runForm(path, version, pb, app, signal) {
     e.preventDefault();
     const workload = validate();
     if (!workload) return;
+    let labels;
+    try {
+      labels = parseLabels(labelsIn.value);
+    } catch (err) {
+      mount(status, errorBox(err));
+      return;
+    }
     submit.disabled = true;
     submit.textContent = 'Starting…';
     try {
-      const r = await api('/v1/executions', {method: 'POST', body: {path, version, workload, idempotencyKey: key.value.trim() || undefined}, signal});
+      const r = await api('/v1/executions', {method: 'POST', body: {path, version, workload, labels, idempotencyKey: key.value.trim() || undefined}, signal});
       app.go('#/executions/' + encodeURIComponent(r.executionId));
     } catch (err) {
       if (err.name === 'AbortError') return;
@@ -209,6 +217,8 @@ function runForm(path, version, pb, app, signal) {
   }},
   h('label', {class: 'label', for: 'workload'}, 'Workload'),
   area, check,
+  h('label', {class: 'label', for: 'labels'}, 'Labels'),
+  labelsIn,
   h('label', {class: 'label', for: 'idempotency'}, 'Idempotency key'),
   key,
   h('div', {class: 'form-actions'}, submit, h('span', {class: 'muted'}, `Runs ${pb.path} version ${version}.`)),

@@ -1,10 +1,10 @@
-// One execution: its header and cancel button, then the step graph, the timeline, the
+// One execution: its header with the cancel and rerun buttons, then the step graph, the timeline, the
 // event log and the results. A running execution is followed live over the watch stream:
 // every committed event updates the graph, the timeline and the log.
 
 import {h, mount, badge, execStatus, stepStatus, when, fullTime, duration, ms, tabs, spinner, empty, throttle, copyButton, bytes, count, download} from '../dom.js';
 import {api, watch, resultId, iterationOf, TERMINAL} from '../api.js';
-import {errorBox, notice, confirmDialog, card} from '../ui.js';
+import {errorBox, notice, confirmDialog, card, labelChips} from '../ui.js';
 import {drawGraph, legend, zoomable} from '../graph.js';
 import {model, drawTimeline, legendTimeline} from '../timeline.js';
 import {jsonTree} from '../json.js';
@@ -68,7 +68,7 @@ export async function render(root, route, app) {
     const stopped = execStatus(x.status) === 'cancelled';
     for (const [name, s] of Object.entries(x.steps || {})) {
       const st = stepStatus(s.status);
-      steps[name] = {status: stopped && st === 'running' ? 'cancelled' : st, error: s.error, epoch: s.epoch};
+      steps[name] = {status: stopped && st === 'running' ? 'cancelled' : st, error: s.error, epoch: s.epoch, reused: !!s.reused};
     }
     const loops = {};
     const fired = new Set();
@@ -85,6 +85,16 @@ export async function render(root, route, app) {
       } else if (e.type === 'step.exit') {
         exited.add(e.step);
         for (const to of (e.payload && e.payload.fired) || []) fired.add(e.step + '\u0000' + to);
+      }
+    }
+    // A rerun's reused steps were routed in the original: their arcs to the steps this
+    // execution entered were taken, those to skipped steps not.
+    if (g) {
+      for (const e of g.edges) {
+        if (!(steps[e.from] || {}).reused) continue;
+        exited.add(e.from);
+        const to = (steps[e.to] || {}).status;
+        if (to && to !== 'skipped' && to !== 'pending') fired.add(e.from + '\u0000' + e.to);
       }
     }
     for (const l of Object.values(loops)) {
@@ -104,7 +114,8 @@ export async function render(root, route, app) {
     if (!running && actionMsg.querySelector('.alert.info')) mount(actionMsg);
     const end = x.endTime ? ms(x.endTime) : Date.now();
     const failed = x.failedSteps || [];
-    const cancel = running ? h('button', {type: 'button', class: 'btn danger', id: 'cancel', onclick: doCancel}, 'Cancel execution') : null;
+    const cancel = running ? h('button', {type: 'button', class: 'btn danger', id: 'cancel', onclick: doCancel}, 'Cancel execution')
+      : h('button', {type: 'button', class: 'btn', id: 'rerun', onclick: doRerun}, 'Rerun…');
     mount(head,
       h('div', {class: 'exec-title'},
         h('h1', {}, h('a', {href: app.link(['catalog', ...x.path.split('/')], {version: x.version}), class: 'mono'}, x.path), h('span', {class: 'muted'}, ' v' + x.version)),
@@ -117,6 +128,9 @@ export async function render(root, route, app) {
         fact(running ? 'Running for' : 'Took', h('span', {id: 'exec-duration'}, duration(end - ms(x.startTime)))),
         fact('Events', count(Number(x.lastSeq) || events.length)),
         x.parentExecutionId ? fact('Parent', h('a', {class: 'mono', href: '#/executions/' + encodeURIComponent(x.parentExecutionId)}, x.parentExecutionId)) : null,
+        x.rerunOf ? fact('Rerun of', h('span', {}, h('a', {class: 'mono', href: '#/executions/' + encodeURIComponent(x.rerunOf)}, x.rerunOf),
+          x.fromStep ? [' from ', h('span', {class: 'mono'}, x.fromStep)] : ' (whole playbook)')) : null,
+        x.labels && Object.keys(x.labels).length ? fact('Labels', labelChips(x.labels, 32)) : null,
         failed.length ? fact('Failed steps', failed.join(', ')) : null),
       x.error && x.error.message ? h('div', {class: ['alert', status === 'cancelled' ? 'stopped' : 'error']},
         h('div', {class: 'alert-head'}, h('strong', {}, status === 'cancelled' ? 'Cancelled' : 'The execution failed'), x.error.code ? h('span', {class: 'alert-meta'}, x.error.code) : null),
@@ -139,6 +153,24 @@ export async function render(root, route, app) {
     } catch (e) {
       if (b) { b.disabled = false; b.textContent = 'Cancel execution'; }
       mount(actionMsg, errorBox(e, 'the execution was not cancelled'));
+    }
+  }
+
+  // Rerun: the same version, workload and labels, from a step the original entered (its
+  // earlier results reused) or from the start.
+  async function doRerun() {
+    const entered = (g ? g.nodes.map((n) => n.name) : Object.keys(x.steps || {}).sort()).filter((n) => (x.steps || {})[n]?.epoch > 0);
+    const sel = h('select', {class: 'input', id: 'rerun-from', 'aria-label': 'Run from'},
+      h('option', {value: ''}, 'the start (a plain rerun)'),
+      entered.map((n) => h('option', {value: n, selected: n === selected}, n)));
+    const from = await confirmDialog({title: 'Rerun this execution?', action: 'Rerun', field: sel,
+      body: `A new execution of ${x.path} v${x.version} with the same workload and labels. From a step, the steps completed before it keep their results (reused, not run) and it runs from that step on.`});
+    if (from === null) return;
+    try {
+      const r = await api(`/v1/executions/${encodeURIComponent(id)}:rerun`, {method: 'POST', body: {fromStep: from || undefined}, signal});
+      app.go('#/executions/' + encodeURIComponent(r.executionId));
+    } catch (e) {
+      if (e.name !== 'AbortError') mount(actionMsg, errorBox(e, 'the rerun did not start'));
     }
   }
 

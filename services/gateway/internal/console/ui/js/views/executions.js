@@ -1,11 +1,11 @@
-// Executions: a page of the list, newest first, filtered by status, playbook path and a
-// start-time range (all three filters are the API's, so paging stays a keyset scan however
+// Executions: a page of the list, newest first, filtered by status, playbook path, labels
+// and a start-time range (all the API's filters, so paging stays a keyset scan however
 // many executions there are). Running rows are followed live: a few over the watch stream,
 // the rest by refreshing the page while any of them runs.
 
 import {h, mount, badge, execStatus, EXEC_ENUM, when, fullTime, duration, ms, ago, empty, spinner} from '../dom.js';
 import {api, watch, TERMINAL} from '../api.js';
-import {errorBox, Pager} from '../ui.js';
+import {errorBox, Pager, parseLabels, labelChips} from '../ui.js';
 
 const PAGE = 50;
 // Watch streams a page opens at most (a browser keeps about six connections per origin).
@@ -24,7 +24,7 @@ function localInput(t) {
 
 export async function render(root, route, app) {
   const q = route.query;
-  const filters = {status: q.get('status') || '', path: q.get('path') || '', range: q.get('range') || '', from: q.get('from') || '', to: q.get('to') || ''};
+  const filters = {status: q.get('status') || '', path: q.get('path') || '', labels: q.get('labels') || '', range: q.get('range') || '', from: q.get('from') || '', to: q.get('to') || ''};
   const controller = new AbortController();
   const watched = new Map(); // execution id -> AbortController
   let timer = null;
@@ -39,6 +39,7 @@ export async function render(root, route, app) {
       .map(([v, l]) => h('option', {value: v, selected: filters.status === v}, l)));
   const pathIn = h('input', {class: 'input mono', id: 'f-path', type: 'search', placeholder: 'playbook path, e.g. examples/fanout', value: filters.path, list: 'f-paths', 'aria-label': 'Playbook path'});
   const paths = h('datalist', {id: 'f-paths'});
+  const labelsIn = h('input', {class: 'input mono', id: 'f-labels', type: 'search', placeholder: 'team=data, env=prod', value: filters.labels, 'aria-label': 'Labels'});
   const rangeSel = h('select', {class: 'input', id: 'f-range', 'aria-label': 'Started'},
     RANGES.map(([v, l]) => h('option', {value: v, selected: filters.range === v}, l)));
   const fromIn = h('input', {class: 'input', id: 'f-from', type: 'datetime-local', value: filters.from, 'aria-label': 'Started from'});
@@ -46,7 +47,7 @@ export async function render(root, route, app) {
   const custom = h('span', {class: ['custom-range', filters.range !== 'custom' && 'hidden']}, fromIn, h('span', {class: 'muted'}, 'to'), toIn);
 
   const apply = () => {
-    const f = {status: statusSel.value, path: pathIn.value.trim(), range: rangeSel.value};
+    const f = {status: statusSel.value, path: pathIn.value.trim(), labels: labelsIn.value.trim(), range: rangeSel.value};
     if (f.range === 'custom') { f.from = fromIn.value; f.to = toIn.value; }
     app.go(app.link(['executions'], f));
   };
@@ -66,10 +67,11 @@ export async function render(root, route, app) {
   const form = h('form', {class: 'filters', role: 'search', onsubmit: (e) => { e.preventDefault(); apply(); }},
     h('label', {class: 'field'}, h('span', {class: 'label'}, 'Status'), statusSel),
     h('label', {class: 'field grow'}, h('span', {class: 'label'}, 'Playbook'), pathIn, paths),
+    h('label', {class: 'field'}, h('span', {class: 'label'}, 'Labels'), labelsIn),
     h('label', {class: 'field'}, h('span', {class: 'label'}, 'Started'), rangeSel),
     custom,
     h('div', {class: 'field actions'}, h('button', {type: 'submit', class: 'btn primary'}, 'Apply'),
-      (filters.status || filters.path || filters.range) ? h('a', {class: 'btn ghost', href: '#/executions'}, 'Clear') : null));
+      (filters.status || filters.path || filters.labels || filters.range) ? h('a', {class: 'btn ghost', href: '#/executions'}, 'Clear') : null));
 
   mount(root,
     h('div', {class: 'page-head'}, h('h1', {}, 'Executions'), counter,
@@ -98,8 +100,10 @@ export async function render(root, route, app) {
     if (!quiet) mount(body, spinner());
     let resp;
     try {
+      // Labels filter as labels[key]=value, every one of them required.
+      const labels = Object.fromEntries(Object.entries(parseLabels(filters.labels)).map(([k, v]) => [`labels[${k}]`, v]));
       resp = await api('/v1/executions', {signal: controller.signal, query: {
-        pageSize: PAGE, pageToken: pager.token, status: EXEC_ENUM[filters.status] || '', path: filters.path, ...range()}});
+        pageSize: PAGE, pageToken: pager.token, status: EXEC_ENUM[filters.status] || '', path: filters.path, ...labels, ...range()}});
     } catch (e) {
       if (e.name === 'AbortError') return;
       mount(body, errorBox(e, 'the executions could not be listed'));
@@ -123,7 +127,7 @@ export async function render(root, route, app) {
         h('table', {class: 'table executions', id: 'executions'},
           h('thead', {}, h('tr', {},
             h('th', {}, 'Status'), h('th', {}, 'Execution'), h('th', {}, 'Playbook'), h('th', {}, 'Started'),
-            h('th', {class: 'num'}, 'Duration'), h('th', {}, 'Parent'))),
+            h('th', {class: 'num'}, 'Duration'), h('th', {}, 'Labels'), h('th', {}, 'Origin'))),
           h('tbody', {}, rows.map(row)))),
       pager.view());
   }
@@ -142,7 +146,8 @@ export async function render(root, route, app) {
       h('span', {class: 'muted'}, ' v' + x.version)),
     h('td', {title: fullTime(x.startTime)}, when(x.startTime), h('span', {class: 'muted small'}, ' · ' + ago(x.startTime))),
     h('td', {class: 'num'}, duration(end - ms(x.startTime))),
-    h('td', {class: 'mono small'}, x.parentExecutionId ? h('a', {href: '#/executions/' + encodeURIComponent(x.parentExecutionId)}, x.parentExecutionId.slice(0, 12) + '…') : ''));
+    h('td', {}, labelChips(x.labels, 3)),
+    h('td', {class: 'small'}, origin(x)));
   }
 
   // follow keeps running rows live: up to WATCHED over the watch stream (each updates its
@@ -166,7 +171,7 @@ export async function render(root, route, app) {
         }
       }, c.signal).catch(() => {}).finally(() => watched.delete(x.executionId));
     }
-    if (running.length > watched.size || running.length) {
+    if (running.length) {
       // Durations of running rows tick, and rows not watched are refreshed.
       timer = setTimeout(() => (running.length > watched.size ? load(true) : (draw(), follow())), REFRESH);
     }
@@ -179,4 +184,12 @@ export async function render(root, route, app) {
 
   await load();
   return () => { controller.abort(); clearTimeout(timer); for (const c of watched.values()) c.abort(); };
+}
+
+/** origin says where an execution comes from: a parent's sub-playbook step, or a rerun. */
+function origin(x) {
+  const to = (id) => h('a', {class: 'mono', href: '#/executions/' + encodeURIComponent(id), title: id}, id.slice(0, 8) + '…');
+  if (x.rerunOf) return h('span', {}, 'rerun of ', to(x.rerunOf), x.fromStep ? [' from ', h('span', {class: 'mono'}, x.fromStep)] : '');
+  if (x.parentExecutionId) return h('span', {}, 'child of ', to(x.parentExecutionId));
+  return '';
 }
