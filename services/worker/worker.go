@@ -319,7 +319,7 @@ func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver
 	httpTool := &tools.HTTP{Egress: egress, Resolve: resolve}
 	r := tools.Registry{
 		"noop":     tools.Noop{},
-		"python":   &tools.Python{Interpreter: w.cfg.Python, PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv)},
+		"python":   &tools.Python{Interpreter: w.cfg.Python, PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv), WorkerID: w.cfg.ID},
 		"postgres": pg,
 		"http":     httpTool,
 		"playbook": &tools.Playbook{Orchestrator: orch},

@@ -37,6 +37,8 @@ type Python struct {
 	// PassEnv names variables of the worker's environment the process also sees, beside
 	// inheritedEnv (NOETL_WORKER_TOOL_ENV: a proxy, a PYTHONPATH).
 	PassEnv []string
+	// WorkerID is the worker's id, given to the process as NOETL_WORKER_ID.
+	WorkerID string
 }
 
 // Run implements Tool.
@@ -100,7 +102,7 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 			env = append(env, fmt.Sprintf("%s=%v", k, v))
 		}
 	}
-	env = append(env, "NOETL_COMMAND_ID="+c.CommandID, "PYTHONUNBUFFERED=1")
+	env = append(env, "NOETL_COMMAND_ID="+c.CommandID, "NOETL_WORKER_ID="+p.WorkerID, "PYTHONUNBUFFERED=1")
 	cmd.Env = env
 	max := p.MaxOutput
 	if max <= 0 {

@@ -60,7 +60,7 @@ func TestPythonSeesNoneOfTheWorkersEnvironment(t *testing.T) {
 	}
 	for k := range env {
 		switch k {
-		case "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "HOME", "TMPDIR", "MODE", "NOETL_COMMAND_ID", "PYTHONUNBUFFERED", "PWD", "SHLVL", "_":
+		case "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "HOME", "TMPDIR", "MODE", "NOETL_COMMAND_ID", "NOETL_WORKER_ID", "PYTHONUNBUFFERED", "PWD", "SHLVL", "_":
 		default:
 			// pyenv's python3 shim sets its own PYENV_* variables on the way in.
 			if !strings.HasPrefix(k, "LC_") && !strings.HasPrefix(k, "PYENV") && !strings.HasPrefix(k, "_PYENV") {
