@@ -248,6 +248,11 @@ func cases() []expectation {
 			require.Equal(t, map[string]any{"host": "***", "user": "***"}, r.stepResult("start")["fields"], "%v", r.stepResult("start"))
 			require.Equal(t, map[string]any{"names": []any{"host", "user"}, "masked": true, "credential": "pg_local"}, r.stepResult("check"))
 		}},
+		{file: "engine.shell_timeout.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
+			e, _ := r.exec["error"].(map[string]any)
+			msg, _ := e["message"].(string)
+			require.Contains(t, msg, "shell: timed out after 1s")
+		}},
 		{file: "engine.shell_failure.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
 			failed, _ := r.exec["failedSteps"].([]any)
 			require.Equal(t, []any{"fail_loudly"}, failed)
