@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -177,6 +178,7 @@ func until(t *testing.T, ctx context.Context, what, expr string) {
 
 type fixture struct {
 	m    *mesh.Mesh
+	conn *grpc.ClientConn
 	cat  apiv1.CatalogServiceClient
 	exe  apiv1.ExecutionServiceClient
 	cred apiv1.CredentialServiceClient
@@ -192,7 +194,7 @@ func startMesh(t *testing.T) *fixture {
 	conn, err := m.Dial()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return &fixture{m: m, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn)}
+	return &fixture{m: m, conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn)}
 }
 
 func (f *fixture) register(t *testing.T, content string) {
@@ -281,6 +283,15 @@ func TestConsole(t *testing.T) {
 	data, _ := structpb.NewStruct(map[string]any{"user": "etl", "password": "s3cret"})
 	for _, c := range []struct{ name, typ string }{{"warehouse_pg", "postgres"}, {"crm_token", "http_bearer"}} {
 		_, err := f.cred.PutCredential(ctx, &apiv1.PutCredentialRequest{Name: c.name, Type: c.typ, Data: data})
+		require.NoError(t, err)
+	}
+	// Schedules that do not fire while the test runs (the 29th of February, New Year).
+	sched := apiv1.NewScheduleServiceClient(f.conn)
+	for _, sc := range []*apiv1.Schedule{
+		{Name: "leap-report", Cron: "0 3 29 2 *", TimeZone: "Europe/Berlin", Path: "tests/console/thirty"},
+		{Name: "new-year", Cron: "@yearly", Path: "tests/console/fanout", Version: 1},
+	} {
+		_, err := sched.CreateSchedule(ctx, &apiv1.CreateScheduleRequest{Schedule: sc})
 		require.NoError(t, err)
 	}
 	slow := f.start(t, "tests/console/slow")
@@ -467,6 +478,17 @@ func TestConsole(t *testing.T) {
 		_, err := f.exe.CancelExecution(ctx, &apiv1.CancelExecutionRequest{ExecutionId: other, Reason: "test"})
 		require.NoError(t, err)
 		until(t, b, "the row to turn cancelled without a reload", fmt.Sprintf(`document.querySelector('tr[data-id="%s"]')?.dataset.status === 'cancelled'`, other))
+	})
+
+	step("schedules", func(t *testing.T) {
+		do(t, b, chromedp.Navigate(base+"/ui/#/schedules"))
+		until(t, b, "the schedules", `document.querySelectorAll('#schedules tbody tr').length === 2`)
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-toggle="new-year"]`)))
+		until(t, b, "the paused schedule", `document.querySelector('tr[data-name="new-year"]')?.dataset.paused === 'true'`)
+		r, err := sched.GetSchedule(ctx, &apiv1.GetScheduleRequest{Name: "new-year"})
+		require.NoError(t, err)
+		require.True(t, r.GetSchedule().GetPaused())
+		shots.take(t, b, "25-schedules", "schedules: their timing, next tick and last execution, one paused from the console")
 	})
 
 	step("credentials and API", func(t *testing.T) {

@@ -10,11 +10,13 @@ import * as executions from './views/executions.js';
 import * as execution from './views/execution.js';
 import * as catalog from './views/catalog.js';
 import * as credentials from './views/credentials.js';
+import * as schedules from './views/schedules.js';
 import * as apidoc from './views/apidoc.js';
 
 const NAV = [
   ['executions', 'Executions'],
   ['catalog', 'Catalog'],
+  ['schedules', 'Schedules'],
   ['credentials', 'Credentials'],
   ['api', 'API'],
 ];
@@ -95,6 +97,7 @@ async function render() {
         page = current.parts.length > 1 ? execution : executions;
         break;
       case 'catalog': page = catalog; break;
+      case 'schedules': page = schedules; break;
       case 'credentials': page = credentials; break;
       case 'api': page = apidoc; break;
       default:

@@ -56,6 +56,7 @@ const STEP = {
 };
 export const GLYPH = {
   pending: '○', running: '◔', completed: '✓', failed: '✕', skipped: '⤼', cancelled: '■', unknown: '?',
+  active: '▶', paused: '❚❚',
 };
 
 export function execStatus(s) { return EXEC[s] || 'unknown'; }
