@@ -1,6 +1,7 @@
 package consoletest_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -93,9 +95,9 @@ func (s *shots) take(t *testing.T, ctx context.Context, name, what string) {
 	t.Logf("screenshot %s: %s", p, what)
 }
 
-// browser starts a headless chromium with a fresh profile and returns its tab's context
+// startBrowser starts a headless chromium with a fresh profile and returns its tab's context
 // and the page's console errors so far.
-func browser(t *testing.T, exe string) (context.Context, func() []string) {
+func startBrowser(t *testing.T, exe string) (context.Context, func() []string) {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe),
@@ -296,7 +298,7 @@ func TestConsole(t *testing.T) {
 	}
 	slow := f.start(t, "tests/console/slow")
 
-	b, problems := browser(t, exe)
+	b, problems := startBrowser(t, exe)
 	base := "http://" + f.m.HTTPAddr
 	// Each step builds on the one before: the first to fail ends the test.
 	step := func(name string, fn func(t *testing.T)) {
@@ -419,6 +421,23 @@ func TestConsole(t *testing.T) {
 		until(t, b, "the second page", `document.querySelector('[data-step="table"] [data-rows-shown]')?.dataset.rowsShown === '51-100'`)
 		first := eval[[]string](t, b, `[...document.querySelector('[data-step="table"] tbody tr').querySelectorAll('td')].map((td) => td.textContent)`)
 		require.Equal(t, []string{"51", "50", "SKU-00050", "1", "line 50 of the console test table"}, first)
+		// Download CSV reads every page and saves the table.
+		downloads := t.TempDir()
+		_, err := chromedp.CallBrowser(b, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads})
+		require.NoError(t, err)
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-csv="table"]`)))
+		var csv []byte
+		testkit.WaitFor(t, time.Minute, func() error {
+			csv, err = os.ReadFile(filepath.Join(downloads, "table.csv"))
+			if err == nil && !bytes.HasSuffix(csv, []byte("\r\n")) {
+				err = errors.New("still writing")
+			}
+			return err
+		})
+		lines := strings.Split(strings.TrimSuffix(string(csv), "\r\n"), "\r\n")
+		require.Len(t, lines, 2001, "a header and 2,000 rows")
+		require.Equal(t, "id,sku,qty,note", lines[0])
+		require.Equal(t, "1999,SKU-01999,4,line 1999 of the console test table", lines[2000])
 		shots.take(t, b, "12-results", "the results: the execution's result as a JSON tree, a table result paged (rows 51-100 of 2,000) with a CSV download")
 	})
 
