@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -297,6 +299,34 @@ func TestConsole(t *testing.T) {
 		require.NoError(t, err)
 	}
 	slow := f.start(t, "tests/console/slow")
+
+	t.Run("routes", func(t *testing.T) {
+		// / sends a browser to the console; the assets need no key, the graph route does.
+		noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		get := func(path, key string) *http.Response {
+			req, err := http.NewRequest(http.MethodGet, "http://"+f.m.HTTPAddr+path, nil)
+			require.NoError(t, err)
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
+			}
+			resp, err := noRedirect.Do(req)
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			return resp
+		}
+		r := get("/", "")
+		require.Equal(t, http.StatusFound, r.StatusCode)
+		require.Equal(t, "/ui/", r.Header.Get("Location"))
+		r = get("/ui/", "")
+		require.Equal(t, http.StatusOK, r.StatusCode)
+		require.Contains(t, r.Header.Get("Content-Security-Policy"), "script-src 'self'")
+		r = get("/ui/api/graph?path=tests/console/fanout", "")
+		require.Equal(t, http.StatusUnauthorized, r.StatusCode)
+		require.Equal(t, `Bearer realm="noetl"`, r.Header.Get("WWW-Authenticate"))
+		require.Equal(t, http.StatusOK, get("/ui/api/graph?path=tests/console/fanout", f.m.AdminKey).StatusCode)
+		require.Equal(t, http.StatusNotFound, get("/ui/api/graph?path=tests/console/none", f.m.AdminKey).StatusCode)
+	})
 
 	b, problems := startBrowser(t, exe)
 	base := "http://" + f.m.HTTPAddr

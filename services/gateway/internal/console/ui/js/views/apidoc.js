@@ -46,10 +46,10 @@ function route(method, path, op, defs) {
   const params = (op.parameters || []).filter((p) => p.in !== 'body');
   const body = (op.parameters || []).find((p) => p.in === 'body');
   const ok = op.responses && op.responses['200'];
-  const desc = op.description && op.description !== op.summary ? op.description : '';
-  // An operation whose comment is one paragraph has it as its description only: its first
-  // sentence stands in for the summary.
-  const sum = op.summary || firstSentence(op.description);
+  // The summary line is the comment's first sentence; the whole comment opens below it.
+  const full = [op.summary, op.description].filter(Boolean).join('\n\n');
+  const sum = firstSentence(full);
+  const desc = full !== sum ? full : '';
   return h('details', {class: 'api-route', dataset: {method, path}},
     h('summary', {}, h('span', {class: ['method', 'm-' + method]}, method.toUpperCase()), h('code', {class: 'api-path'}, path), h('span', {class: 'api-sum'}, sum)),
     h('div', {class: 'api-body'},

@@ -133,7 +133,8 @@ export async function render(root, route, app) {
         x.labels && Object.keys(x.labels).length ? fact('Labels', labelChips(x.labels, 32)) : null,
         failed.length ? fact('Failed steps', failed.join(', ')) : null),
       x.error && x.error.message ? h('div', {class: ['alert', status === 'cancelled' ? 'stopped' : 'error']},
-        h('div', {class: 'alert-head'}, h('strong', {}, status === 'cancelled' ? 'Cancelled' : 'The execution failed'), x.error.code ? h('span', {class: 'alert-meta'}, x.error.code) : null),
+        h('div', {class: 'alert-head'}, h('strong', {}, status === 'cancelled' ? 'Cancelled' : 'The execution failed'),
+          x.error.code && x.error.code !== status ? h('span', {class: 'alert-meta'}, x.error.code) : null),
         h('p', {class: 'alert-msg mono'}, x.error.message)) : null,
       truncated ? notice(`Only the first ${count(MAX_EVENTS)} events are loaded; the timeline and the log stop there.`, 'warn') : null);
   }
