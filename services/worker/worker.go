@@ -552,14 +552,17 @@ func (w *Worker) publish(ctx context.Context, events []*eventv1.Event) error {
 // Execute renders and runs a command and returns its events: command.started, then
 // call.done and command.completed, or call.error and command.failed. The secrets of the
 // credentials resolved while it runs are masked in the result (before it is measured, so
-// a result stored by reference is masked too) and in every event.
+// a result stored by reference is masked too) and in every event. What the tools wrote
+// (stdout, stderr, diagnostics) travels as the step's logs in the outcome event
+// (attachLogs).
 func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.Event {
 	sc := scrubberOf(ctx)
 	if sc == nil {
 		sc = w.newScrubber()
 		ctx = withScrubber(ctx, sc)
 	}
-	return scrubEvents(sc, w.execute(ctx, cmd, sc))
+	ctx, logs := withLogs(ctx)
+	return scrubEvents(sc, w.attachLogs(ctx, cmd, w.execute(ctx, cmd, sc), logs, sc))
 }
 
 func (w *Worker) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.Scrubber) []*eventv1.Event {
@@ -932,7 +935,7 @@ func (w *Worker) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.
 	// Tools resolve credentials for the command's tenant only.
 	ctx = context.WithValue(ctx, tenantKey{}, cmd.GetTenant())
 	ctx = tools.WithChild(ctx, tools.ChildRef{Tenant: cmd.GetTenant(), ExecutionID: cmd.GetExecutionId(), Label: tc.GetLabel()})
-	res, err := w.tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep()})
+	res, err := w.tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep(), Log: toolLogOf(ctx, tc)})
 	telemetry.ErrorStatus(span, scrubberOf(ctx).Err(err))
 	return res, err
 }

@@ -29,6 +29,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Mask replaces every occurrence of a secret.
@@ -296,6 +297,68 @@ func (s *Scrubber) replace(in string) (string, int) {
 	if len(pats) == 0 || len(in) < MinLen {
 		return in, 0
 	}
+	var b strings.Builder
+	pos, n := 0, 0
+	scan(in, pats, func(at, end int) {
+		if n == 0 {
+			b.Grow(len(in))
+		}
+		b.WriteString(in[pos:at])
+		b.WriteString(Mask)
+		pos = end
+		n++
+	})
+	if n == 0 {
+		return in, 0
+	}
+	b.WriteString(in[pos:])
+	s.count(n)
+	return b.String(), n
+}
+
+// Tail returns in without its first from bytes, every secret in the rest replaced by
+// Mask. It is for the tail of a longer text (the last bytes a tool wrote): when from is
+// positive, in may start with the end of a secret whose head was cut off, which no
+// pattern matches, so from is raised to at least the longest secret form's length, past
+// any secret that begins before it, and to the start of a UTF-8 sequence. With from zero
+// it is String.
+func (s *Scrubber) Tail(in string, from int) string {
+	pats := s.snapshot()
+	if from <= 0 {
+		return s.String(in)
+	}
+	if len(pats) > 0 {
+		from = max(from, len(pats[0])) // longest first
+	}
+	for from < len(in) && !utf8.RuneStart(in[from]) {
+		from++
+	}
+	if from >= len(in) {
+		return ""
+	}
+	var b strings.Builder
+	pos, n := from, 0
+	scan(in, pats, func(at, end int) {
+		n++
+		if at < pos {
+			// Inside the cut (or straddling it): dropped whole with what precedes it.
+			pos = max(pos, end)
+			return
+		}
+		b.WriteString(in[pos:at])
+		b.WriteString(Mask)
+		pos = end
+	})
+	if pos < len(in) {
+		b.WriteString(in[pos:])
+	}
+	s.count(n)
+	return b.String()
+}
+
+// scan calls match with the start and end of every occurrence of pats (longest first) in
+// in, leftmost-longest, in order, non-overlapping.
+func scan(in string, pats []string, match func(at, end int)) {
 	hit := -1
 	for i, p := range pats {
 		if strings.Contains(in, p) {
@@ -304,7 +367,7 @@ func (s *Scrubber) replace(in string) (string, int) {
 		}
 	}
 	if hit < 0 {
-		return in, 0
+		return
 	}
 	// next[i] is where pattern i next occurs at or after the scan position, or -1 once it
 	// does not occur any more; each is searched again only when the scan passes it.
@@ -316,9 +379,7 @@ func (s *Scrubber) replace(in string) (string, int) {
 			next[i] = strings.Index(in, p)
 		}
 	}
-	var b strings.Builder
-	b.Grow(len(in))
-	pos, n := 0, 0
+	pos := 0
 	for {
 		best := -1
 		for i, p := range pats {
@@ -335,16 +396,11 @@ func (s *Scrubber) replace(in string) (string, int) {
 			}
 		}
 		if best < 0 {
-			break
+			return
 		}
-		b.WriteString(in[pos:next[best]])
-		b.WriteString(Mask)
+		match(next[best], next[best]+len(pats[best]))
 		pos = next[best] + len(pats[best])
-		n++
 	}
-	b.WriteString(in[pos:])
-	s.count(n)
-	return b.String(), n
 }
 
 func (s *Scrubber) count(n int) {

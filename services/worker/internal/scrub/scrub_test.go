@@ -192,3 +192,29 @@ func (c *safeCounter) Add(v float64) {
 	defer c.mu.Unlock()
 	c.n += v
 }
+
+func TestTailLeavesNoPartOfACutSecret(t *testing.T) {
+	s := New(nil)
+	s.AddSecret("hunter2-topsecret")
+	longest := len(s.snapshot()[0])
+	// A tail whose first bytes are the end of a secret (its head was cut off before): no
+	// pattern matches "secret", so the cut is raised past the longest form.
+	in := "2-topsecret" + strings.Repeat("x", longest) + " token hunter2-topsecret end\n"
+	got := s.Tail(in, 1)
+	require.NotContains(t, got, "topsecret")
+	require.True(t, strings.HasSuffix(got, " token *** end\n"), got)
+	require.Len(t, got, len(in)-longest-len("hunter2-topsecret")+len(Mask))
+
+	// A secret straddling the cut is dropped whole, not left as a fragment.
+	in = strings.Repeat("y", longest-3) + "hunter2-topsecret and more"
+	require.Equal(t, " and more", s.Tail(in, longest))
+
+	// The cut moves to the start of a UTF-8 sequence.
+	in = strings.Repeat("z", longest-1) + "é tail"
+	require.Equal(t, " tail", s.Tail(in, longest))
+	require.Equal(t, "", s.Tail("short", 10))
+
+	// From zero it is String, and a scrubber without secrets only cuts.
+	require.Equal(t, "a *** b", s.Tail("a hunter2-topsecret b", 0))
+	require.Equal(t, "cdef", New(nil).Tail("abcdef", 2))
+}

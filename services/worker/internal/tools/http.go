@@ -91,7 +91,9 @@ func (h *HTTP) Run(ctx context.Context, c *Call) (any, error) {
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, h.transportError(ctx, what, timeout, err)
+		err = h.transportError(ctx, what, timeout, err)
+		c.Log.Diagnostic("%s: %v (after %s)", logURL(req), err, time.Since(start).Round(time.Millisecond))
+		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 
@@ -107,6 +109,7 @@ func (h *HTTP) Run(ctx context.Context, c *Call) (any, error) {
 		return nil, &Error{Msg: fmt.Sprintf("http: %s: response body exceeds the %s cap", what, byteSize(limit))}
 	}
 	elapsed := time.Since(start)
+	c.Log.Diagnostic("%s -> %s in %s, %d bytes", logURL(req), resp.Status, elapsed.Round(time.Millisecond), len(raw))
 
 	headers := make(map[string]any, len(resp.Header))
 	for k, vs := range resp.Header {
@@ -124,6 +127,28 @@ func (h *HTTP) Run(ctx context.Context, c *Call) (any, error) {
 		out["body_encoding"] = encoding
 	}
 	return out, nil
+}
+
+// logURL is a request's method and URL for the step's logs: no user information and no
+// query values (where tokens and keys travel), only the names of the query parameters.
+func logURL(req *http.Request) string {
+	u := *req.URL
+	u.User = nil
+	q := u.Query()
+	u.RawQuery, u.Fragment, u.RawFragment = "", "", ""
+	s := req.Method + " " + u.String()
+	if len(q) > 0 {
+		s += "?" + strings.Join(sortedKeys(queryKeys(q)), "&") + " (query values not logged)"
+	}
+	return s
+}
+
+func queryKeys(q url.Values) map[string]any {
+	m := make(map[string]any, len(q))
+	for k := range q {
+		m[k] = nil
+	}
+	return m
 }
 
 // init builds the shared transport, with the egress policy's address check.

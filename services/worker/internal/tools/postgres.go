@@ -123,10 +123,15 @@ func (p *Postgres) Run(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	defer p.releasePool(pp)
+	start := time.Now()
 	out, err := p.execute(ctx, pp.pool, req)
+	elapsed := time.Since(start).Round(time.Millisecond)
 	if err != nil {
-		return nil, pgFailure(ctx, err, pp.password, req)
+		err = pgFailure(ctx, err, pp.password, req)
+		c.Log.Diagnostic("postgres: failed after %s: %v", elapsed, err)
+		return nil, err
 	}
+	c.Log.Diagnostic("postgres: %v statement(s) in %s; last: %v; rows: %v", out["statements"], elapsed, out["command"], out["row_count"])
 	return out, nil
 }
 

@@ -110,8 +110,8 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 	}
 	stdout := &tailBuffer{max: max}
 	stderr := &tailBuffer{max: max}
-	cmd.Stdout = stdout
-	cmd.Stderr = stderr
+	cmd.Stdout = io.MultiWriter(stdout, c.Log.Stdout())
+	cmd.Stderr = io.MultiWriter(stderr, c.Log.Stderr())
 	// Cancellation and timeouts kill the interpreter and the children the code started.
 	killTreeOnCancel(cmd)
 	cmd.WaitDelay = 2 * time.Second

@@ -123,9 +123,10 @@ func (s *Shell) Run(ctx context.Context, c *Call) (any, error) {
 	// Without capture, stdout is discarded and only what a failure message needs of
 	// stderr is kept.
 	stdout, stderr := &tailBuffer{max: max}, &tailBuffer{max: max}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(stdout, c.Log.Stdout()), io.MultiWriter(stderr, c.Log.Stderr())
 	if !capture {
-		cmd.Stdout = io.Discard
+		// The step's logs still get both streams.
+		cmd.Stdout = c.Log.Stdout()
 		stderr.max = shellFailureBytes
 	}
 	killTreeOnCancel(cmd)

@@ -15,6 +15,9 @@ type Call struct {
 	Input     map[string]any // rendered step input merged with the tool's own input
 	CommandID string
 	Step      string
+	// Log receives what the call writes (a process's stdout and stderr, the tool's
+	// diagnostic lines) for the step's logs; nil discards it.
+	Log *Log
 }
 
 // Tool runs one kind of tool.
