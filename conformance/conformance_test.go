@@ -237,6 +237,30 @@ func cases() []expectation {
 			require.Contains(t, msg, "42601")
 		}},
 		{file: "v10_canonical_example.yaml", registerOnly: true},
+		{file: "engine.batch_child.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.EqualValues(t, 0, r.stepResult("start")["doubled"], "%v", r.stepResult("start"))
+		}},
+		{file: "engine.batch_execute.yaml", workload: map[string]any{"api_url": "GATEWAY"}, status: completed, check: func(t *testing.T, r run) {
+			res := r.stepResult("check")
+			require.EqualValues(t, 200, res["status_code"], "%v", res)
+			require.Equal(t, []any{4.0, 2.0, 1.0, 1.0}, res["counts"], "count, started, duplicates, failed: %v", res)
+			require.Equal(t, []any{"started", "started", "duplicate", "error"}, res["statuses"], "%v", res)
+			require.Equal(t, true, res["same_execution"], "a duplicate names the first's execution: %v", res)
+			require.Equal(t, "NOT_FOUND", res["missing_code"], "%v", res)
+			children, _ := res["children"].([]any)
+			require.Len(t, children, 2)
+			ids := make([]string, 0, len(children))
+			for _, c := range children {
+				id, _ := c.(string)
+				ids = append(ids, id)
+			}
+			testkit.WaitFor(t, time.Minute, func() error {
+				if n := count(t, `SELECT count(*) FROM noetl.execution WHERE execution_id = ANY($1) AND status = 2`, ids); n != 2 {
+					return fmt.Errorf("%d of the batch's 2 executions completed", n)
+				}
+				return nil
+			})
+		}},
 		{file: "engine.shell_success.yaml", status: completed, check: func(t *testing.T, r run) {
 			start := r.stepResult("start")
 			require.EqualValues(t, 0, start["exit_code"], "%v", start)
@@ -278,6 +302,9 @@ func TestConformance(t *testing.T) {
 	// Every credential the playbooks name points at the test Postgres.
 	u, err := url.Parse(pg)
 	require.NoError(t, err)
+	// The suite's own API key, for playbooks that call the gateway's REST API (auth: noetl_api).
+	code, resp := c.do("POST", "/v1/credentials", map[string]any{"name": "noetl_api", "type": "http_bearer", "data": map[string]any{"token": m.AdminKey}})
+	require.Equal(t, http.StatusOK, code, "credential noetl_api: %v", resp)
 	for _, name := range []string{"pg_local", "pg_k8s", "pg_noetl_k8s", "pg_test"} {
 		code, resp := c.do("POST", "/v1/credentials", map[string]any{"name": name, "type": "postgres", "data": map[string]any{
 			"host": u.Hostname(), "port": u.Port(), "user": u.User.Username(), "database": strings.TrimPrefix(u.Path, "/"), "sslmode": "disable",

@@ -225,10 +225,11 @@ type loopbackBackend struct {
 	cat  apiv1.CatalogServiceClient
 	exe  apiv1.ExecutionServiceClient
 	cred apiv1.CredentialServiceClient
+	res  apiv1.ResultServiceClient
 }
 
 func newLoopbackBackend(conn grpc.ClientConnInterface) *loopbackBackend {
-	return &loopbackBackend{cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn)}
+	return &loopbackBackend{cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn), res: apiv1.NewResultServiceClient(conn)}
 }
 
 // RegisterPlaybook implements compat.Backend.
@@ -264,4 +265,24 @@ func (b *loopbackBackend) ListExecutionEvents(ctx context.Context, r *apiv1.List
 // PutCredential implements compat.Backend.
 func (b *loopbackBackend) PutCredential(ctx context.Context, r *apiv1.PutCredentialRequest) (*apiv1.PutCredentialResponse, error) {
 	return b.cred.PutCredential(ctx, r)
+}
+
+// GetPlaybook implements compat.Backend.
+func (b *loopbackBackend) GetPlaybook(ctx context.Context, r *apiv1.GetPlaybookRequest) (*apiv1.GetPlaybookResponse, error) {
+	return b.cat.GetPlaybook(ctx, r)
+}
+
+// ListPlaybooks implements compat.Backend.
+func (b *loopbackBackend) ListPlaybooks(ctx context.Context, r *apiv1.ListPlaybooksRequest) (*apiv1.ListPlaybooksResponse, error) {
+	return b.cat.ListPlaybooks(ctx, r)
+}
+
+// ListExecutions implements compat.Backend.
+func (b *loopbackBackend) ListExecutions(ctx context.Context, r *apiv1.ListExecutionsRequest) (*apiv1.ListExecutionsResponse, error) {
+	return b.exe.ListExecutions(ctx, r)
+}
+
+// GetResult implements compat.Backend.
+func (b *loopbackBackend) GetResult(ctx context.Context, r *apiv1.GetResultRequest) (*apiv1.GetResultResponse, error) {
+	return b.res.GetResult(ctx, r)
 }

@@ -32,6 +32,7 @@ import (
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 )
 
@@ -44,6 +45,10 @@ type Backend interface {
 	CancelExecution(context.Context, *apiv1.CancelExecutionRequest) (*apiv1.CancelExecutionResponse, error)
 	ListExecutionEvents(context.Context, *apiv1.ListExecutionEventsRequest) (*apiv1.ListExecutionEventsResponse, error)
 	PutCredential(context.Context, *apiv1.PutCredentialRequest) (*apiv1.PutCredentialResponse, error)
+	GetPlaybook(context.Context, *apiv1.GetPlaybookRequest) (*apiv1.GetPlaybookResponse, error)
+	ListPlaybooks(context.Context, *apiv1.ListPlaybooksRequest) (*apiv1.ListPlaybooksResponse, error)
+	ListExecutions(context.Context, *apiv1.ListExecutionsRequest) (*apiv1.ListExecutionsResponse, error)
+	GetResult(context.Context, *apiv1.GetResultRequest) (*apiv1.GetResultResponse, error)
 }
 
 // MaxEvents is how many events GET /api/executions/{id} returns (the first ones, in seq
@@ -64,7 +69,12 @@ func New(b Backend, log *slog.Logger) http.Handler {
 	h := &handler{b: b, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/catalog/register", h.register)
+	mux.HandleFunc("POST /api/catalog/list", h.catalogList)
+	mux.HandleFunc("POST /api/catalog/resource", h.catalogResource)
 	mux.HandleFunc("POST /api/execute", h.execute)
+	mux.HandleFunc("POST /api/execute/batch", h.executeBatch)
+	mux.HandleFunc("GET /api/executions", h.listExecutions)
+	mux.HandleFunc("GET /api/result/resolve", h.resolveResult)
 	mux.HandleFunc("GET /api/executions/{id}", h.execution)
 	mux.HandleFunc("GET /api/executions/{id}/status", h.status)
 	mux.HandleFunc("POST /api/executions/{id}/cancel", h.cancel)
@@ -286,38 +296,84 @@ func parseCatalogID(raw json.RawMessage) (string, int64, error) {
 }
 
 // execute handles POST /api/execute {path | catalog_id, version?, payload | args |
-// parameters | workload, labels?}. labels (an object of strings) is this engine's
-// addition: NoETL's request has no field for them.
+// parameters | workload, labels?, idempotency_key? | dedup.key?}. labels (an object of
+// strings) is this engine's addition: NoETL's request has no field for them.
 func (h *handler) execute(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Labels     json.RawMessage `json:"labels"`
-		Path       string          `json:"path"`
-		CatalogID  json.RawMessage `json:"catalog_id"`
-		Version    json.RawMessage `json:"version"`
-		Payload    json.RawMessage `json:"payload"`
-		Args       json.RawMessage `json:"args"`
-		Parameters json.RawMessage `json:"parameters"`
-		Workload   json.RawMessage `json:"workload"`
-	}
-	if err := decode(r, &req, false); err != nil {
+	var raw json.RawMessage
+	if err := decode(r, &raw, false); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
-	path, version, err := parseCatalogID(req.CatalogID)
+	req, err := parseStart(raw, "")
 	if err != nil {
 		h.writeError(w, r, err)
 		return
 	}
+	resp, err := h.b.StartExecution(r.Context(), req)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, startedOf(req.GetPath(), resp))
+}
+
+// started is the answer to a start.
+type started struct {
+	ExecutionID string `json:"execution_id"`
+	Status      string `json:"status"`
+	Path        string `json:"path"`
+	Version     string `json:"version"`
+	CatalogID   string `json:"catalog_id"`
+}
+
+func startedOf(path string, resp *apiv1.StartExecutionResponse) started {
+	return started{resp.GetExecutionId(), "RUNNING", path, strconv.FormatInt(resp.GetVersion(), 10), catalogID(path, resp.GetVersion())}
+}
+
+// parseStart reads one NoETL execute request (a JSON object) into a start; its errors name
+// the field, after prefix (for example "executions[3].").
+func parseStart(raw json.RawMessage, prefix string) (*apiv1.StartExecutionRequest, error) {
+	var req struct {
+		Labels         json.RawMessage `json:"labels"`
+		Path           string          `json:"path"`
+		CatalogID      json.RawMessage `json:"catalog_id"`
+		Version        json.RawMessage `json:"version"`
+		Payload        json.RawMessage `json:"payload"`
+		Args           json.RawMessage `json:"args"`
+		Parameters     json.RawMessage `json:"parameters"`
+		Workload       json.RawMessage `json:"workload"`
+		IdempotencyKey string          `json:"idempotency_key"`
+		Dedup          *struct {
+			Key string `json:"key"`
+		} `json:"dedup"`
+	}
+	if err := json.Unmarshal(raw, &req); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) && typ.Field != "" {
+			return nil, status.Errorf(codes.InvalidArgument, "%s%s: must be %s", prefix, typ.Field, jsonKind(typ.Type.Kind().String()))
+		}
+		return nil, status.Errorf(codes.InvalidArgument, "%s: must be a JSON object", bodyName(prefix))
+	}
+	named := func(err error) error {
+		if prefix == "" || err == nil {
+			return err
+		}
+		st := status.Convert(err)
+		return status.Error(st.Code(), prefix+st.Message())
+	}
+	path, version, err := parseCatalogID(req.CatalogID)
+	if err != nil {
+		return nil, named(err)
+	}
 	if req.Path != "" {
 		path = req.Path
 	}
+	path = playbook.CleanPath(path) // NoETL writes /team/job for team/job
 	if path == "" {
-		h.writeError(w, r, status.Error(codes.InvalidArgument, "path: path or catalog_id is required"))
-		return
+		return nil, named(status.Error(codes.InvalidArgument, "path: path or catalog_id is required"))
 	}
 	if v, err := parseVersion(req.Version); err != nil {
-		h.writeError(w, r, err)
-		return
+		return nil, named(err)
 	} else if v > 0 {
 		version = v
 	}
@@ -333,33 +389,40 @@ func (h *handler) execute(w http.ResponseWriter, r *http.Request) {
 		given = append(given, f.name)
 		workload = &structpb.Struct{}
 		if err := protojson.Unmarshal(f.raw, workload); err != nil {
-			h.writeError(w, r, status.Errorf(codes.InvalidArgument, "%s: must be a JSON object", f.name))
-			return
+			return nil, status.Errorf(codes.InvalidArgument, "%s%s: must be a JSON object", prefix, f.name)
 		}
 	}
 	if len(given) > 1 {
-		h.writeError(w, r, status.Errorf(codes.InvalidArgument, "%s: give only one of payload, args, parameters and workload", given[1]))
-		return
+		return nil, status.Errorf(codes.InvalidArgument, "%s%s: give only one of payload, args, parameters and workload", prefix, given[1])
 	}
 	var labels map[string]string
 	if len(req.Labels) > 0 && string(req.Labels) != "null" {
 		if err := json.Unmarshal(req.Labels, &labels); err != nil {
-			h.writeError(w, r, status.Error(codes.InvalidArgument, "labels: must be a JSON object of strings"))
-			return
+			return nil, status.Errorf(codes.InvalidArgument, "%slabels: must be a JSON object of strings", prefix)
 		}
 	}
-	resp, err := h.b.StartExecution(r.Context(), &apiv1.StartExecutionRequest{Path: path, Version: version, Workload: workload, Labels: labels})
-	if err != nil {
-		h.writeError(w, r, err)
-		return
+	key := req.IdempotencyKey
+	if req.Dedup != nil && req.Dedup.Key != "" {
+		if key != "" && key != req.Dedup.Key {
+			return nil, status.Errorf(codes.InvalidArgument, "%sdedup.key: differs from idempotency_key", prefix)
+		}
+		key = req.Dedup.Key
 	}
-	writeJSON(w, http.StatusOK, struct {
-		ExecutionID string `json:"execution_id"`
-		Status      string `json:"status"`
-		Path        string `json:"path"`
-		Version     string `json:"version"`
-		CatalogID   string `json:"catalog_id"`
-	}{resp.GetExecutionId(), "RUNNING", path, strconv.FormatInt(resp.GetVersion(), 10), catalogID(path, resp.GetVersion())})
+	if len(key) > MaxIdempotencyKey {
+		return nil, status.Errorf(codes.InvalidArgument, "%sidempotency_key: %d characters exceeds the limit of %d", prefix, len(key), MaxIdempotencyKey)
+	}
+	return &apiv1.StartExecutionRequest{Path: path, Version: version, Workload: workload, Labels: labels, IdempotencyKey: key}, nil
+}
+
+// MaxIdempotencyKey bounds an execute request's idempotency_key (or dedup.key).
+const MaxIdempotencyKey = 256
+
+// bodyName is what an error about the whole request calls it: "body", or the batch item.
+func bodyName(prefix string) string {
+	if prefix == "" {
+		return "body"
+	}
+	return strings.TrimSuffix(prefix, ".")
 }
 
 // statusName spells an execution status as NoETL does: RUNNING, COMPLETED, FAILED,
