@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,6 +279,18 @@ func cases() []expectation {
 			msg, _ := e["message"].(string)
 			require.Contains(t, msg, "shell: timed out after 1s")
 		}},
+		{file: "engine.keychain.yaml", workload: map[string]any{"api": "TOKEN_SERVER"}, status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, map[string]any{"resolved": true, "user": "***"}, r.stepResult("start"))
+			for _, step := range []string{"call_api", "again"} {
+				body, _ := r.stepResult(step)["body"].(map[string]any)
+				require.Equal(t, map[string]any{"authorized": true, "token": "***"}, body, "step %s: %v", step, r.stepResult(step))
+			}
+			require.EqualValues(t, 1, tokens.requests.Load(), "the second step reuses the cached token")
+			b, err := json.Marshal(r.events)
+			require.NoError(t, err)
+			require.NotContains(t, string(b), tokenPrefix)
+			require.NotContains(t, string(b), "kc-client-secret")
+		}},
 		{file: "engine.shell_failure.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
 			failed, _ := r.exec["failedSteps"].([]any)
 			require.Equal(t, []any{"fail_loudly"}, failed)
@@ -311,6 +325,13 @@ func TestConformance(t *testing.T) {
 		}})
 		require.Equal(t, http.StatusOK, code, "credential %s: %v", name, resp)
 	}
+
+	// engine.keychain: an OAuth2 client credential and the token server it is good for.
+	tokens = startTokenServer(t)
+	code, resp := c.do("POST", "/v1/credentials", map[string]any{"name": "kc_client", "type": "oauth2_client", "data": map[string]any{
+		"client_id": "kc-client", "client_secret": "kc-client-secret-1",
+	}})
+	require.Equal(t, http.StatusOK, code, "credential kc_client: %v", resp)
 
 	all := cases()
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -350,6 +371,9 @@ func TestConformance(t *testing.T) {
 			if workload["api_url"] == "GATEWAY" {
 				workload = map[string]any{"api_url": c.base}
 			}
+			if workload["api"] == "TOKEN_SERVER" {
+				workload = map[string]any{"api": tokens.URL}
+			}
 			r := cc.execute(path, workload)
 			require.Equal(t, e.status, r.status, "execution %s: %v", r.id, r.exec["error"])
 			if e.check != nil {
@@ -374,4 +398,48 @@ func TestConformance(t *testing.T) {
 		fmt.Println("conformance:", l)
 	}
 	fmt.Printf("conformance: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
+}
+
+// tokenPrefix starts every token the suite's token server issues.
+const tokenPrefix = "kc-token-"
+
+// tokenServer is the suite's OAuth2 token endpoint (POST /token, client credentials of
+// kc_client) and an API (GET /api) that accepts the tokens it issued, for engine.keychain.
+type tokenServer struct {
+	*httptest.Server
+	requests atomic.Int32
+	mu       sync.Mutex
+	issued   map[string]bool
+}
+
+// tokens is the suite's token server (TestConformance starts it).
+var tokens *tokenServer
+
+func startTokenServer(t *testing.T) *tokenServer {
+	ts := &tokenServer{issued: map[string]bool{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /token", func(rw http.ResponseWriter, r *http.Request) {
+		n := ts.requests.Add(1)
+		if r.FormValue("grant_type") != "client_credentials" || r.FormValue("client_id") != "kc-client" || r.FormValue("client_secret") != "kc-client-secret-1" {
+			http.Error(rw, `{"error":"invalid_client"}`, http.StatusUnauthorized)
+			return
+		}
+		tok := fmt.Sprintf("%s%d-abcdef", tokenPrefix, n)
+		ts.mu.Lock()
+		ts.issued[tok] = true
+		ts.mu.Unlock()
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": 3600})
+	})
+	mux.HandleFunc("GET /api", func(rw http.ResponseWriter, r *http.Request) {
+		tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		ts.mu.Lock()
+		ok := ts.issued[tok]
+		ts.mu.Unlock()
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(map[string]any{"authorized": ok, "token": tok})
+	})
+	ts.Server = httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts
 }

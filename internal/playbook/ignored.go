@@ -19,8 +19,8 @@ var (
 // ignoredKeys warns about each key of the document this engine does not act on: unknown
 // keys at the root, of metadata and of steps; vars; executor settings other than
 // executor.spec.policy.limits; spec settings other than timeout (root and step) and the
-// tool's spec.policy; output hints other than a step's output.output_select; and the
-// keychain, which is not resolved yet.
+// tool's spec.policy; and output hints other than a step's output.output_select (the
+// keychain's entries are checked in keychain.go).
 func (b *builder) ignoredKeys(root *yaml.Node) {
 	warn := func(n *yaml.Node, step, format string, args ...any) {
 		b.warnings = append(b.warnings, Warning{Line: n.Line, Step: step, Msg: fmt.Sprintf(format, args...)})
@@ -38,9 +38,6 @@ func (b *builder) ignoredKeys(root *yaml.Node) {
 	}
 	unknown(root, "", "", rootKeys)
 	unknown(value(root, "metadata"), "", "metadata.", metadataKeys)
-	if k, v := lookup(root, "keychain"); !isNull(v) {
-		warn(k, "", "keychain entries are not resolved yet: {{ keychain.<name> }} renders as undefined")
-	}
 	exec := value(root, "executor")
 	unknown(exec, "", "executor.", []string{"spec"})
 	unknown(value(exec, "spec"), "", "executor.spec.", []string{"policy"})

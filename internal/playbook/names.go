@@ -128,7 +128,7 @@ func sourceNames(src string) ([]string, bool) {
 
 // freeNames returns the free variables of a parsed template.
 func freeNames(root *nodes.Template) []string {
-	w := &nameWalker{free: map[string]bool{}}
+	w := &nameWalker{free: map[string]bool{}, kc: map[string]bool{}}
 	w.nodes(root.Nodes, &bindScope{names: map[string]bool{}})
 	out := make([]string, 0, len(w.free))
 	for n := range w.free {
@@ -154,6 +154,29 @@ func (s *bindScope) bound(name string) bool {
 
 type nameWalker struct {
 	free map[string]bool
+	// kc collects the keychain entries named as keychain.<name> or keychain["<name>"];
+	// kcAll is set by any other use of keychain (keychain[x], keychain alone).
+	kc    map[string]bool
+	kcAll bool
+}
+
+// keychainEntry returns the entry name n reads from the unbound keychain variable
+// (keychain.<name>, keychain["<name>"]), or "".
+func keychainEntry(n nodes.Node, sc *bindScope) string {
+	var base nodes.Node
+	name := ""
+	switch x := n.(type) {
+	case *nodes.GetAttribute:
+		base, name = x.Node, x.Attribute
+	case *nodes.GetItem:
+		if s, ok := x.Arg.(*nodes.String); ok {
+			base, name = x.Node, s.Val
+		}
+	}
+	if b, ok := base.(*nodes.Name); ok && b.Name.Val == "keychain" && !sc.bound("keychain") {
+		return name
+	}
+	return ""
 }
 
 func (w *nameWalker) nodes(ns []nodes.Node, sc *bindScope) {
@@ -207,6 +230,7 @@ func (w *nameWalker) expr(n nodes.Node, sc *bindScope) {
 	case *nodes.Name:
 		if !sc.bound(x.Name.Val) {
 			w.free[x.Name.Val] = true
+			w.kcAll = w.kcAll || x.Name.Val == "keychain"
 		}
 	case *nodes.List:
 		for _, e := range x.Val {
@@ -225,8 +249,16 @@ func (w *nameWalker) expr(n nodes.Node, sc *bindScope) {
 		w.expr(x.Key, sc)
 		w.expr(x.Value, sc)
 	case *nodes.GetAttribute:
+		if e := keychainEntry(x, sc); e != "" {
+			w.free["keychain"], w.kc[e] = true, true
+			return
+		}
 		w.expr(x.Node, sc)
 	case *nodes.GetItem:
+		if e := keychainEntry(x, sc); e != "" {
+			w.free["keychain"], w.kc[e] = true, true
+			return
+		}
 		w.expr(x.Node, sc)
 		w.expr(x.Arg, sc)
 	case *nodes.GetSlice:

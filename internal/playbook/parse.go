@@ -42,6 +42,10 @@ type builder struct {
 	errs     ErrorList
 	warnings []Warning
 	lenient  bool // record errors as warnings (workbook tasks)
+	// kc holds the keychain entries by name and kcOrder their names in document order
+	// (keychain.go).
+	kc      map[string]map[string]any
+	kcOrder []string
 }
 
 func (b *builder) errorf(n *yaml.Node, step, field, format string, args ...any) {
@@ -112,15 +116,10 @@ func (b *builder) playbook(root *yaml.Node) *Playbook {
 	}
 	b.metadata(root, pb)
 	pb.Workload = b.mapping(value(root, "workload"), "", "workload")
-	if v := value(root, "keychain"); !isNull(v) {
-		if v.Kind != yaml.SequenceNode {
-			b.errorf(v, "", "keychain", "must be a list, not %s", kindName(v))
-		} else {
-			pb.Keychain = toValue(v).([]any)
-		}
-	}
+	b.keychain(value(root, "keychain"), pb) // keychain.go
 	b.workbook(value(root, "workbook"), pb)
 	b.workflow(root, pb)
+	b.stepKeychains(pb) // keychain.go
 	b.ignoredKeys(root) // ignored.go
 	pb.Extra = extra(root, "apiVersion", "kind", "metadata", "workload", "keychain", "workbook", "workflow")
 	b.validate(pb)

@@ -438,7 +438,7 @@ func TestParseLeniency(t *testing.T) {
 	pb := mustParse(t, doc(`executor: {profile: auto}
 vars: {a: 1}
 keychain:
-  - {name: k, kind: secret_manager}
+  - {name: k, kind: credential}
 workbook:
   - name: ok
     tool: {kind: python, code: x}
@@ -452,10 +452,10 @@ workflow:
     next: end
   - step: end
 `))
-	require.Equal(t, []any{map[string]any{"name": "k", "kind": "secret_manager"}}, pb.Keychain)
+	require.Equal(t, []any{map[string]any{"name": "k", "kind": "credential"}}, pb.Keychain)
 	require.Contains(t, pb.Workbook, "ok")
 	require.NotContains(t, pb.Workbook, "bad")
-	require.Len(t, pb.Warnings, 6)
+	require.Len(t, pb.Warnings, 5)
 	require.Contains(t, pb.Warnings[0].Msg, `unknown tool kind "unknown_kind"`)
 	var msgs []string
 	for _, w := range pb.Warnings[2:] {
@@ -463,7 +463,6 @@ workflow:
 	}
 	require.Equal(t, []string{
 		`"vars" is not read by this engine; it is ignored`,
-		`keychain entries are not resolved yet: {{ keychain.<name> }} renders as undefined`,
 		`"executor.profile" is not read by this engine; it is ignored`,
 		`"spec.policy" is not read by this engine; it is ignored`,
 	}, msgs)

@@ -96,6 +96,10 @@ type Step struct {
 	RefsAll bool
 	// Timeout bounds each attempt of the step's command (spec.timeout; zero: none).
 	Timeout time.Duration
+	// Keychain is the JSON list of the keychain declarations the step's tool and input
+	// templates reference, with the entries those read, in document order; nil when
+	// none. Commands carry it to the worker, which resolves the entries.
+	Keychain []byte
 	// Extra holds the step keys not modelled above (spec, output, vars, ...)
 	// as JSON-compatible values, nil when there are none.
 	Extra map[string]any

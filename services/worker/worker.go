@@ -327,6 +327,7 @@ func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver
 		"shell":    &tools.Shell{Enabled: w.cfg.Shell || w.cfg.Pool == "system", PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv)},
 		"secrets":  &tools.Secrets{Resolve: resolve, Register: registerSecret},
 	}
+	w.keychain = &tools.Keychain{Resolve: resolve, Register: registerSecret, HTTP: httpTool}
 	if w.cfg.Pool == "system" {
 		r["system_info"] = systemInfo{w}
 	}
@@ -350,6 +351,8 @@ type Worker struct {
 	flight   flight.Client
 	renderer *playbook.Renderer
 	tools    tools.Registry
+	// keychain resolves the keychain entries commands carry (keychain.go).
+	keychain *tools.Keychain
 	runs     *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inFlight prometheus.Gauge
@@ -751,6 +754,9 @@ func (w *Worker) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error
 	}
 	vars := scope.Vars()
 	vars["command_id"] = cmd.GetCommandId()
+	if err := w.loadKeychain(ctx, cmd, vars); err != nil { // keychain.go
+		return nil, err
+	}
 	var stepInput map[string]any
 	if len(cmd.GetInputJson()) > 0 && string(cmd.GetInputJson()) != "null" {
 		if err := domain.DecodeJSON(cmd.GetInputJson(), &stepInput); err != nil {

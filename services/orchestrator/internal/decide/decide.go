@@ -888,6 +888,7 @@ func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration,
 		PlaybookPath:      d.c.Path,
 		ParentExecutionId: d.st.GetParentExecutionId(),
 		Timeout:           stepTimeout(ps),
+		KeychainJson:      ps.Keychain, // declarations only: the worker resolves them
 	}, nil
 }
 

@@ -692,7 +692,11 @@ type Command struct {
 	ContextRef *ResultRef `protobuf:"bytes,16,opt,name=context_ref,json=contextRef,proto3" json:"context_ref,omitempty"`
 	// How long one attempt may run (the step's spec.timeout); past it the worker stops the
 	// tool and the attempt fails with deadline_exceeded. Unset: no bound but the tools' own.
-	Timeout       *durationpb.Duration `protobuf:"bytes,17,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,17,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The playbook's keychain declarations the step's templates reference (with the entries
+	// those reference), as a JSON list: names, kinds and templates only, never a resolved
+	// value. The worker resolves them when it renders the tools. Empty: none.
+	KeychainJson  []byte `protobuf:"bytes,18,opt,name=keychain_json,json=keychainJson,proto3" json:"keychain_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -846,6 +850,13 @@ func (x *Command) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Command) GetKeychainJson() []byte {
+	if x != nil {
+		return x.KeychainJson
+	}
+	return nil
+}
+
 // CommitNotice tells the orchestrator that an execution's log grew.
 type CommitNotice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -984,7 +995,7 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x1f\n" +
 	"\vconfig_json\x18\x03 \x01(\fR\n" +
-	"configJson\"\x9b\x05\n" +
+	"configJson\"\xc0\x05\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12!\n" +
@@ -1006,7 +1017,8 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\routput_select\x18\x0f \x03(\tR\foutputSelect\x12:\n" +
 	"\vcontext_ref\x18\x10 \x01(\v2\x19.noetl.event.v1.ResultRefR\n" +
 	"contextRef\x123\n" +
-	"\atimeout\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x9e\x01\n" +
+	"\atimeout\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12#\n" +
+	"\rkeychain_json\x18\x12 \x01(\fR\fkeychainJson\"\x9e\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
