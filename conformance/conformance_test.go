@@ -328,7 +328,7 @@ func TestConformance(t *testing.T) {
 
 	// engine.keychain: an OAuth2 client credential and the token server it is good for.
 	tokens = startTokenServer(t)
-	code, resp := c.do("POST", "/v1/credentials", map[string]any{"name": "kc_client", "type": "oauth2_client", "data": map[string]any{
+	code, resp = c.do("POST", "/v1/credentials", map[string]any{"name": "kc_client", "type": "oauth2_client", "data": map[string]any{
 		"client_id": "kc-client", "client_secret": "kc-client-secret-1",
 	}})
 	require.Equal(t, http.StatusOK, code, "credential kc_client: %v", resp)
