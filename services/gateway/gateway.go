@@ -308,7 +308,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	top.HandleFunc("/health", health)
 	top.Handle("/api/", forwardCredentials(compat.New(newLoopbackBackend(lc), log)))
 	// Server-Sent Events, not grpc-gateway's newline-delimited JSON, for the watch route.
-	top.Handle(watchRoute, forwardCredentials(&watchSSE{exe: apiv1.NewExecutionServiceClient(lc), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()}))
+	exe := apiv1.NewExecutionServiceClient(lc)
+	top.Handle(watchRoute, forwardCredentials(&watchSSE{open: watchEvents(exe), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()}))
+	// The step logs: a page over grpc-gateway, or with follow=true (and on :watch) the
+	// watch as Server-Sent Events.
+	logsSSE := forwardCredentials(&watchSSE{open: watchLogs(exe), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()})
+	top.Handle(logsWatchRoute, logsSSE)
+	top.Handle(logsRoute, followLogs(logsSSE, mux, marshaler, restErrors))
 	// The web console under /ui/, and / sends a browser there. Its graph route reads the
 	// catalog over the loopback with the request's credentials, like every REST route.
 	top.Handle(console.Prefix, forwardCredentials(console.New(console.Config{

@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
@@ -35,7 +38,8 @@ const sseKeepAlive = 15 * time.Second
 // stream starts are REST errors (status code and JSON body); later ones are an `error`
 // event carrying the status as JSON.
 type watchSSE struct {
-	exe       apiv1.ExecutionServiceClient
+	// open starts the watch of the request after a seq.
+	open      func(ctx context.Context, r *http.Request, after int64) (sseSource, error)
 	mux       *runtime.ServeMux
 	marshaler runtime.Marshaler
 	errors    runtime.ErrorHandlerFunc
@@ -43,12 +47,52 @@ type watchSSE struct {
 	stopping <-chan struct{}
 }
 
+// sseSource is a watch an SSE route serves: its header once it is established, then its
+// messages as SSE events until io.EOF.
+type sseSource interface {
+	Header() (metadata.MD, error)
+	Recv() ([]sseEvent, error)
+}
+
+// sseEvent is one Server-Sent Event: id (none when empty), event type and data.
+type sseEvent struct {
+	id   string
+	typ  string
+	data proto.Message
+}
+
 // watchItem is what the receiving goroutine hands the writer: the watch is established,
-// an event, or the end (io.EOF) or failure of the stream.
+// a message's events, or the end (io.EOF) or failure of the stream.
 type watchItem struct {
 	established bool
-	event       *apiv1.Event
+	events      []sseEvent
 	err         error
+}
+
+// eventsSource adapts WatchExecution: each committed event is an SSE event whose id is
+// its seq and type its type.
+type eventsSource struct {
+	grpc.ServerStreamingClient[apiv1.WatchExecutionResponse]
+}
+
+func (s eventsSource) Recv() ([]sseEvent, error) {
+	m, err := s.ServerStreamingClient.Recv()
+	if err != nil {
+		return nil, err
+	}
+	ev := m.GetEvent()
+	return []sseEvent{{id: strconv.FormatInt(ev.GetSeq(), 10), typ: ev.GetType(), data: ev}}, nil
+}
+
+// watchEvents opens WatchExecution for watchRoute.
+func watchEvents(exe apiv1.ExecutionServiceClient) func(context.Context, *http.Request, int64) (sseSource, error) {
+	return func(ctx context.Context, r *http.Request, after int64) (sseSource, error) {
+		st, err := exe.WatchExecution(ctx, &apiv1.WatchExecutionRequest{ExecutionId: r.PathValue("execution_id"), AfterSeq: after})
+		if err != nil {
+			return nil, err
+		}
+		return eventsSource{st}, nil
+	}
 }
 
 func (h *watchSSE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -59,7 +103,7 @@ func (h *watchSSE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	stream, err := h.exe.WatchExecution(ctx, &apiv1.WatchExecutionRequest{ExecutionId: r.PathValue("execution_id"), AfterSeq: after})
+	stream, err := h.open(ctx, r, after)
 	if err != nil {
 		h.errors(ctx, h.mux, h.marshaler, w, r, err)
 		return
@@ -80,8 +124,8 @@ func (h *watchSSE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for {
-			m, err := stream.Recv()
-			if !put(watchItem{event: m.GetEvent(), err: err}) || err != nil {
+			evs, err := stream.Recv()
+			if !put(watchItem{events: evs, err: err}) || err != nil {
 				return
 			}
 		}
@@ -128,13 +172,18 @@ func (h *watchSSE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				start()
 			default:
 				start()
-				b, err := h.marshaler.Marshal(it.event)
-				if err != nil {
-					return
+				for _, ev := range it.events {
+					b, err := h.marshaler.Marshal(ev.data)
+					if err != nil {
+						return
+					}
+					if ev.id != "" {
+						buf.WriteString("id: " + ev.id + "\n")
+					}
+					buf.WriteString("event: " + ev.typ + "\ndata: ")
+					buf.Write(b)
+					buf.WriteString("\n\n")
 				}
-				buf.WriteString("id: " + strconv.FormatInt(it.event.GetSeq(), 10) + "\nevent: " + it.event.GetType() + "\ndata: ")
-				buf.Write(b)
-				buf.WriteString("\n\n")
 			}
 		case <-keepAlive.C:
 			start()

@@ -32,7 +32,14 @@ type sseEvent struct {
 // and the events of the stream until it ends.
 func watchSSE(t *testing.T, m *mesh.Mesh, key, id string, header map[string]string) (int, []sseEvent) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, "http://"+m.HTTPAddr+"/v1/executions/"+id+"/events:watch", nil)
+	return streamSSE(t, m, key, "/v1/executions/"+id+"/events:watch", header)
+}
+
+// streamSSE opens an SSE route with key and returns the response status and the events of
+// the stream until it ends.
+func streamSSE(t *testing.T, m *mesh.Mesh, key, path string, header map[string]string) (int, []sseEvent) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+m.HTTPAddr+path, nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Accept", "text/event-stream")

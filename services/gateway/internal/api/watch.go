@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 )
@@ -21,10 +22,18 @@ import (
 // execution for the caller's tenant, so a client may wait for it to know the watch is
 // established.
 func (s *Server) WatchExecution(req *apiv1.WatchExecutionRequest, stream grpc.ServerStreamingServer[apiv1.WatchExecutionResponse]) error {
-	if err := validExecutionID("execution_id", req.GetExecutionId()); err != nil {
+	return s.watchEvents(stream, req.GetExecutionId(), req.GetAfterSeq(), func(ev *eventv1.Event) error {
+		return stream.Send(&apiv1.WatchExecutionResponse{Event: eventOf(ev)})
+	})
+}
+
+// watchEvents runs the orchestrator's watch of an execution after seq after for stream,
+// calling send with each committed event, and maps the watch's end to the API's errors.
+func (s *Server) watchEvents(stream grpc.ServerStream, id string, after int64, send func(*eventv1.Event) error) error {
+	if err := validExecutionID("execution_id", id); err != nil {
 		return err
 	}
-	if req.GetAfterSeq() < 0 {
+	if after < 0 {
 		return status.Error(codes.InvalidArgument, "after_seq: must not be negative")
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
@@ -39,11 +48,10 @@ func (s *Server) WatchExecution(req *apiv1.WatchExecutionRequest, stream grpc.Se
 			}
 		}()
 	}
-	in, err := s.Watch.WatchExecution(ctx, &orchv1.WatchExecutionRequest{Tenant: tenant(ctx), ExecutionId: req.GetExecutionId(), AfterSeq: req.GetAfterSeq()})
+	in, err := s.Watch.WatchExecution(ctx, &orchv1.WatchExecutionRequest{Tenant: tenant(ctx), ExecutionId: id, AfterSeq: after})
 	if err != nil {
 		return err
 	}
-	after := req.GetAfterSeq()
 	md, err := in.Header()
 	if err == nil && md != nil {
 		err = stream.SendHeader(metadata.MD{})
@@ -54,7 +62,7 @@ func (s *Server) WatchExecution(req *apiv1.WatchExecutionRequest, stream grpc.Se
 			break
 		}
 		for _, ev := range m.GetEvents() {
-			if err = stream.Send(&apiv1.WatchExecutionResponse{Event: eventOf(ev)}); err != nil {
+			if err = send(ev); err != nil {
 				break
 			}
 			after = ev.GetSeq()

@@ -29,6 +29,8 @@ var permissions = map[string]auth.Permission{
 	apiv1.ExecutionService_RerunExecution_FullMethodName:      auth.PermExecute,
 	apiv1.ExecutionService_ListExecutionEvents_FullMethodName: auth.PermRead,
 	apiv1.ExecutionService_WatchExecution_FullMethodName:      auth.PermRead,
+	apiv1.ExecutionService_ListExecutionLogs_FullMethodName:   auth.PermRead,
+	apiv1.ExecutionService_WatchExecutionLogs_FullMethodName:  auth.PermRead,
 
 	apiv1.ResultService_GetResult_FullMethodName:           auth.PermRead,
 	apiv1.ResultService_GetResultFlightInfo_FullMethodName: auth.PermRead,

@@ -2441,6 +2441,392 @@ func (x *RerunExecutionResponse) GetReusedSteps() []string {
 	return nil
 }
 
+// LogEntry is one stream of one tool call of a command: its kept text and where it came
+// from.
+type LogEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Step the command ran.
+	Step string `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	// Command that ran the tool.
+	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// Loop iteration of the command.
+	Iteration *v1.Iteration `protobuf:"bytes,3,opt,name=iteration,proto3" json:"iteration,omitempty"`
+	// Attempt of the command.
+	Attempt int32 `protobuf:"varint,4,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The tool's label in a pipeline, else its kind.
+	Tool string `protobuf:"bytes,5,opt,name=tool,proto3" json:"tool,omitempty"`
+	// "stdout", "stderr" or "diagnostic" (lines the tool adds: an HTTP request's method,
+	// URL and status; a SQL script's statements and rows).
+	Stream string `protobuf:"bytes,6,opt,name=stream,proto3" json:"stream,omitempty"`
+	// The stream's text: its last 64 KiB, with the command's secrets masked.
+	Text string `protobuf:"bytes,7,opt,name=text,proto3" json:"text,omitempty"`
+	// Whether text is only the end of what the stream wrote.
+	Truncated bool `protobuf:"varint,8,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// How many bytes the stream wrote in all.
+	TotalBytes int64 `protobuf:"varint,9,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	// Time the command's outcome was committed.
+	Time *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
+	// Seq of the event that carries the entry.
+	Seq           int64 `protobuf:"varint,11,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogEntry) Reset() {
+	*x = LogEntry{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogEntry) ProtoMessage() {}
+
+func (x *LogEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
+func (*LogEntry) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *LogEntry) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *LogEntry) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *LogEntry) GetIteration() *v1.Iteration {
+	if x != nil {
+		return x.Iteration
+	}
+	return nil
+}
+
+func (x *LogEntry) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *LogEntry) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *LogEntry) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *LogEntry) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *LogEntry) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *LogEntry) GetTotalBytes() int64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *LogEntry) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *LogEntry) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// ListExecutionLogsRequest asks for a page of an execution's step logs.
+type ListExecutionLogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Only the logs of this step, when set.
+	Step string `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	// Entries per page (default 200, at most 1000); a command's entries are never split
+	// across pages, so a page may hold a few more.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExecutionLogsRequest) Reset() {
+	*x = ListExecutionLogsRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExecutionLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExecutionLogsRequest) ProtoMessage() {}
+
+func (x *ListExecutionLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExecutionLogsRequest.ProtoReflect.Descriptor instead.
+func (*ListExecutionLogsRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListExecutionLogsRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *ListExecutionLogsRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *ListExecutionLogsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListExecutionLogsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListExecutionLogsResponse carries a page of step logs.
+type ListExecutionLogsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Entries in the order their commands ended.
+	Entries []*LogEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Token for the next page; empty when there is none.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExecutionLogsResponse) Reset() {
+	*x = ListExecutionLogsResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExecutionLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExecutionLogsResponse) ProtoMessage() {}
+
+func (x *ListExecutionLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExecutionLogsResponse.ProtoReflect.Descriptor instead.
+func (*ListExecutionLogsResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListExecutionLogsResponse) GetEntries() []*LogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *ListExecutionLogsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// WatchExecutionLogsRequest names an execution whose step logs to watch.
+type WatchExecutionLogsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Only the logs of this step, when set.
+	Step string `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	// Stream the logs of events with seq greater than this; zero streams them all.
+	AfterSeq      int64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchExecutionLogsRequest) Reset() {
+	*x = WatchExecutionLogsRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchExecutionLogsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchExecutionLogsRequest) ProtoMessage() {}
+
+func (x *WatchExecutionLogsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchExecutionLogsRequest.ProtoReflect.Descriptor instead.
+func (*WatchExecutionLogsRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *WatchExecutionLogsRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *WatchExecutionLogsRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *WatchExecutionLogsRequest) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+// WatchExecutionLogsResponse carries the step logs of one command's outcome.
+type WatchExecutionLogsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The command's entries.
+	Entries []*LogEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Seq of the event that carries them.
+	Seq           int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchExecutionLogsResponse) Reset() {
+	*x = WatchExecutionLogsResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchExecutionLogsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchExecutionLogsResponse) ProtoMessage() {}
+
+func (x *WatchExecutionLogsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchExecutionLogsResponse.ProtoReflect.Descriptor instead.
+func (*WatchExecutionLogsResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *WatchExecutionLogsResponse) GetEntries() []*LogEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *WatchExecutionLogsResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_noetl_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_noetl_api_v1_api_proto_rawDesc = "" +
@@ -2630,11 +3016,42 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x16RerunExecutionResponse\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12!\n" +
-	"\freused_steps\x18\x03 \x03(\tR\vreusedSteps2\xf3\x02\n" +
+	"\freused_steps\x18\x03 \x03(\tR\vreusedSteps\"\xd1\x02\n" +
+	"\bLogEntry\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x127\n" +
+	"\titeration\x18\x03 \x01(\v2\x19.noetl.event.v1.IterationR\titeration\x12\x18\n" +
+	"\aattempt\x18\x04 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04tool\x18\x05 \x01(\tR\x04tool\x12\x16\n" +
+	"\x06stream\x18\x06 \x01(\tR\x06stream\x12\x12\n" +
+	"\x04text\x18\a \x01(\tR\x04text\x12\x1c\n" +
+	"\ttruncated\x18\b \x01(\bR\ttruncated\x12\x1f\n" +
+	"\vtotal_bytes\x18\t \x01(\x03R\n" +
+	"totalBytes\x12.\n" +
+	"\x04time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x10\n" +
+	"\x03seq\x18\v \x01(\x03R\x03seq\"\x8d\x01\n" +
+	"\x18ListExecutionLogsRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\tR\x04step\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"u\n" +
+	"\x19ListExecutionLogsResponse\x120\n" +
+	"\aentries\x18\x01 \x03(\v2\x16.noetl.api.v1.LogEntryR\aentries\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"o\n" +
+	"\x19WatchExecutionLogsRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\tR\x04step\x12\x1b\n" +
+	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"`\n" +
+	"\x1aWatchExecutionLogsResponse\x120\n" +
+	"\aentries\x18\x01 \x03(\v2\x16.noetl.api.v1.LogEntryR\aentries\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq2\xf3\x02\n" +
 	"\x0eCatalogService\x12{\n" +
 	"\x10RegisterPlaybook\x12%.noetl.api.v1.RegisterPlaybookRequest\x1a&.noetl.api.v1.RegisterPlaybookResponse\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/playbooks\x12s\n" +
 	"\vGetPlaybook\x12 .noetl.api.v1.GetPlaybookRequest\x1a!.noetl.api.v1.GetPlaybookResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/playbooks/{path=**}\x12o\n" +
-	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\xd3\b\n" +
+	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\x84\v\n" +
 	"\x10ExecutionService\x12v\n" +
 	"\x0eStartExecution\x12#.noetl.api.v1.StartExecutionRequest\x1a$.noetl.api.v1.StartExecutionResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/executions\x12|\n" +
 	"\fGetExecution\x12!.noetl.api.v1.GetExecutionRequest\x1a\".noetl.api.v1.GetExecutionResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/executions/{execution_id}\x12\x84\x01\n" +
@@ -2642,7 +3059,9 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x0eListExecutions\x12#.noetl.api.v1.ListExecutionsRequest\x1a$.noetl.api.v1.ListExecutionsResponse\"\x16\x82\xd3\xe4\x93\x02\x10\x12\x0e/v1/executions\x12\x8f\x01\n" +
 	"\x0fCancelExecution\x12$.noetl.api.v1.CancelExecutionRequest\x1a%.noetl.api.v1.CancelExecutionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/executions/{execution_id}:cancel\x12\x98\x01\n" +
 	"\x13ListExecutionEvents\x12(.noetl.api.v1.ListExecutionEventsRequest\x1a).noetl.api.v1.ListExecutionEventsResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/executions/{execution_id}/events\x12\x91\x01\n" +
-	"\x0eWatchExecution\x12#.noetl.api.v1.WatchExecutionRequest\x1a$.noetl.api.v1.WatchExecutionResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/executions/{execution_id}/events:watch0\x01\x12\x8b\x01\n" +
+	"\x0eWatchExecution\x12#.noetl.api.v1.WatchExecutionRequest\x1a$.noetl.api.v1.WatchExecutionResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/executions/{execution_id}/events:watch0\x01\x12\x90\x01\n" +
+	"\x11ListExecutionLogs\x12&.noetl.api.v1.ListExecutionLogsRequest\x1a'.noetl.api.v1.ListExecutionLogsResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/executions/{execution_id}/logs\x12\x9b\x01\n" +
+	"\x12WatchExecutionLogs\x12'.noetl.api.v1.WatchExecutionLogsRequest\x1a(.noetl.api.v1.WatchExecutionLogsResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/executions/{execution_id}/logs:watch0\x01\x12\x8b\x01\n" +
 	"\x0eRerunExecution\x12#.noetl.api.v1.RerunExecutionRequest\x1a$.noetl.api.v1.RerunExecutionResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/executions/{execution_id}:rerun2\x93\x02\n" +
 	"\rResultService\x12m\n" +
 	"\tGetResult\x12\x1e.noetl.api.v1.GetResultRequest\x1a\x1f.noetl.api.v1.GetResultResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/results/{result_id}\x12\x92\x01\n" +
@@ -2665,7 +3084,7 @@ func file_noetl_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_noetl_api_v1_api_proto_rawDescData
 }
 
-var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*Playbook)(nil),                    // 0: noetl.api.v1.Playbook
 	(*RegisterPlaybookRequest)(nil),     // 1: noetl.api.v1.RegisterPlaybookRequest
@@ -2704,102 +3123,115 @@ var file_noetl_api_v1_api_proto_goTypes = []any{
 	(*DeleteCredentialResponse)(nil),    // 34: noetl.api.v1.DeleteCredentialResponse
 	(*RerunExecutionRequest)(nil),       // 35: noetl.api.v1.RerunExecutionRequest
 	(*RerunExecutionResponse)(nil),      // 36: noetl.api.v1.RerunExecutionResponse
-	nil,                                 // 37: noetl.api.v1.StartExecutionRequest.LabelsEntry
-	nil,                                 // 38: noetl.api.v1.Execution.StepsEntry
-	nil,                                 // 39: noetl.api.v1.Execution.LabelsEntry
-	nil,                                 // 40: noetl.api.v1.ListExecutionsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 41: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 42: google.protobuf.Struct
-	(*durationpb.Duration)(nil),         // 43: google.protobuf.Duration
-	(v1.StepStatus)(0),                  // 44: noetl.event.v1.StepStatus
-	(*structpb.Value)(nil),              // 45: google.protobuf.Value
-	(*v1.ResultRef)(nil),                // 46: noetl.event.v1.ResultRef
-	(*v1.ErrorInfo)(nil),                // 47: noetl.event.v1.ErrorInfo
-	(v1.ExecutionStatus)(0),             // 48: noetl.event.v1.ExecutionStatus
-	(*v1.Iteration)(nil),                // 49: noetl.event.v1.Iteration
+	(*LogEntry)(nil),                    // 37: noetl.api.v1.LogEntry
+	(*ListExecutionLogsRequest)(nil),    // 38: noetl.api.v1.ListExecutionLogsRequest
+	(*ListExecutionLogsResponse)(nil),   // 39: noetl.api.v1.ListExecutionLogsResponse
+	(*WatchExecutionLogsRequest)(nil),   // 40: noetl.api.v1.WatchExecutionLogsRequest
+	(*WatchExecutionLogsResponse)(nil),  // 41: noetl.api.v1.WatchExecutionLogsResponse
+	nil,                                 // 42: noetl.api.v1.StartExecutionRequest.LabelsEntry
+	nil,                                 // 43: noetl.api.v1.Execution.StepsEntry
+	nil,                                 // 44: noetl.api.v1.Execution.LabelsEntry
+	nil,                                 // 45: noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 46: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 47: google.protobuf.Struct
+	(*durationpb.Duration)(nil),         // 48: google.protobuf.Duration
+	(v1.StepStatus)(0),                  // 49: noetl.event.v1.StepStatus
+	(*structpb.Value)(nil),              // 50: google.protobuf.Value
+	(*v1.ResultRef)(nil),                // 51: noetl.event.v1.ResultRef
+	(*v1.ErrorInfo)(nil),                // 52: noetl.event.v1.ErrorInfo
+	(v1.ExecutionStatus)(0),             // 53: noetl.event.v1.ExecutionStatus
+	(*v1.Iteration)(nil),                // 54: noetl.event.v1.Iteration
 }
 var file_noetl_api_v1_api_proto_depIdxs = []int32{
-	41, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
+	46, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.api.v1.RegisterPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 2: noetl.api.v1.GetPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
-	42, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
-	37, // 5: noetl.api.v1.StartExecutionRequest.labels:type_name -> noetl.api.v1.StartExecutionRequest.LabelsEntry
-	43, // 6: noetl.api.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	44, // 7: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	45, // 8: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	46, // 9: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	47, // 10: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	48, // 11: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	45, // 12: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	47, // 13: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	38, // 14: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	41, // 15: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	41, // 16: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
-	39, // 17: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
+	47, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
+	42, // 5: noetl.api.v1.StartExecutionRequest.labels:type_name -> noetl.api.v1.StartExecutionRequest.LabelsEntry
+	48, // 6: noetl.api.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	49, // 7: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	50, // 8: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	51, // 9: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	52, // 10: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	53, // 11: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	50, // 12: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	52, // 13: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	43, // 14: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	46, // 15: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	46, // 16: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	44, // 17: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
 	10, // 18: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	43, // 19: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	48, // 19: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
 	10, // 20: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	48, // 21: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	41, // 22: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
-	41, // 23: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
-	40, // 24: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	53, // 21: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	46, // 22: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	46, // 23: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	45, // 24: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
 	10, // 25: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	49, // 26: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	45, // 27: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	45, // 28: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	46, // 29: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	47, // 30: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	41, // 31: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	41, // 32: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	54, // 26: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	50, // 27: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	50, // 28: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	51, // 29: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	52, // 30: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	46, // 31: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	46, // 32: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
 	19, // 33: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
 	19, // 34: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
-	46, // 35: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	45, // 36: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	46, // 37: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
-	41, // 38: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
-	41, // 39: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	42, // 40: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	51, // 35: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	50, // 36: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	51, // 37: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
+	46, // 38: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
+	46, // 39: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	47, // 40: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
 	28, // 41: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
 	28, // 42: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	9,  // 43: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	1,  // 44: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 45: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 46: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 47: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 48: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 49: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 50: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 51: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 52: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 53: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
-	35, // 54: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
-	24, // 55: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	26, // 56: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
-	29, // 57: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	31, // 58: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	33, // 59: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	2,  // 60: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 61: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 62: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 63: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 64: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 65: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 66: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 67: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 68: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 69: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
-	36, // 70: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
-	25, // 71: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	27, // 72: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
-	30, // 73: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	32, // 74: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	34, // 75: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	60, // [60:76] is the sub-list for method output_type
-	44, // [44:60] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	54, // 43: noetl.api.v1.LogEntry.iteration:type_name -> noetl.event.v1.Iteration
+	46, // 44: noetl.api.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	37, // 45: noetl.api.v1.ListExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
+	37, // 46: noetl.api.v1.WatchExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
+	9,  // 47: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	1,  // 48: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 49: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 50: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 51: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 52: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 53: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 54: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 55: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 56: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 57: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	38, // 58: noetl.api.v1.ExecutionService.ListExecutionLogs:input_type -> noetl.api.v1.ListExecutionLogsRequest
+	40, // 59: noetl.api.v1.ExecutionService.WatchExecutionLogs:input_type -> noetl.api.v1.WatchExecutionLogsRequest
+	35, // 60: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
+	24, // 61: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	26, // 62: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
+	29, // 63: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	31, // 64: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	33, // 65: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	2,  // 66: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 67: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 68: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 69: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 70: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 71: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 72: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 73: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 74: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 75: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	39, // 76: noetl.api.v1.ExecutionService.ListExecutionLogs:output_type -> noetl.api.v1.ListExecutionLogsResponse
+	41, // 77: noetl.api.v1.ExecutionService.WatchExecutionLogs:output_type -> noetl.api.v1.WatchExecutionLogsResponse
+	36, // 78: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
+	25, // 79: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	27, // 80: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
+	30, // 81: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	32, // 82: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	34, // 83: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	66, // [66:84] is the sub-list for method output_type
+	48, // [48:66] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }
@@ -2813,7 +3245,7 @@ func file_noetl_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_api_v1_api_proto_rawDesc), len(file_noetl_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -217,6 +217,8 @@ const (
 	ExecutionService_CancelExecution_FullMethodName     = "/noetl.api.v1.ExecutionService/CancelExecution"
 	ExecutionService_ListExecutionEvents_FullMethodName = "/noetl.api.v1.ExecutionService/ListExecutionEvents"
 	ExecutionService_WatchExecution_FullMethodName      = "/noetl.api.v1.ExecutionService/WatchExecution"
+	ExecutionService_ListExecutionLogs_FullMethodName   = "/noetl.api.v1.ExecutionService/ListExecutionLogs"
+	ExecutionService_WatchExecutionLogs_FullMethodName  = "/noetl.api.v1.ExecutionService/WatchExecutionLogs"
 	ExecutionService_RerunExecution_FullMethodName      = "/noetl.api.v1.ExecutionService/RerunExecution"
 )
 
@@ -250,6 +252,20 @@ type ExecutionServiceClient interface {
 	// status as JSON. A watch counts as a call in flight for the tenant's limit;
 	// ResourceExhausted (HTTP 429) when too many are open.
 	WatchExecution(ctx context.Context, in *WatchExecutionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutionResponse], error)
+	// ListExecutionLogs returns a page of an execution's step logs: what the tools of its
+	// commands wrote (stdout and stderr of python and shell, diagnostic lines of http and
+	// postgres), one entry per stream of each tool call, in the order the commands ended.
+	// Each stream keeps its last 64 KiB (truncated and total_bytes say how much more it
+	// wrote) with the command's secrets masked. Over REST, `follow=true` serves
+	// WatchExecutionLogs as Server-Sent Events instead.
+	ListExecutionLogs(ctx context.Context, in *ListExecutionLogsRequest, opts ...grpc.CallOption) (*ListExecutionLogsResponse, error)
+	// WatchExecutionLogs streams an execution's step logs as its commands end, after
+	// after_seq, and ends after the execution's terminal event. Over REST it is served as
+	// Server-Sent Events as WatchExecution is: each entry is one SSE event `log` whose data
+	// is the LogEntry as JSON; the last entry of a command carries `id`, the seq of its
+	// event, for Last-Event-ID to resume after. A watch counts as a call in flight for the
+	// tenant's limit.
+	WatchExecutionLogs(ctx context.Context, in *WatchExecutionLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutionLogsResponse], error)
 	// RerunExecution starts a new execution of an execution's playbook version, workload and
 	// labels. With from_step, the new execution reuses the results (inline, or the same
 	// references) of the steps the original completed before it first entered from_step,
@@ -345,6 +361,35 @@ func (c *executionServiceClient) WatchExecution(ctx context.Context, in *WatchEx
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutionService_WatchExecutionClient = grpc.ServerStreamingClient[WatchExecutionResponse]
 
+func (c *executionServiceClient) ListExecutionLogs(ctx context.Context, in *ListExecutionLogsRequest, opts ...grpc.CallOption) (*ListExecutionLogsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListExecutionLogsResponse)
+	err := c.cc.Invoke(ctx, ExecutionService_ListExecutionLogs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionServiceClient) WatchExecutionLogs(ctx context.Context, in *WatchExecutionLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutionLogsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutionService_ServiceDesc.Streams[1], ExecutionService_WatchExecutionLogs_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchExecutionLogsRequest, WatchExecutionLogsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionService_WatchExecutionLogsClient = grpc.ServerStreamingClient[WatchExecutionLogsResponse]
+
 func (c *executionServiceClient) RerunExecution(ctx context.Context, in *RerunExecutionRequest, opts ...grpc.CallOption) (*RerunExecutionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RerunExecutionResponse)
@@ -385,6 +430,20 @@ type ExecutionServiceServer interface {
 	// status as JSON. A watch counts as a call in flight for the tenant's limit;
 	// ResourceExhausted (HTTP 429) when too many are open.
 	WatchExecution(*WatchExecutionRequest, grpc.ServerStreamingServer[WatchExecutionResponse]) error
+	// ListExecutionLogs returns a page of an execution's step logs: what the tools of its
+	// commands wrote (stdout and stderr of python and shell, diagnostic lines of http and
+	// postgres), one entry per stream of each tool call, in the order the commands ended.
+	// Each stream keeps its last 64 KiB (truncated and total_bytes say how much more it
+	// wrote) with the command's secrets masked. Over REST, `follow=true` serves
+	// WatchExecutionLogs as Server-Sent Events instead.
+	ListExecutionLogs(context.Context, *ListExecutionLogsRequest) (*ListExecutionLogsResponse, error)
+	// WatchExecutionLogs streams an execution's step logs as its commands end, after
+	// after_seq, and ends after the execution's terminal event. Over REST it is served as
+	// Server-Sent Events as WatchExecution is: each entry is one SSE event `log` whose data
+	// is the LogEntry as JSON; the last entry of a command carries `id`, the seq of its
+	// event, for Last-Event-ID to resume after. A watch counts as a call in flight for the
+	// tenant's limit.
+	WatchExecutionLogs(*WatchExecutionLogsRequest, grpc.ServerStreamingServer[WatchExecutionLogsResponse]) error
 	// RerunExecution starts a new execution of an execution's playbook version, workload and
 	// labels. With from_step, the new execution reuses the results (inline, or the same
 	// references) of the steps the original completed before it first entered from_step,
@@ -421,6 +480,12 @@ func (UnimplementedExecutionServiceServer) ListExecutionEvents(context.Context, 
 }
 func (UnimplementedExecutionServiceServer) WatchExecution(*WatchExecutionRequest, grpc.ServerStreamingServer[WatchExecutionResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchExecution not implemented")
+}
+func (UnimplementedExecutionServiceServer) ListExecutionLogs(context.Context, *ListExecutionLogsRequest) (*ListExecutionLogsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListExecutionLogs not implemented")
+}
+func (UnimplementedExecutionServiceServer) WatchExecutionLogs(*WatchExecutionLogsRequest, grpc.ServerStreamingServer[WatchExecutionLogsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchExecutionLogs not implemented")
 }
 func (UnimplementedExecutionServiceServer) RerunExecution(context.Context, *RerunExecutionRequest) (*RerunExecutionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RerunExecution not implemented")
@@ -565,6 +630,35 @@ func _ExecutionService_WatchExecution_Handler(srv interface{}, stream grpc.Serve
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ExecutionService_WatchExecutionServer = grpc.ServerStreamingServer[WatchExecutionResponse]
 
+func _ExecutionService_ListExecutionLogs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListExecutionLogsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionServiceServer).ListExecutionLogs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionService_ListExecutionLogs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionServiceServer).ListExecutionLogs(ctx, req.(*ListExecutionLogsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionService_WatchExecutionLogs_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchExecutionLogsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutionServiceServer).WatchExecutionLogs(m, &grpc.GenericServerStream[WatchExecutionLogsRequest, WatchExecutionLogsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutionService_WatchExecutionLogsServer = grpc.ServerStreamingServer[WatchExecutionLogsResponse]
+
 func _ExecutionService_RerunExecution_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RerunExecutionRequest)
 	if err := dec(in); err != nil {
@@ -615,6 +709,10 @@ var ExecutionService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ExecutionService_ListExecutionEvents_Handler,
 		},
 		{
+			MethodName: "ListExecutionLogs",
+			Handler:    _ExecutionService_ListExecutionLogs_Handler,
+		},
+		{
 			MethodName: "RerunExecution",
 			Handler:    _ExecutionService_RerunExecution_Handler,
 		},
@@ -623,6 +721,11 @@ var ExecutionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchExecution",
 			Handler:       _ExecutionService_WatchExecution_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchExecutionLogs",
+			Handler:       _ExecutionService_WatchExecutionLogs_Handler,
 			ServerStreams: true,
 		},
 	},
