@@ -72,6 +72,8 @@ func (r rest) do(method, path string, body any) (int, map[string]any) {
 
 // run is one finished execution as the REST API shows it.
 type run struct {
+	// api is the client that ran it, for checks that read more of the API.
+	api    rest
 	id     string
 	status string
 	exec   map[string]any
@@ -128,7 +130,7 @@ func (c rest) execute(path string, workload map[string]any) run {
 			break
 		}
 	}
-	r.id = id
+	r.id, r.api = id, c
 	token := ""
 	for {
 		code, page := c.do("GET", "/v1/executions/"+id+"/events?pageSize=1000&pageToken="+token, nil)
@@ -290,6 +292,22 @@ func cases() []expectation {
 			require.NoError(t, err)
 			require.NotContains(t, string(b), tokenPrefix)
 			require.NotContains(t, string(b), "kc-client-secret")
+		}},
+		{file: "engine.step_logs.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.EqualValues(t, 3, r.stepResult("say")["ticks"], "%v", r.stepResult("say"))
+			code, page := r.api.do("GET", "/v1/executions/"+r.id+"/logs?step=say", nil)
+			require.Equal(t, http.StatusOK, code, "%v", page)
+			entries, _ := page["entries"].([]any)
+			require.Len(t, entries, 2, "%v", page)
+			out, _ := entries[0].(map[string]any)
+			errs, _ := entries[1].(map[string]any)
+			require.Equal(t, "stdout", out["stream"])
+			require.Equal(t, "tick 1 of 3\ntick 2 of 3\ntick 3 of 3\n", out["text"])
+			require.Equal(t, "say", out["step"])
+			require.Equal(t, "stderr", errs["stream"])
+			require.Equal(t, "nothing went wrong\n", errs["text"])
+			_, page = r.api.do("GET", "/v1/executions/"+r.id+"/logs?step=end", nil)
+			require.Empty(t, page["entries"], "a noop writes nothing")
 		}},
 		{file: "engine.shell_failure.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
 			failed, _ := r.exec["failedSteps"].([]any)
