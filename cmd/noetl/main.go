@@ -61,6 +61,7 @@ type client struct {
 	admin apiv1.AdminServiceClient
 	cred  apiv1.CredentialServiceClient
 	sched apiv1.ScheduleServiceClient
+	trig  apiv1.TriggerServiceClient
 }
 
 func newRoot() *cobra.Command {
@@ -90,7 +91,7 @@ func newRoot() *cobra.Command {
 		return dialWith(gw, key, creds)
 	}
 	root.AddCommand(devCmd(), migrateCmd(), versionCmd(), registerCmd(dial), runCmd(dial), rerunCmd(dial), statusCmd(dial, &output), eventsCmd(dial, &output), cancelCmd(dial), apikeyCmd(dial, &output), resultCmd(dial),
-		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output), schedulesCmd(dial, &output), logsCmd(dial, &output))
+		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output), schedulesCmd(dial, &output), logsCmd(dial, &output), triggersCmd(dial, &output))
 	return root
 }
 
@@ -152,7 +153,7 @@ func dialWith(addr, key string, creds credentials.TransportCredentials) (*client
 	if err != nil {
 		return nil, err
 	}
-	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), admin: apiv1.NewAdminServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn), sched: apiv1.NewScheduleServiceClient(conn)}, nil
+	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), admin: apiv1.NewAdminServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn), sched: apiv1.NewScheduleServiceClient(conn), trig: apiv1.NewTriggerServiceClient(conn)}, nil
 }
 
 func registerCmd(dial func() (*client, error)) *cobra.Command {

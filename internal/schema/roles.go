@@ -56,6 +56,8 @@ var grants = []Grant{
 	// Schedules and their ticks are the orchestrator's own rows (package schedule).
 	{Orchestrator, "schedule", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{Orchestrator, "schedule_tick", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	// Triggers are the orchestrator's own rows (package trigger).
+	{Orchestrator, "trigger", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	// The materializer is the sole writer of the log, which it only appends to, and of the
 	// projections it updates in the same transaction; the lease tables are its own.
 	{Materializer, "event", []string{"SELECT", "INSERT"}},

@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer func() { _ = rc.Close() }()
 	keys := orchv1.NewApiKeyServiceClient(oc)
 	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), Credentials: orchv1.NewCredentialServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc), Keys: keys,
-		Schedules: orchv1.NewScheduleServiceClient(oc), Watch: orchv1.NewWatchServiceClient(oc), Stopping: ctx.Done(), Tickets: trust, TicketTTL: cfg.TicketTTL, FlightLocation: cfg.FlightLocation}
+		Schedules: orchv1.NewScheduleServiceClient(oc), Triggers: orchv1.NewTriggerServiceClient(oc), Watch: orchv1.NewWatchServiceClient(oc), Stopping: ctx.Done(), Tickets: trust, TicketTTL: cfg.TicketTTL, FlightLocation: cfg.FlightLocation}
 	authenticator, err := authn.New(authn.Config{
 		Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, KeyCacheSize: cfg.KeyCacheSize,
 		JWT: authn.JWTConfig{
@@ -259,6 +259,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	apiv1.RegisterCredentialServiceServer(srv.GRPC, impl)
 	apiv1.RegisterAdminServiceServer(srv.GRPC, impl)
 	apiv1.RegisterScheduleServiceServer(srv.GRPC, impl)
+	apiv1.RegisterTriggerServiceServer(srv.GRPC, impl)
 	srv.AddCheck("orchestrator", grpcx.HealthCheck(oc))
 	srv.AddCheck("statebuilder", grpcx.HealthCheck(sc))
 
@@ -288,6 +289,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		apiv1.RegisterCredentialServiceHandler,
 		apiv1.RegisterAdminServiceHandler,
 		apiv1.RegisterScheduleServiceHandler,
+		apiv1.RegisterTriggerServiceHandler,
 	} {
 		if err := reg(ctx, mux, lc); err != nil {
 			return err
@@ -323,6 +325,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			restErrors(r.Context(), mux, marshaler, w, r, err)
 		},
 	})))
+	// A trigger's webhook: its signature is checked over the raw body (webhook).
+	top.Handle(webhookRoute, &webhook{public: apiv1.NewTriggerServiceClient(lc), internal: orchv1.NewTriggerServiceClient(oc), guard: g, m: marshaler,
+		errors: func(w http.ResponseWriter, r *http.Request, err error) {
+			restErrors(r.Context(), mux, marshaler, w, r, err)
+		}})
 	top.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
 	for pattern, h := range cfg.Routes {
 		top.Handle(pattern, h)

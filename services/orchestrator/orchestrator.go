@@ -29,6 +29,7 @@ import (
 	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 	"github.com/noetl/noetl/services/orchestrator/internal/schedule"
 	"github.com/noetl/noetl/services/orchestrator/internal/server"
+	"github.com/noetl/noetl/services/orchestrator/internal/trigger"
 )
 
 // Config is the orchestrator's configuration.
@@ -219,6 +220,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	orchv1.RegisterWatchServiceServer(srv.GRPC, watch)
 	orchv1.RegisterScheduleServiceServer(srv.GRPC, &schedule.Service{DB: db})
 	ticks := &schedule.Loop{DB: db, Start: startTick(api), Every: cfg.ScheduleEvery, Log: log}
+	triggers := &trigger.Service{DB: db, JS: js, Start: startFire(api)}
+	if sealer != nil {
+		triggers.Sealer = sealer
+	}
+	orchv1.RegisterTriggerServiceServer(srv.GRPC, triggers)
+	deliveries := &trigger.Loop{DB: db, JS: js, Start: startFire(api), Log: log}
 	if cfg.BootstrapAPIKey != "" {
 		created, err := api.EnsureAPIKey(ctx, cfg.BootstrapAPIKey, "default", []string{auth.RoleAdmin, auth.RoleSystem}, "bootstrap")
 		if err != nil {
@@ -235,7 +242,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		cfg.Ready(srv.GRPCAddr())
 	}
 	log.Info("orchestrator serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers, eng.Reconcile, watch.Run, ticks.Run)
+	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers, eng.Reconcile, watch.Run, ticks.Run, deliveries.Run)
 }
 
 // startTick starts a schedule's tick through StartExecution, as the schedule's own
@@ -251,6 +258,27 @@ func startTick(api *server.Server) schedule.Starter {
 		resp, err := api.StartExecution(auth.NewContext(ctx, p), &orchv1.StartExecutionRequest{
 			Tenant: t.Tenant, Path: t.Path, Version: t.Version, WorkloadJson: t.Workload, IdempotencyKey: t.Key,
 			Labels: map[string]string{"schedule": t.Name},
+		})
+		if err != nil {
+			return "", err
+		}
+		return resp.GetExecutionId(), nil
+	}
+}
+
+// startFire starts a trigger's delivery through StartExecution, as the trigger's own
+// principal in its tenant (with the system role for a system/ playbook, which only the
+// system role may trigger), with the delivery's idempotency key and the label
+// trigger=<name>.
+func startFire(api *server.Server) trigger.Starter {
+	return func(ctx context.Context, f trigger.Fire) (string, error) {
+		p := &auth.Principal{Tenant: f.Tenant, Subject: "trigger:" + f.Name, Roles: []string{auth.RoleOperator}}
+		if domain.PoolFor(f.Path) == "system" {
+			p.Roles = append(p.Roles, auth.RoleSystem)
+		}
+		resp, err := api.StartExecution(auth.NewContext(ctx, p), &orchv1.StartExecutionRequest{
+			Tenant: f.Tenant, Path: f.Path, Version: f.Version, WorkloadJson: f.Workload, IdempotencyKey: f.Key,
+			Labels: map[string]string{"trigger": f.Name},
 		})
 		if err != nil {
 			return "", err

@@ -52,6 +52,7 @@ type Server struct {
 	apiv1.UnimplementedCredentialServiceServer
 	apiv1.UnimplementedAdminServiceServer
 	apiv1.UnimplementedScheduleServiceServer
+	apiv1.UnimplementedTriggerServiceServer
 
 	Orchestrator orchv1.OrchestratorServiceClient
 	Credentials  orchv1.CredentialServiceClient
@@ -60,6 +61,8 @@ type Server struct {
 	Keys         orchv1.ApiKeyServiceClient
 	// Schedules stores the schedules (ScheduleService).
 	Schedules orchv1.ScheduleServiceClient
+	// Triggers stores and fires the triggers (TriggerService).
+	Triggers orchv1.TriggerServiceClient
 	// Watch streams executions' committed events (WatchExecution).
 	Watch orchv1.WatchServiceClient
 	// Tickets signs Arrow Flight tickets (the internal secret's Trust).

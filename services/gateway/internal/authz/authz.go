@@ -53,6 +53,15 @@ var permissions = map[string]auth.Permission{
 	apiv1.ScheduleService_GetSchedule_FullMethodName:     auth.PermRead,
 	apiv1.ScheduleService_ListSchedules_FullMethodName:   auth.PermRead,
 	apiv1.ScheduleService_PreviewSchedule_FullMethodName: auth.PermRead,
+
+	// A trigger is standing configuration too, like a schedule: creating and deleting one
+	// is the admin's, reading is anyone's. Firing one as an authenticated caller (instead of
+	// with its signature) starts an execution: the operator's.
+	apiv1.TriggerService_CreateTrigger_FullMethodName: auth.PermAdmin,
+	apiv1.TriggerService_DeleteTrigger_FullMethodName: auth.PermAdmin,
+	apiv1.TriggerService_GetTrigger_FullMethodName:    auth.PermRead,
+	apiv1.TriggerService_ListTriggers_FullMethodName:  auth.PermRead,
+	apiv1.TriggerService_FireTrigger_FullMethodName:   auth.PermExecute,
 }
 
 // Required returns the permission method needs; false when method is not mapped (and so
