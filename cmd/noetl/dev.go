@@ -19,6 +19,7 @@ import (
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/natsembed"
+	"github.com/noetl/noetl/services/gateway"
 	"github.com/noetl/noetl/services/worker"
 )
 
@@ -50,6 +51,8 @@ func devCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The OpenAPI document's info.version is this CLI's release.
+			cfg.Gateway = func(g *gateway.Config) { g.Version = version }
 			m, err := mesh.Start(ctx, cfg)
 			if err != nil {
 				return err

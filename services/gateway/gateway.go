@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,7 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/compat"
 	"github.com/noetl/noetl/services/gateway/internal/console"
 	"github.com/noetl/noetl/services/gateway/internal/limit"
+	"github.com/noetl/noetl/services/gateway/internal/openapi"
 )
 
 // Config is the gateway's configuration.
@@ -107,6 +109,10 @@ type Config struct {
 	TicketTTL time.Duration
 	// Trace chooses where spans go.
 	Trace telemetry.Config
+
+	// Version is the build's version, the OpenAPI document's info.version; empty means the
+	// binary's build info (openapi.Version). The CLI's `noetl dev` passes its release.
+	Version string `json:"-"`
 
 	// Routes are extra HTTP handlers served on the REST listener beside the API, by
 	// pattern (`noetl dev` serves the whole mesh's /livez and /readyz there). They are
@@ -296,9 +302,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 	top := http.NewServeMux()
+	doc, err := openapi.Document(gen.OpenAPI, cmp.Or(cfg.Version, openapi.Version()))
+	if err != nil {
+		return err
+	}
 	top.HandleFunc("/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(gen.OpenAPI)
+		_, _ = w.Write(doc)
 	})
 	health := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -77,6 +77,9 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if delivery == "" {
 		delivery = r.Header.Get(githubDeliveryHeader)
 	}
+	if delivery == "" {
+		delivery = r.URL.Query().Get("deliveryId") // FireTrigger's field, as the binding would read it
+	}
 	signature := r.Header.Get(signatureHeader)
 	if signature == "" {
 		signature = r.Header.Get(githubSignatureHeader)
