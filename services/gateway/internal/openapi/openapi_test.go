@@ -9,6 +9,9 @@ import (
 	"github.com/noetl/noetl/gen"
 )
 
+// TestDocumentKeepsOnlyWhatThePublicAPIReaches: gen/ documents only noetl.api.v1 (the
+// openapiv2 plugin's types in buf.gen.yaml), and Document drops any definition or tag no
+// route reaches.
 func TestDocumentKeepsOnlyWhatThePublicAPIReaches(t *testing.T) {
 	t.Parallel()
 	var raw struct {
@@ -25,14 +28,26 @@ func TestDocumentKeepsOnlyWhatThePublicAPIReaches(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(out, &doc))
 	require.Equal(t, "devel", doc.Info["version"], "no version given")
-	require.Less(t, len(doc.Definitions), len(raw.Definitions), "the internal services' messages are dropped")
+	require.LessOrEqual(t, len(doc.Definitions), len(raw.Definitions))
 	require.Contains(t, doc.Definitions, "rpcStatus")
 	require.Contains(t, doc.Definitions, "protobufAny", "reached through rpcStatus")
-	require.Contains(t, doc.Definitions, "noetlApiV1Trigger")
-	require.Less(t, len(doc.Tags), len(raw.Tags))
+	require.Contains(t, doc.Definitions, "v1Trigger")
+	require.LessOrEqual(t, len(doc.Tags), len(raw.Tags))
 	for _, tag := range doc.Tags {
 		require.NotEqual(t, "StateService", tag["name"])
 	}
+
+	// A definition and a tag no route reaches are dropped.
+	var extra map[string]any
+	require.NoError(t, json.Unmarshal(gen.OpenAPI, &extra))
+	extra["definitions"].(map[string]any)["v1Orphan"] = map[string]any{"type": "object"}
+	extra["tags"] = append(extra["tags"].([]any), map[string]any{"name": "OrphanService"})
+	b, err := json.Marshal(extra)
+	require.NoError(t, err)
+	out, err = Document(b, "v1")
+	require.NoError(t, err)
+	require.NotContains(t, string(out), "v1Orphan")
+	require.NotContains(t, string(out), "OrphanService")
 
 	_, err = Document([]byte("{"), "v1")
 	require.ErrorContains(t, err, "openapi: the generated document")
