@@ -336,7 +336,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		},
 	})))
 	// A trigger's webhook: its signature is checked over the raw body (webhook).
-	top.Handle(webhookRoute, &webhook{public: apiv1.NewTriggerServiceClient(lc), internal: orchv1.NewTriggerServiceClient(oc), guard: g, m: marshaler,
+	top.Handle(webhookRoute, &webhook{public: apiv1.NewTriggerServiceClient(lc), internal: orchv1.NewTriggerServiceClient(oc), guard: g, limits: lim, m: marshaler,
 		errors: func(w http.ResponseWriter, r *http.Request, err error) {
 			restErrors(r.Context(), mux, marshaler, w, r, err)
 		}})

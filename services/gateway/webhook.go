@@ -39,12 +39,14 @@ const (
 // FireTrigger over the loopback connection, through the guard like every REST call; a
 // call without is relayed to the orchestrator with its raw body and signature, which the
 // orchestrator verifies under the trigger's secret (the tenant is the query parameter
-// tenant, "default" without it). A call with neither is refused. Failed signatures count
-// against the client address as failed authentications do (guard).
+// tenant, "default" without it) and counted against that tenant's limits. A call with
+// neither is refused. Failed signatures count against the client address as failed
+// authentications do (guard).
 type webhook struct {
 	public   apiv1.TriggerServiceClient
 	internal orchv1.TriggerServiceClient
 	guard    *guard
+	limits   *limits
 	m        runtime.Marshaler
 	errors   func(w http.ResponseWriter, r *http.Request, err error)
 }
@@ -118,6 +120,14 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.errors(w, r, err)
 			return
 		}
+		// The tenant's limits apply as to its authenticated calls. (The principal is only
+		// the limiter's: the call itself is signed as the gateway, carrying the signature.)
+		release, err := h.limits.acquire(auth.NewContext(ctx, &auth.Principal{Tenant: tenant, Subject: "webhook:" + name}))
+		if err != nil {
+			h.errors(w, r, err)
+			return
+		}
+		defer release()
 		resp, err := h.internal.FireTrigger(auth.ServiceCall(ctx), &orchv1.FireTriggerRequest{Tenant: tenant, Name: name, Body: body, DeliveryId: delivery, Signature: signature})
 		if status.Code(err) == codes.Unauthenticated {
 			h.guard.failures.Fail(addr)
