@@ -309,6 +309,13 @@ func cases() []expectation {
 			_, page = r.api.do("GET", "/v1/executions/"+r.id+"/logs?step=end", nil)
 			require.Empty(t, page["entries"], "a noop writes nothing")
 		}},
+		{file: "engine.nats_kv.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, map[string]any{"text": "hello", "n": float64(1), "revision": float64(1), "other_found": false, "keys": []any{"greeting"}}, r.stepResult("check"))
+		}},
+		{file: "engine.nats_object.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, map[string]any{"report_intact": true, "blob": "AAEC/w==", "blob_encoding": "base64",
+				"before": []any{"blob.bin", "report.csv"}, "after": []any{"report.csv"}}, r.stepResult("check"))
+		}},
 		{file: "engine.shell_failure.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
 			failed, _ := r.exec["failedSteps"].([]any)
 			require.Equal(t, []any{"fail_loudly"}, failed)
@@ -343,6 +350,10 @@ func TestConformance(t *testing.T) {
 		}})
 		require.Equal(t, http.StatusOK, code, "credential %s: %v", name, resp)
 	}
+
+	// engine.nats_*: the suite's embedded NATS server, for kind: nats.
+	code, resp = c.do("POST", "/v1/credentials", map[string]any{"name": "nats_local", "type": "nats", "data": map[string]any{"url": natsURL}})
+	require.Equal(t, http.StatusOK, code, "credential nats_local: %v", resp)
 
 	// engine.keychain: an OAuth2 client credential and the token server it is good for.
 	tokens = startTokenServer(t)

@@ -17,7 +17,6 @@ func TestToolKindNoPoolRunsIsRefused(t *testing.T) {
 		kind, msg string
 	}{
 		{"duckdb", `tool kind "duckdb" is not supported yet ` + runs},
-		{"nats", `tool kind "nats" is not supported yet ` + runs},
 		{"task_sequence", `tool kind "task_sequence" is internal to NoETL`},
 		{"system_orchestrate", `unknown tool kind "system_orchestrate" ` + runs},
 		{"rhai", `unknown tool kind "rhai" ` + runs},
@@ -50,5 +49,16 @@ func TestToolKindsRunByAPoolAreAccepted(t *testing.T) {
 	require.Contains(t, ToolKinds(), "secrets")
 	require.Contains(t, ToolKinds(), "workbook")
 	require.NotContains(t, ToolKinds(), "duckdb")
-	require.NotContains(t, ToolKinds(), "nats")
+	require.Contains(t, ToolKinds(), "nats")
+}
+
+// A nats tool names its operation; a literal one must be known.
+func TestNATSOperationIsChecked(t *testing.T) {
+	t.Parallel()
+	_, err := Parse(doc("workflow:\n  - step: start\n    tool: {kind: nats, bucket: b}\n"))
+	require.ErrorContains(t, err, "a nats tool needs an operation (one of kv_get")
+	_, err = Parse(doc("workflow:\n  - step: start\n    tool: {kind: nats, operation: kv_fetch}\n"))
+	require.ErrorContains(t, err, `unknown nats operation "kv_fetch"`)
+	mustParse(t, doc("workflow:\n  - step: start\n    tool: {kind: nats, operation: \"{{ workload.op }}\"}\n"))
+	mustParse(t, doc("workflow:\n  - step: start\n    tool: {kind: nats, operation: js_consume, stream: S}\n"))
 }

@@ -408,7 +408,8 @@ func (b *builder) tool(n *yaml.Node, step, field, label string, dropName bool) *
 		t.Config[key] = toValue(n.Content[i+1])
 	}
 	t.Policy = b.policy(value(value(value(n, "spec"), "policy"), "rules"), step, field+".spec.policy.rules")
-	b.sqlTool(n, t, step, field) // sql.go: SQL text with templates, literal-SQL digests
+	b.sqlTool(n, t, step, field)     // sql.go: SQL text with templates, literal-SQL digests
+	b.natsTool(n, kind, step, field) // nats.go: the operation
 	return t
 }
 

@@ -317,6 +317,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver, orch orchv1.OrchestratorServiceClient) (tools.Registry, func()) {
 	pg := &tools.Postgres{Resolve: resolve}
 	httpTool := &tools.HTTP{Egress: egress, Resolve: resolve}
+	natsTool := &tools.NATS{Egress: egress, Resolve: resolve}
 	r := tools.Registry{
 		"noop":     tools.Noop{},
 		"python":   &tools.Python{Interpreter: w.cfg.Python, PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv), WorkerID: w.cfg.ID},
@@ -326,6 +327,7 @@ func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver
 		"artifact": artifactTool{w},
 		"shell":    &tools.Shell{Enabled: w.cfg.Shell || w.cfg.Pool == "system", PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv)},
 		"secrets":  &tools.Secrets{Resolve: resolve, Register: registerSecret},
+		"nats":     natsTool,
 	}
 	w.keychain = &tools.Keychain{Resolve: resolve, Register: registerSecret, HTTP: httpTool}
 	if w.cfg.Pool == "system" {
@@ -334,6 +336,7 @@ func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver
 	return r, func() {
 		pg.Close()
 		httpTool.CloseIdleConnections()
+		natsTool.Close()
 	}
 }
 

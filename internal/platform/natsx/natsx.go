@@ -341,3 +341,44 @@ func headerGet(h nats.Header, key string) string {
 	}
 	return ""
 }
+
+// The platform's names on a NATS server that tenant code (a playbook's nats tool) must not
+// reach: streams named NOETL_*, KV and object-store buckets named noetl* (in any case;
+// reserved for the platform), and subjects under the mesh's prefixes, NATS's own $
+// subjects and reply inboxes.
+const (
+	reservedStreamPrefix = "NOETL_"
+	reservedBucketPrefix = "noetl"
+	meshSubjectRoot      = "noetl"
+)
+
+// ReservedStream reports whether a JetStream stream belongs to the platform: NOETL_*, or
+// the stream behind a reserved KV (KV_<bucket>) or object-store (OBJ_<bucket>) bucket.
+func ReservedStream(name string) bool {
+	if hasPrefixFold(name, reservedStreamPrefix) {
+		return true
+	}
+	for _, p := range []string{"KV_", "OBJ_"} {
+		if hasPrefixFold(name, p) && ReservedBucket(name[len(p):]) {
+			return true
+		}
+	}
+	return false
+}
+
+// ReservedBucket reports whether a KV or object-store bucket name is reserved for the
+// platform (noetl*, in any case).
+func ReservedBucket(name string) bool { return hasPrefixFold(name, reservedBucketPrefix) }
+
+// ReservedSubject reports whether tenant code may not publish on subject: the mesh's
+// subjects (every subject whose first token is noetl, whatever the case, which covers
+// SubjectPrefixes and any the mesh adds later), NATS's $ subjects (the JetStream, KV and
+// object-store APIs, $SYS) and reply inboxes (_INBOX.).
+func ReservedSubject(subject string) bool {
+	first, _, _ := strings.Cut(subject, ".")
+	return strings.EqualFold(first, meshSubjectRoot) || strings.HasPrefix(subject, "$") || strings.HasPrefix(subject, "_INBOX.")
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
