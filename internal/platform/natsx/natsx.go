@@ -343,8 +343,8 @@ func headerGet(h nats.Header, key string) string {
 }
 
 // The platform's names on a NATS server that tenant code (a playbook's nats tool) must not
-// reach: streams named NOETL_*, KV and object-store buckets named noetl* (in any case;
-// reserved for the platform), and subjects under the mesh's prefixes, NATS's own $
+// reach: streams named NOETL_*, KV and object-store buckets and consumers named noetl* (in
+// any case; reserved for the platform), and subjects under the mesh's prefixes, NATS's own $
 // subjects and reply inboxes.
 const (
 	reservedStreamPrefix = "NOETL_"
@@ -369,6 +369,10 @@ func ReservedStream(name string) bool {
 // ReservedBucket reports whether a KV or object-store bucket name is reserved for the
 // platform (noetl*, in any case).
 func ReservedBucket(name string) bool { return hasPrefixFold(name, reservedBucketPrefix) }
+
+// ReservedConsumer reports whether a JetStream consumer name is reserved for the platform
+// (noetl*, in any case: the durable consumers of NATS triggers live on tenants' streams).
+func ReservedConsumer(name string) bool { return hasPrefixFold(name, reservedBucketPrefix) }
 
 // ReservedSubject reports whether tenant code may not publish on subject: the mesh's
 // subjects (every subject whose first token is noetl, whatever the case, which covers

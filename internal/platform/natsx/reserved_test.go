@@ -20,6 +20,8 @@ func TestReservedNames(t *testing.T) {
 	require.True(t, ReservedBucket("noetl_sessions"))
 	require.True(t, ReservedBucket("NOETL"))
 	require.False(t, ReservedBucket("orders"))
+	require.True(t, ReservedConsumer("noetl-trigger-abc"))
+	require.False(t, ReservedConsumer("billing"))
 	for _, s := range []string{EventSubject("x", 4), CommandSubject("shared", "x", 4), CommittedSubject("x", 4), CancelSubject("x"), "NOETL.anything", "$JS.API.STREAM.DELETE.ORDERS", "$KV.noetl_sessions.k", "_INBOX.abc"} {
 		require.True(t, ReservedSubject(s), s)
 	}

@@ -62,7 +62,8 @@ const (
 // encoding (text, json or base64: how data and values are read and written; text by
 // default, base64 for bytes that are not UTF-8), timeout_seconds (default 30).
 //
-// The platform's own streams (NOETL_*), buckets (noetl*) and subjects are refused.
+// The platform's own streams (NOETL_*), buckets and consumers (noetl*, such as the durable
+// consumers of NATS triggers on tenants' streams) and subjects are refused.
 type NATS struct {
 	// Resolve fetches the credential auth names.
 	Resolve CredentialResolver
@@ -150,6 +151,9 @@ func (t *NATS) checkReserved(op string, cfg map[string]any) error {
 	}
 	if s := cfgString(cfg, "stream"); s != "" && natsx.ReservedStream(s) {
 		return refuse("stream", s)
+	}
+	if s := cfgString(cfg, "consumer", "durable"); s != "" && natsx.ReservedConsumer(s) {
+		return refuse("consumer", s)
 	}
 	if s := cfgString(cfg, "subject"); s != "" && natsx.ReservedSubject(s) {
 		return refuse("subject", s)

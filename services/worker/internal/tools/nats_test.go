@@ -182,6 +182,7 @@ func TestNATSRefusesThePlatformsNames(t *testing.T) {
 		{"operation": "kv_put", "bucket": "noetl_sessions", "key": "k", "value": "v"},
 		{"operation": "object_get", "bucket": "NOETL_blobs", "name": "x"},
 		{"operation": "js_stream_info", "stream": "KV_noetl_sessions"},
+		{"operation": "js_consume", "stream": "ORDERS", "consumer": "noetl-trigger-t1"},
 	} {
 		cfg["auth"] = "bus"
 		_, err := tool.Run(ctx, &Call{Config: cfg})
