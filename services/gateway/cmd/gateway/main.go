@@ -12,6 +12,10 @@ import (
 	"github.com/noetl/noetl/services/gateway"
 )
 
+// version is the release, set at build time (-ldflags "-X main.version=...", as the image
+// build does); empty means the binary's build info (the OpenAPI document's info.version).
+var version string
+
 func main() {
 	cfg, printed, err := gateway.ParseFlags(os.Args[1:])
 	if err != nil {
@@ -22,6 +26,7 @@ func main() {
 	if printed {
 		return
 	}
+	cfg.Version = version
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
