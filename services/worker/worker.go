@@ -317,7 +317,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver, orch orchv1.OrchestratorServiceClient) (tools.Registry, func()) {
 	pg := &tools.Postgres{Resolve: resolve}
 	httpTool := &tools.HTTP{Egress: egress, Resolve: resolve}
-	natsTool := &tools.NATS{Egress: egress, Resolve: resolve}
+	natsTool := &tools.NATS{Egress: egress, Resolve: resolve, Register: registerSecret}
 	r := tools.Registry{
 		"noop":     tools.Noop{},
 		"python":   &tools.Python{Interpreter: w.cfg.Python, PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv), WorkerID: w.cfg.ID},

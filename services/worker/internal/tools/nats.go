@@ -67,6 +67,10 @@ const (
 type NATS struct {
 	// Resolve fetches the credential auth names.
 	Resolve CredentialResolver
+	// Register adds a secret value to the scrubber of the command ctx runs: the tool
+	// registers the connection's secrets (password, token, creds and the JWT and seed in
+	// them, nkey), whose field names the scrubber may not know as secret.
+	Register func(ctx context.Context, value string)
 	// Egress is the policy on the addresses a connection may reach.
 	Egress Egress
 	// MaxConns bounds the pooled connections (zero: DefaultNATSConns).
@@ -195,6 +199,23 @@ func (t *NATS) connAuth(ctx context.Context, cfg map[string]any) (natsAuth, erro
 	}
 	if a.url == "" {
 		return a, natsErr("tool.url (or the auth credential's url) is required")
+	}
+	if t.Register != nil {
+		for _, v := range []string{a.password, a.token, a.creds, a.nkey} {
+			if v != "" {
+				t.Register(ctx, v)
+			}
+		}
+		if a.creds != "" {
+			if jwt, err := nkeys.ParseDecoratedJWT([]byte(a.creds)); err == nil {
+				t.Register(ctx, jwt)
+			}
+			if kp, err := nkeys.ParseDecoratedNKey([]byte(a.creds)); err == nil {
+				if seed, err := kp.Seed(); err == nil {
+					t.Register(ctx, string(seed))
+				}
+			}
+		}
 	}
 	return a, nil
 }

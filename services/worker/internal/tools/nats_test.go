@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"github.com/noetl/noetl/internal/platform/natsx"
@@ -258,4 +259,28 @@ func TestNATSConsumeWaitIsBoundedByTheTimeout(t *testing.T) {
 	tool := natsTool(t, url)
 	got := natsRun(t, tool, map[string]any{"operation": "js_consume", "stream": "EMPTY", "timeout_ms": 60000, "timeout_seconds": 1.5})
 	require.EqualValues(t, 0, got["count"])
+}
+
+// The connection's secrets are registered with the command's scrubber, the creds' JWT and
+// seed included, whatever the credential calls its fields.
+func TestNATSRegistersTheConnectionsSecrets(t *testing.T) {
+	t.Parallel()
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	seed, err := user.Seed()
+	require.NoError(t, err)
+	creds := "-----BEGIN NATS USER JWT-----\neyJhbGciOiJlZDI1NTE5In0.e30.c2ln\n------END NATS USER JWT------\n\n" +
+		"-----BEGIN USER NKEY SEED-----\n" + string(seed) + "\n------END USER NKEY SEED------\n"
+	var got []string
+	tool := &NATS{Egress: EgressLoopback,
+		Resolve: func(context.Context, string) (string, map[string]any, error) {
+			return "nats", map[string]any{"url": "nats://127.0.0.1:1", "creds": creds}, nil
+		},
+		Register: func(_ context.Context, v string) { got = append(got, v) }}
+	defer tool.Close()
+	_, err = tool.Run(context.Background(), &Call{Config: map[string]any{"operation": "kv_keys", "bucket": "b", "auth": "bus", "timeout_seconds": 5}})
+	require.Error(t, err, "nothing listens there")
+	require.Contains(t, got, creds)
+	require.Contains(t, got, "eyJhbGciOiJlZDI1NTE5In0.e30.c2ln")
+	require.Contains(t, got, string(seed))
 }
