@@ -23,7 +23,9 @@ const (
 
 // logsSource adapts WatchExecutionLogs: each entry is an SSE event "log"; the last entry
 // of a command carries the seq of its event as id, so that a client resuming with
-// Last-Event-ID never gets a command's entries twice or by halves.
+// Last-Event-ID never gets a command's entries twice or by halves. The end is an SSE event
+// "end" with the terminal event's seq as id: an EventSource reconnecting after it is
+// answered 204 and stops.
 type logsSource struct {
 	grpc.ServerStreamingClient[apiv1.WatchExecutionLogsResponse]
 }
@@ -36,6 +38,9 @@ func (s logsSource) Recv() ([]sseEvent, error) {
 	out := make([]sseEvent, len(m.GetEntries()))
 	for i, e := range m.GetEntries() {
 		out[i] = sseEvent{typ: "log", data: e}
+	}
+	if m.GetEnd() {
+		out = append(out, sseEvent{typ: "end", data: &apiv1.WatchExecutionLogsResponse{Seq: m.GetSeq(), End: true}})
 	}
 	if n := len(out); n > 0 {
 		out[n-1].id = strconv.FormatInt(m.GetSeq(), 10)

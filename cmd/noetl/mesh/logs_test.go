@@ -102,10 +102,19 @@ func TestStepLogs(t *testing.T) {
 	page = a.wantREST(http.StatusOK, http.MethodGet, "/v1/executions/"+id+"/logs?step=big&follow=false", nil)
 	require.Len(t, restEntries(t, page), 1)
 
-	// follow=true streamed the same entries while the execution ran, then ended.
+	// follow=true streamed the same entries while the execution ran, then its end, whose id
+	// a reconnecting EventSource sends back and is told there is no more (204).
 	require.Equal(t, http.StatusOK, followCode)
-	require.Len(t, followed, 3)
+	require.Len(t, followed, 4)
 	require.Equal(t, "log", followed[0].event)
+	end := followed[3]
+	require.Equal(t, "end", end.event)
+	require.Equal(t, done.GetExecution().GetLastSeq(), mustInt(t, end.id))
+	code, _ := streamSSE(t, m, m.AdminKey, "/v1/executions/"+id+"/logs?follow=true", map[string]string{"Last-Event-ID": end.id})
+	require.Equal(t, http.StatusNoContent, code)
+	code, again := streamSSE(t, m, m.AdminKey, "/v1/executions/"+id+"/logs:watch?step=start", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Len(t, again, 3, "the step's two entries and the end")
 	require.Contains(t, followed[0].data, `"text":"hello from step logs\n"`)
 	require.Empty(t, followed[0].id, "a command's first entry carries no id")
 	require.NotEmpty(t, followed[1].id, "its last one carries its event's seq")
@@ -124,7 +133,7 @@ func TestStepLogs(t *testing.T) {
 	// Tenant-scoped, and bad parameters are refused naming the field.
 	_, err = b.exe.ListExecutionLogs(ctx, &apiv1.ListExecutionLogsRequest{ExecutionId: id})
 	require.Equal(t, codes.NotFound, status.Code(err), "%v", err)
-	code, _ := streamSSE(t, m, bKey, "/v1/executions/"+id+"/logs?follow=true", nil)
+	code, _ = streamSSE(t, m, bKey, "/v1/executions/"+id+"/logs?follow=true", nil)
 	require.Equal(t, http.StatusNotFound, code)
 	out := a.wantREST(http.StatusBadRequest, http.MethodGet, "/v1/executions/"+id+"/logs?follow=sometimes", nil)
 	require.Contains(t, out["message"], "follow")

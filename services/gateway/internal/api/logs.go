@@ -97,7 +97,8 @@ func (s *Server) ListExecutionLogs(ctx context.Context, req *apiv1.ListExecution
 }
 
 // WatchExecutionLogs implements ExecutionService: the orchestrator's watch of the
-// execution, each outcome event that carries logs (of the step asked for) one response.
+// execution, each outcome event that carries logs (of the step asked for) one response,
+// and the terminal event a last one, with no entries.
 func (s *Server) WatchExecutionLogs(req *apiv1.WatchExecutionLogsRequest, stream grpc.ServerStreamingServer[apiv1.WatchExecutionLogsResponse]) error {
 	if err := validStep("step", req.GetStep()); err != nil {
 		return err
@@ -105,10 +106,10 @@ func (s *Server) WatchExecutionLogs(req *apiv1.WatchExecutionLogsRequest, stream
 	ctx := stream.Context()
 	return s.watchEvents(stream, req.GetExecutionId(), req.GetAfterSeq(), func(ev *eventv1.Event) error {
 		entries := s.logEntries(ctx, ev, req.GetStep())
-		if len(entries) == 0 {
+		if len(entries) == 0 && !domain.IsTerminal(ev.GetType()) {
 			return nil
 		}
-		return stream.Send(&apiv1.WatchExecutionLogsResponse{Entries: entries, Seq: ev.GetSeq()})
+		return stream.Send(&apiv1.WatchExecutionLogsResponse{Entries: entries, Seq: ev.GetSeq(), End: domain.IsTerminal(ev.GetType())})
 	})
 }
 

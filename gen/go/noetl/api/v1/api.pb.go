@@ -2772,13 +2772,16 @@ func (x *WatchExecutionLogsRequest) GetAfterSeq() int64 {
 	return 0
 }
 
-// WatchExecutionLogsResponse carries the step logs of one command's outcome.
+// WatchExecutionLogsResponse carries the step logs of one command's outcome, or says the
+// execution ended.
 type WatchExecutionLogsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The command's entries.
+	// The command's entries; empty in the last response.
 	Entries []*LogEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	// Seq of the event that carries them.
-	Seq           int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Seq of the event that carries them (of the terminal event in the last response).
+	Seq int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Whether this is the last response: the execution ended at seq.
+	End           bool `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2825,6 +2828,13 @@ func (x *WatchExecutionLogsResponse) GetSeq() int64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *WatchExecutionLogsResponse) GetEnd() bool {
+	if x != nil {
+		return x.End
+	}
+	return false
 }
 
 var File_noetl_api_v1_api_proto protoreflect.FileDescriptor
@@ -3044,10 +3054,11 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x19WatchExecutionLogsRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x1b\n" +
-	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"`\n" +
+	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"r\n" +
 	"\x1aWatchExecutionLogsResponse\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.noetl.api.v1.LogEntryR\aentries\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x03R\x03seq2\xf3\x02\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\bR\x03end2\xf3\x02\n" +
 	"\x0eCatalogService\x12{\n" +
 	"\x10RegisterPlaybook\x12%.noetl.api.v1.RegisterPlaybookRequest\x1a&.noetl.api.v1.RegisterPlaybookResponse\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/playbooks\x12s\n" +
 	"\vGetPlaybook\x12 .noetl.api.v1.GetPlaybookRequest\x1a!.noetl.api.v1.GetPlaybookResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/playbooks/{path=**}\x12o\n" +

@@ -263,8 +263,9 @@ type ExecutionServiceClient interface {
 	// after_seq, and ends after the execution's terminal event. Over REST it is served as
 	// Server-Sent Events as WatchExecution is: each entry is one SSE event `log` whose data
 	// is the LogEntry as JSON; the last entry of a command carries `id`, the seq of its
-	// event, for Last-Event-ID to resume after. A watch counts as a call in flight for the
-	// tenant's limit.
+	// event, for Last-Event-ID to resume after. The stream ends with an SSE event `end`
+	// whose id is the terminal event's seq (an EventSource reconnecting after it is answered
+	// 204 No Content and stops). A watch counts as a call in flight for the tenant's limit.
 	WatchExecutionLogs(ctx context.Context, in *WatchExecutionLogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchExecutionLogsResponse], error)
 	// RerunExecution starts a new execution of an execution's playbook version, workload and
 	// labels. With from_step, the new execution reuses the results (inline, or the same
@@ -441,8 +442,9 @@ type ExecutionServiceServer interface {
 	// after_seq, and ends after the execution's terminal event. Over REST it is served as
 	// Server-Sent Events as WatchExecution is: each entry is one SSE event `log` whose data
 	// is the LogEntry as JSON; the last entry of a command carries `id`, the seq of its
-	// event, for Last-Event-ID to resume after. A watch counts as a call in flight for the
-	// tenant's limit.
+	// event, for Last-Event-ID to resume after. The stream ends with an SSE event `end`
+	// whose id is the terminal event's seq (an EventSource reconnecting after it is answered
+	// 204 No Content and stops). A watch counts as a call in flight for the tenant's limit.
 	WatchExecutionLogs(*WatchExecutionLogsRequest, grpc.ServerStreamingServer[WatchExecutionLogsResponse]) error
 	// RerunExecution starts a new execution of an execution's playbook version, workload and
 	// labels. With from_step, the new execution reuses the results (inline, or the same
