@@ -509,7 +509,7 @@ func TestConsole(t *testing.T) {
 
 	step("cancel from the console", func(t *testing.T) {
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+slow))
-		until(t, b, "the running step", `document.querySelector('[data-step="start"]')?.dataset.status === 'running'`)
+		until(t, b, "the running step", `document.querySelector('[data-step="nap"]')?.dataset.status === 'running'`)
 		shots.take(t, b, "18-running", "a running execution: its running step pulses, the cancel button")
 		do(t, b, chromedp.Click(chromedp.CSS("#cancel")), chromedp.WaitVisible(chromedp.CSS("dialog[open] [data-confirm]")))
 		do(t, b, chromedp.SendKeys(chromedp.CSS("dialog[open] input"), "console test"))
@@ -560,6 +560,25 @@ func TestConsole(t *testing.T) {
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+run))
 		until(t, b, "the graph", `document.querySelectorAll('svg.graph .node').length === 7`)
 		shots.take(t, b, "25-graph-narrow", "an execution's page on a 390-pixel-wide screen, its graph fitted")
+	})
+
+	step("step logs", func(t *testing.T) {
+		do(t, b, chromedp.EmulateViewport(1440, 900), chromedp.Navigate(base+"/ui/#/executions/"+run))
+		until(t, b, "the graph", `document.querySelectorAll('svg.graph .node').length === 7`)
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-tab="logs"]`)))
+		until(t, b, "the side step's printed line", `document.querySelector('.step-logs[data-step="side"] .log-entry[data-stream="stdout"] .log-text')?.textContent === 'side step: all is well\n'`)
+		require.Equal(t, "side step: a warning, for the record\n", eval[string](t, b, `document.querySelector('.step-logs[data-step="side"] .log-entry[data-stream="stderr"] .log-text').textContent`))
+		require.Equal(t, []string{"side"}, eval[[]string](t, b, `[...document.querySelectorAll('.step-logs')].map((s) => s.dataset.step)`), "only the step that printed has logs")
+		shots.take(t, b, "26-step-logs", "the step logs of an execution, per step: a python step's stdout and stderr")
+
+		// A running execution's logs follow it: the first step's line shows while the second runs.
+		live := f.start(t, "tests/console/slow")
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+live+"?tab=logs"))
+		until(t, b, "the first step's line, live", `document.querySelector('.step-logs[data-step="start"] .log-text')?.textContent === "hello from the console's python step\n"`)
+		require.Equal(t, "running", eval[string](t, b, `document.querySelector('#exec-status').dataset.status`))
+		shots.take(t, b, "27-step-logs-live", "the step logs of a running execution, followed live: the first step's line while the second runs")
+		_, err := f.exe.CancelExecution(ctx, &apiv1.CancelExecutionRequest{ExecutionId: live, Reason: "test"})
+		require.NoError(t, err)
 	})
 
 	require.Empty(t, problems(), "the pages logged no error and threw no exception")

@@ -1,6 +1,7 @@
 // One execution: its header with the cancel and rerun buttons, then the step graph, the timeline, the
-// event log and the results. A running execution is followed live over the watch stream:
-// every committed event updates the graph, the timeline and the log.
+// event log, the results and the step logs. A running execution is followed live over the watch
+// stream: every committed event updates the graph, the timeline and the log, and each command
+// that ends with logs reloads the step logs.
 
 import {h, mount, badge, execStatus, stepStatus, when, fullTime, duration, ms, tabs, spinner, empty, throttle, copyButton, bytes, count, download} from '../dom.js';
 import {api, watch, resultId, iterationOf, TERMINAL} from '../api.js';
@@ -13,6 +14,8 @@ const EVENT_PAGE = 1000;
 const MAX_EVENTS = 20_000;
 const SHOWN_EVENTS = 500;
 const TABLE_PAGE = 50;
+const LOG_PAGE = 1000;
+const MAX_LOG_ENTRIES = 10_000;
 
 export async function render(root, route, app) {
   const id = route.parts[1];
@@ -23,6 +26,7 @@ export async function render(root, route, app) {
   let eventFilter = route.query.get('filter') || '';
   let x; let g = null; let graphErr = null; let events = []; let truncated = false;
   let ticker = null;
+  let logs = null; let logsErr = null; let logsTruncated = false; let logStep = route.query.get('logstep') || '';
 
   mount(root, spinner('Loading the execution…'));
   try {
@@ -177,7 +181,8 @@ export async function render(root, route, app) {
 
   function drawTabs() {
     const n = events.length;
-    mount(tabBar, tabs([['graph', 'Graph'], ['timeline', 'Timeline'], ['events', `Events (${count(n)}${truncated ? '+' : ''})`], ['results', 'Results']], tab, (t) => {
+    mount(tabBar, tabs([['graph', 'Graph'], ['timeline', 'Timeline'], ['events', `Events (${count(n)}${truncated ? '+' : ''})`], ['results', 'Results'],
+      ['logs', logs ? `Logs (${count(logs.length)}${logsTruncated ? '+' : ''})` : 'Logs']], tab, (t) => {
       tab = t;
       app.replace(app.link(['executions', id], {tab: t, step: selected, filter: tab === 'events' ? eventFilter : ''}));
       drawTabs();
@@ -190,6 +195,7 @@ export async function render(root, route, app) {
       case 'timeline': return drawTimelineTab();
       case 'events': return drawEventsTab();
       case 'results': return drawResultsTab();
+      case 'logs': return drawLogsTab();
       default: return drawGraphTab();
     }
   }
@@ -227,6 +233,7 @@ export async function render(root, route, app) {
         h('span', {class: 'muted'}, n.kind + (n.tools ? ' (' + n.tools.join(' → ') + ')' : '')),
         h('div', {class: 'spacer'}),
         h('button', {type: 'button', class: 'btn small', onclick: () => { eventFilter = n.name; tab = 'events'; drawTabs(); drawBody(); }}, 'Its events'),
+        h('button', {type: 'button', class: 'btn small', id: 'step-logs', onclick: () => { logStep = n.name; tab = 'logs'; app.replace(app.link(['executions', id], {tab: 'logs', logstep: n.name})); drawTabs(); drawBody(); }}, 'Its logs'),
         h('button', {type: 'button', class: 'btn ghost small', 'aria-label': 'Close', onclick: () => { selected = ''; graph.select(''); drawStepPanel(); }}, '✕')),
       n.desc ? h('p', {}, n.desc) : null,
       h('dl', {class: 'facts'},
@@ -377,6 +384,80 @@ export async function render(root, route, app) {
     return out.join('\r\n') + '\r\n';
   }
 
+  // The step logs: what each command's tools wrote (stdout, stderr, diagnostics), read from
+  // GET /v1/executions/{id}/logs, grouped by step in graph order. While the execution runs,
+  // every event that carries logs reloads them.
+  async function loadLogs() {
+    const out = [];
+    let token = '';
+    let more = false;
+    for (;;) {
+      const r = await api(`/v1/executions/${encodeURIComponent(id)}/logs`, {query: {pageSize: LOG_PAGE, pageToken: token}, signal});
+      out.push(...(r.entries || []));
+      token = r.nextPageToken || '';
+      if (!token) break;
+      if (out.length >= MAX_LOG_ENTRIES) { more = true; break; }
+    }
+    logs = out; logsTruncated = more; logsErr = null;
+  }
+
+  const reloadLogs = throttle(async () => {
+    try {
+      await loadLogs();
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      logsErr = e;
+    }
+    drawTabs();
+    if (tab === 'logs') drawLogsTab();
+  }, 400);
+
+  function drawLogsTab() {
+    if (logsErr) { mount(body, errorBox(logsErr, 'the step logs could not be read')); return; }
+    if (!logs) {
+      mount(body, spinner('Reading the step logs…'));
+      reloadLogs();
+      return;
+    }
+    const order = g ? g.nodes.map((n) => n.name) : [];
+    const steps = [...new Set([...order.filter((n) => logs.some((e) => e.step === n)), ...logs.map((e) => e.step)])];
+    const pick = h('select', {class: 'input', id: 'log-step', 'aria-label': 'Step'},
+      h('option', {value: ''}, 'All steps'),
+      steps.map((n) => h('option', {value: n, selected: n === logStep}, n)));
+    pick.addEventListener('change', () => { logStep = pick.value; app.replace(app.link(['executions', id], {tab: 'logs', logstep: logStep})); drawLogsTab(); });
+    const live = execStatus(x.status) === 'running';
+    const sections = [];
+    for (const step of steps) {
+      if (logStep && step !== logStep) continue;
+      const entries = logs.filter((e) => e.step === step);
+      sections.push(h('section', {class: 'card step-logs', dataset: {step}},
+        h('div', {class: 'card-title-row'}, h('h3', {class: 'mono'}, step), badge(stepStatus(((x.steps || {})[step] || {}).status)),
+          h('span', {class: 'muted small'}, `${entries.length} stream${entries.length === 1 ? '' : 's'}`)),
+        entries.map(logEntry)));
+    }
+    mount(body,
+      h('div', {class: 'graph-tools'}, pick, h('div', {class: 'spacer'}),
+        h('span', {class: 'muted'}, live ? 'Following: a command’s logs appear when it ends.' : 'Each stream keeps its last 64 KiB; secrets are masked.')),
+      logsTruncated ? notice(`Only the first ${count(MAX_LOG_ENTRIES)} streams are loaded.`, 'warn') : null,
+      sections.length ? sections : empty(logStep ? `Step ${logStep} wrote no logs.` : (live ? 'No command has written logs yet.' : 'No step wrote logs.'),
+        'python and shell steps keep what they print; http and postgres steps add a line about each call.'));
+  }
+
+  function logEntry(e) {
+    const where = [];
+    if (e.iteration && iterationOf(e) >= 0) where.push(`iteration ${iterationOf(e)}`);
+    if ((e.attempt || 1) > 1) where.push(`attempt ${e.attempt}`);
+    return h('div', {class: ['log-entry', 'log-' + e.stream], dataset: {stream: e.stream, command: e.commandId}},
+      h('div', {class: 'log-head'},
+        h('span', {class: ['log-stream', 'mono']}, e.stream),
+        e.tool ? h('span', {class: 'mono muted'}, e.tool) : null,
+        where.length ? h('span', {class: 'muted'}, where.join(' · ')) : null,
+        h('div', {class: 'spacer'}),
+        e.truncated ? h('span', {class: 'log-cut', title: 'The stream wrote more than is kept: this is its end.'}, `last ${bytes(new TextEncoder().encode(e.text || '').length)} of ${bytes(Number(e.totalBytes) || 0)}`) : null,
+        h('span', {class: 'muted small', title: fullTime(e.time)}, when(e.time))),
+      h('pre', {class: 'log-text'}, e.text || ''));
+  }
+
   // Live: follow the watch stream, refreshing the execution's state as events land.
   const refresh = throttle(async () => {
     try {
@@ -399,6 +480,7 @@ export async function render(root, route, app) {
     watch(id, truncated ? x.lastSeq : last, (e) => {
       if (!truncated) events.push(e);
       refresh();
+      if (e.payload && e.payload.logs && (logs || tab === 'logs')) reloadLogs();
       if (TERMINAL.has(e.type)) clearInterval(ticker);
     }, signal).catch((e) => mount(actionMsg, errorBox(e, 'live updates stopped'))).finally(() => refresh());
     ticker = setInterval(() => {
