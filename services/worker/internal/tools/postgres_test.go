@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -50,6 +52,24 @@ func TestPostgres(t *testing.T) {
 		cfg["connection_string"] = dsn
 		return asWritten(cfg)
 	}
+
+	t.Run("diagnostics", func(t *testing.T) {
+		l := NewLog(1 << 10)
+		_, err := p.Run(context.Background(), &Call{Kind: "postgres", Log: l, CommandID: "c", Step: "s",
+			Config: with(map[string]any{"command": "SELECT 1 AS a; SELECT g FROM generate_series(1, 4) g"})})
+		require.NoError(t, err)
+		_, err = p.Run(context.Background(), &Call{Kind: "postgres", Log: l, CommandID: "c", Step: "s",
+			Config: with(map[string]any{"command": "SELECT * FROM no_such_table"})})
+		require.Error(t, err)
+		got := l.Streams()
+		require.Len(t, got, 1)
+		require.Equal(t, StreamDiagnostic, got[0].Name)
+		lines := strings.Split(strings.TrimSuffix(string(got[0].Tail), "\n"), "\n")
+		require.Len(t, lines, 2)
+		require.Regexp(t, `^postgres: 2 statement\(s\) in \S+; last: SELECT 4; rows: 4$`, lines[0])
+		require.Regexp(t, `^postgres: failed after \S+: .*no_such_table`, lines[1])
+		require.NotContains(t, string(got[0].Tail), dsn, "no connection string")
+	})
 
 	t.Run("multi statement", func(t *testing.T) {
 		res := mustPG(t, p, with(map[string]any{"command": `
