@@ -256,16 +256,25 @@ func (k *Keychain) oauth2(ctx context.Context, tenant, name string, cfg map[stri
 	if fields, ok := k.cached(key); ok {
 		return fields, nil
 	}
-	v, err, _ := k.group.Do(key, func() (any, error) {
+	// One request per token however many commands want it at once. It runs apart from
+	// the cancellation of the command that started it (the http tool's timeout bounds
+	// it), so that command's end does not fail the others; each waits on its own context.
+	fetchCtx := context.WithoutCancel(ctx)
+	ch := k.group.DoChan(key, func() (any, error) {
 		if fields, ok := k.cached(key); ok {
 			return fields, nil
 		}
-		return k.fetch(ctx, what, key, req, tokenField, ttlField, cfg["ttl_seconds"])
+		return k.fetch(fetchCtx, what, key, req, tokenField, ttlField, cfg["ttl_seconds"])
 	})
-	if err != nil {
-		return nil, err
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return copyFields(r.Val.(map[string]any)), nil
+	case <-ctx.Done():
+		return nil, &Error{Msg: fmt.Sprintf("%s: token request: %v", what, context.Cause(ctx)), Retryable: true}
 	}
-	return copyFields(v.(map[string]any)), nil
 }
 
 // fetch calls the token endpoint and caches the token.
