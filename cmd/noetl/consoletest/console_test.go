@@ -565,9 +565,15 @@ func TestConsole(t *testing.T) {
 	step("step logs", func(t *testing.T) {
 		do(t, b, chromedp.EmulateViewport(1440, 900), chromedp.Navigate(base+"/ui/#/executions/"+run))
 		until(t, b, "the graph", `document.querySelectorAll('svg.graph .node').length === 7`)
-		do(t, b, chromedp.Click(chromedp.CSS(`[data-tab="logs"]`)))
+		// From a step's panel to its logs.
+		do(t, b, chromedp.Click(chromedp.CSS(`svg.graph [data-step="side"]`)))
+		until(t, b, "the step panel", `document.querySelector('#step-panel h2')?.textContent === 'side'`)
+		do(t, b, chromedp.Click(chromedp.CSS(`#step-logs`)))
 		until(t, b, "the side step's printed line", `document.querySelector('.step-logs[data-step="side"] .log-entry[data-stream="stdout"] .log-text')?.textContent === 'side step: all is well\n'`)
+		require.Equal(t, "side", eval[string](t, b, `document.querySelector('#log-step').value`))
 		require.Equal(t, "side step: a warning, for the record\n", eval[string](t, b, `document.querySelector('.step-logs[data-step="side"] .log-entry[data-stream="stderr"] .log-text').textContent`))
+		setValue(t, b, "#log-step", "")
+		until(t, b, "every step's logs", `location.hash.includes('tab=logs') && !location.hash.includes('logstep=side')`)
 		require.Equal(t, []string{"side"}, eval[[]string](t, b, `[...document.querySelectorAll('.step-logs')].map((s) => s.dataset.step)`), "only the step that printed has logs")
 		shots.take(t, b, "26-step-logs", "the step logs of an execution, per step: a python step's stdout and stderr")
 

@@ -424,7 +424,7 @@ export async function render(root, route, app) {
     const pick = h('select', {class: 'input', id: 'log-step', 'aria-label': 'Step'},
       h('option', {value: ''}, 'All steps'),
       steps.map((n) => h('option', {value: n, selected: n === logStep}, n)));
-    pick.addEventListener('change', () => { logStep = pick.value; app.replace(app.link(['executions', id], {tab: 'logs', logstep: logStep})); drawLogsTab(); });
+    pick.addEventListener('input', () => { logStep = pick.value; app.replace(app.link(['executions', id], {tab: 'logs', logstep: logStep})); drawLogsTab(); });
     const live = execStatus(x.status) === 'running';
     const sections = [];
     for (const step of steps) {
