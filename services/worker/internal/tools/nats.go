@@ -129,7 +129,14 @@ func (t *NATS) Run(ctx context.Context, c *Call) (any, error) {
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	start := time.Now()
 	res, err := t.do(ctx, conn.js, op, cfg)
+	where := strings.TrimSpace(op + " " + natsTarget(cfg))
+	if err != nil {
+		c.Log.Diagnostic("%s on %s: %v (after %s)", where, conn.nc.ConnectedUrlRedacted(), err, time.Since(start).Round(time.Millisecond))
+	} else {
+		c.Log.Diagnostic("%s on %s: ok in %s", where, conn.nc.ConnectedUrlRedacted(), time.Since(start).Round(time.Millisecond))
+	}
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, &Error{Msg: fmt.Sprintf("nats: %s: timed out after %s", op, timeout), Retryable: true}
@@ -141,6 +148,17 @@ func (t *NATS) Run(ctx context.Context, c *Call) (any, error) {
 		return nil, &Error{Msg: fmt.Sprintf("nats: %s: %s", op, strings.TrimPrefix(err.Error(), "nats: ")), Retryable: errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrConnectionClosed)}
 	}
 	return res, nil
+}
+
+// natsTarget names what an operation works on, for its diagnostic line.
+func natsTarget(cfg map[string]any) string {
+	var parts []string
+	for _, k := range []string{"bucket", "key", "name", "stream", "subject", "consumer"} {
+		if v := cfgString(cfg, k); v != "" {
+			parts = append(parts, k+"="+v)
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 func natsErr(format string, a ...any) error { return &Error{Msg: "nats: " + fmt.Sprintf(format, a...)} }

@@ -68,6 +68,15 @@ func TestNATSKeyValueRoundTrip(t *testing.T) {
 	_, err := tool.Run(context.Background(), &Call{Config: map[string]any{"operation": "kv_get", "bucket": "missing", "key": "k", "auth": "bus"}})
 	require.ErrorContains(t, err, "nats: kv_get: ")
 	require.Equal(t, 1, tool.Pooled(), "one connection served every call")
+
+	// Each operation writes one diagnostic line to the step's log.
+	log := NewLog(1 << 10)
+	_, err = tool.Run(context.Background(), &Call{Log: log, Config: map[string]any{"operation": "kv_keys", "bucket": "orders", "auth": "bus"}})
+	require.NoError(t, err)
+	streams := log.Streams()
+	require.Len(t, streams, 1)
+	require.Contains(t, string(streams[0].Tail), "kv_keys bucket=orders on nats://127.0.0.1:")
+	require.Contains(t, string(streams[0].Tail), ": ok in ")
 }
 
 func TestNATSObjectRoundTrip(t *testing.T) {
