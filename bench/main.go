@@ -15,14 +15,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -74,7 +77,11 @@ func main() {
 		}
 		return
 	}
-	if err := run(*workload, *n, *executions, *steps, *gateway); err != nil {
+	// --procs runs chain, concurrent and fanout as one process per service only when given.
+	procsSet := false
+	flag.Visit(func(f *flag.Flag) { procsSet = procsSet || f.Name == "procs" })
+	procsMode := procsSet && *procs && (*workload == "chain" || *workload == "concurrent" || *workload == "fanout")
+	if err := run(*workload, *n, *executions, *steps, *gateway, procsMode); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -152,7 +159,7 @@ workflow:
 `, name, name, n, n)
 }
 
-func run(workload string, n, executions, steps int, gateway string) error {
+func run(workload string, n, executions, steps int, gateway string, procsMode bool) error {
 	ctx := context.Background()
 	if workload == "ingest" {
 		return runIngest(ctx) // bench/ingest.go
@@ -164,7 +171,26 @@ func run(workload string, n, executions, steps int, gateway string) error {
 		return runFlight(ctx) // bench/flight.go
 	}
 	key := os.Getenv("NOETL_API_KEY") // for a running gateway
-	if gateway == "" {
+	meshMode := "gateway " + gateway
+	var meter *cpuMeter
+	var pm *procMesh
+	switch {
+	case gateway != "" && procsMode:
+		return errors.New("--procs starts its own mesh: it cannot be combined with --gateway")
+	case gateway == "" && procsMode:
+		// An interrupt stops the processes and Postgres before the bench exits.
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		p, err := startProcMeshWith(ctx, slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})), procMeshOptions{natsProcess: true})
+		if err != nil {
+			return err
+		}
+		defer p.Stop()
+		gateway, key, pm, meshMode = p.GRPCAddr, p.AdminKey, p, "procs"
+		m := procsCPUMeter(p)
+		meter = &m
+	case gateway == "":
 		dir, err := os.MkdirTemp("", "noetl-bench-")
 		if err != nil {
 			return err
@@ -179,7 +205,9 @@ func run(workload string, n, executions, steps int, gateway string) error {
 			return err
 		}
 		defer m.Stop()
-		gateway, key = m.GRPCAddr, m.AdminKey
+		gateway, key, meshMode = m.GRPCAddr, m.AdminKey, "in-process"
+		cm := inprocCPUMeter(m.PostgresDir)
+		meter = &cm
 	}
 	conn, err := grpcx.DialSigned(gateway, auth.Bearer(key))
 	if err != nil {
@@ -227,61 +255,120 @@ func run(workload string, n, executions, steps int, gateway string) error {
 	sctx, stopSamples := context.WithCancel(ctx)
 	defer stopSamples()
 	go samples.run(sctx)
+	var cpuBefore map[string]float64
+	if meter != nil {
+		cpuBefore = meter.read()
+	}
+	sh := &shed{}
 	start := time.Now()
 	var wg sync.WaitGroup
+	ids := make([]string, count)
 	errs := make(chan error, count)
 	for i := 0; i < count; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- once(ctx, exe, reg.GetPlaybook().GetPath())
+			id, err := execute(ctx, exe, reg.GetPlaybook().GetPath(), sh)
+			ids[i] = id
+			errs <- err
 		}()
 	}
 	wg.Wait()
+	wall := time.Since(start)
+	var cpuAfter map[string]float64
+	if meter != nil {
+		cpuAfter = meter.read()
+	}
+	stopSamples()
 	close(errs)
 	for err := range errs {
 		if err != nil {
 			return err
 		}
 	}
-	wall := time.Since(start)
 	total := perExec * count
+	read, scope := chainStepLatencies, chainLatencyScope
 	if workload == "fanout" {
-		return json.NewEncoder(os.Stdout).Encode(map[string]any{
+		read, scope = fanoutTaskLatencies, fanoutLatencyScope
+	}
+	lat, err := latencies(ctx, exe, ids, sh, read)
+	if err != nil {
+		return err
+	}
+	var out map[string]any
+	if workload == "fanout" {
+		out = map[string]any{
 			"workload":    workload,
 			"tasks":       n,
 			"wall_ms":     float64(wall.Microseconds()) / 1000,
 			"tasks_per_s": float64(n) / wall.Seconds(),
-			"peak_rss_mb": peakRSSMB(),
-		})
+		}
+	} else {
+		out = map[string]any{
+			"workload":    workload,
+			"executions":  count,
+			"steps":       total,
+			"wall_ms":     float64(wall.Microseconds()) / 1000,
+			"per_step_ms": float64(wall.Microseconds()) / 1000 / float64(perExec),
+			"steps_per_s": float64(total) / wall.Seconds(),
+		}
 	}
-	out := map[string]any{
-		"workload":    workload,
-		"executions":  count,
-		"steps":       total,
-		"wall_ms":     float64(wall.Microseconds()) / 1000,
-		"per_step_ms": float64(wall.Microseconds()) / 1000 / float64(perExec),
-		"steps_per_s": float64(total) / wall.Seconds(),
-		"peak_rss_mb": peakRSSMB(),
+	out["mesh"] = meshMode
+	out["peak_rss_mb"] = peakRSSMB()
+	out["step_p50_ms"] = round3(percentile(lat, 50))
+	out["step_p99_ms"] = round3(percentile(lat, 99))
+	out["latency_scope"] = scope
+	out["starts_shed"] = sh.starts.Load()
+	out["waits_shed"] = sh.waits.Load()
+	if meter != nil {
+		out["cpu_s_per_1k_steps"] = perKSteps(cpuBefore, cpuAfter, total)
+		out["cpu_scope"] = meter.scope
+	}
+	if pm != nil {
+		// The bench process holds the client alone: the mesh's peak is its processes'.
+		by := map[string]float64{"bench": round1(peakRSSMB())}
+		var sum float64
+		for _, sp := range append(append([]*serviceProc{}, pm.procs...), pm.natsProc) {
+			_, hwm := sp.rssMB()
+			by[sp.name] = round1(hwm)
+			sum += hwm
+		}
+		out["peak_rss_mb"] = round1(sum)
+		out["peak_rss_mb_by_process"] = by
+		out["rss_scope"] = "peak_rss_mb is the sum of the peak resident sets (VmHWM) of the services' and the NATS server's processes (Postgres not included); peak_rss_mb_by_process gives each, bench being the bench's client"
 	}
 	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
+// once runs one execution of the playbook at path to completion.
 func once(ctx context.Context, exe apiv1.ExecutionServiceClient, path string) error {
-	resp, err := exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path})
+	_, err := execute(ctx, exe, path, &shed{})
+	return err
+}
+
+// execute runs one execution of the playbook at path to completion and returns its id.
+// Calls the gateway refuses for its per-tenant limits are retried (retryExhausted) and
+// counted in sh.
+func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path string, sh *shed) (string, error) {
+	resp, err := retryExhausted(ctx, &sh.starts, func() (*apiv1.StartExecutionResponse, error) {
+		return exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path})
+	})
 	if err != nil {
-		return err
+		return "", err
 	}
+	id := resp.GetExecutionId()
 	for {
-		g, err := exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: resp.GetExecutionId(), Timeout: durationpb.New(time.Minute)})
+		g, err := retryExhausted(ctx, &sh.waits, func() (*apiv1.WaitExecutionResponse, error) {
+			return exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: id, Timeout: durationpb.New(time.Minute)})
+		})
 		if err != nil {
-			return err
+			return id, err
 		}
 		switch g.GetExecution().GetStatus() {
 		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED:
-			return nil
+			return id, nil
 		case eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
-			return fmt.Errorf("execution %s ended %s: %s", resp.GetExecutionId(), g.GetExecution().GetStatus(), g.GetExecution().GetError().GetMessage())
+			return id, fmt.Errorf("execution %s ended %s: %s", id, g.GetExecution().GetStatus(), g.GetExecution().GetError().GetMessage())
 		}
 	}
 }

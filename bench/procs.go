@@ -56,6 +56,17 @@ type procMesh struct {
 	pg    *pgembed.Cluster
 	nats  *natsembed.Server
 	procs []*serviceProc
+	// natsProc is the NATS server when it runs as its own process (procMeshOptions), nil
+	// when it is embedded in the bench process.
+	natsProc *serviceProc
+}
+
+// procMeshOptions are the choices of startProcMeshWith.
+type procMeshOptions struct {
+	// natsProcess runs the NATS server (bench/chaos/natsnode, JetStream with the server's
+	// default sync) as its own OS process instead of embedded in the bench process, so that
+	// its CPU and memory are its own.
+	natsProcess bool
 }
 
 // serviceProc is one running service process.
@@ -71,6 +82,11 @@ type serviceProc struct {
 // its own process, the next once the one before reports ready; it returns once the gateway
 // serves the catalog. Stop stops everything it started.
 func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err error) {
+	return startProcMeshWith(ctx, log, procMeshOptions{})
+}
+
+// startProcMeshWith is startProcMesh with options.
+func startProcMeshWith(ctx context.Context, log *slog.Logger, opt procMeshOptions) (p *procMesh, err error) {
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
@@ -106,6 +122,13 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 			return nil, fmt.Errorf("build %s: %w: %s", s, err, out)
 		}
 	}
+	if opt.natsProcess {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(bin, "nats"), "./bench/chaos/natsnode")
+		cmd.Dir = src
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build nats: %w: %s", err, out)
+		}
+	}
 	pgURL := os.Getenv("NOETL_PG_URL")
 	if pgURL == "" {
 		if p.pg, err = pgembed.Start(ctx, pgembed.Options{Dir: filepath.Join(dir, "postgres"), Fast: true, Logger: log}); err != nil {
@@ -113,8 +136,16 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 		}
 		pgURL = p.pg.URL()
 	}
-	if p.nats, err = natsembed.Start(natsembed.Options{StoreDir: filepath.Join(dir, "nats"), Logger: log}); err != nil {
-		return nil, err
+	natsURL := ""
+	if opt.natsProcess {
+		if natsURL, err = p.startNATSProc(ctx, bin); err != nil {
+			return nil, err
+		}
+	} else {
+		if p.nats, err = natsembed.Start(natsembed.Options{StoreDir: filepath.Join(dir, "nats"), Logger: log}); err != nil {
+			return nil, err
+		}
+		natsURL = p.nats.ClientURL()
 	}
 	var ports [6]string
 	for i := range ports {
@@ -133,7 +164,7 @@ func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err erro
 	p.GRPCAddr, p.HTTPAddr = gwGRPC, gwHTTP
 	env := append(os.Environ(),
 		"NOETL_INTERNAL_SECRET="+hex.EncodeToString(secret), "NOETL_BOOTSTRAP_API_KEY="+p.AdminKey,
-		"NOETL_NATS_URL="+p.nats.ClientURL(),
+		"NOETL_NATS_URL="+natsURL,
 		"NOETL_STATEBUILDER_GRPC="+sb, "NOETL_STATEBUILDER_ADDR="+sb,
 		"NOETL_RESULTSTORE_GRPC="+rs, "NOETL_RESULTSTORE_ADDR="+rs,
 		"NOETL_ORCHESTRATOR_GRPC="+or, "NOETL_ORCHESTRATOR_ADDR="+or,
@@ -237,17 +268,13 @@ var errExited = errors.New("process exited")
 // reverse start order, then NATS and Postgres, and removes the temporary directory.
 func (p *procMesh) Stop() {
 	for i := len(p.procs) - 1; i >= 0; i-- {
-		sp := p.procs[i]
-		_ = sp.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-sp.done:
-		case <-time.After(procStopTimeout):
-			_ = sp.cmd.Process.Kill()
-			<-sp.done
-		}
-		_ = sp.logf.Close()
+		p.procs[i].stop()
 	}
 	p.procs = nil
+	if p.natsProc != nil {
+		p.natsProc.stop()
+		p.natsProc = nil
+	}
 	if p.nats != nil {
 		p.nats.Shutdown()
 	}
@@ -255,6 +282,67 @@ func (p *procMesh) Stop() {
 		_ = p.pg.Stop()
 	}
 	_ = os.RemoveAll(p.dir)
+}
+
+// stop stops the process: SIGTERM, then SIGKILL after procStopTimeout.
+func (sp *serviceProc) stop() {
+	_ = sp.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-sp.done:
+	case <-time.After(procStopTimeout):
+		_ = sp.cmd.Process.Kill()
+		<-sp.done
+	}
+	_ = sp.logf.Close()
+}
+
+// startNATSProc starts the NATS server built into bin as its own process, with JetStream
+// stored under the mesh's directory, waits until its health check (JetStream included)
+// passes, and returns its client URL.
+func (p *procMesh) startNATSProc(ctx context.Context, bin string) (string, error) {
+	client, err := freeAddr()
+	if err != nil {
+		return "", err
+	}
+	mon, err := freeAddr()
+	if err != nil {
+		return "", err
+	}
+	host, port, _ := net.SplitHostPort(client)
+	_, monPort, _ := net.SplitHostPort(mon)
+	logf, err := os.Create(p.logPath("nats"))
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(filepath.Join(bin, "nats"), "-n", "noetl-bench", "-a", host, "-p", port, "-m", monPort, "-js", "-sd", filepath.Join(p.dir, "nats"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return "", fmt.Errorf("start nats: %w", err)
+	}
+	sp := &serviceProc{name: "nats", cmd: cmd, admin: mon, logf: logf, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(sp.done) }()
+	p.natsProc = sp
+	if err := waitUntil(ctx, 30*time.Second, func() error {
+		select {
+		case <-sp.done:
+			return errExited
+		default:
+		}
+		resp, err := http.Get("http://" + mon + "/healthz")
+		if err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthz: %d", resp.StatusCode)
+		}
+		return nil
+	}); err != nil {
+		return "", fmt.Errorf("nats not ready: %w; log:\n%s", err, p.logTail("nats"))
+	}
+	return "nats://" + client, nil
 }
 
 // proc is the running service named name, nil if none.
