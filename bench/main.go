@@ -6,9 +6,20 @@
 //	go run ./bench --workload chaos --executions 100 --faults 10 --seed 1
 //	go run ./bench --workload natssync
 //	go run ./bench --workload concurrent --nats-sync always
+//	go run ./bench --workload concurrent --executions 1000 --steps 5 --procs
 //
 // It starts its own mesh in-process (embedded NATS, private Postgres) unless --gateway
-// points at a running one.
+// points at a running one; --procs runs chain, concurrent and fanout on one OS process per
+// service instead.
+//
+// The line of chain and concurrent has wall_ms, per_step_ms (wall time over the steps of
+// one execution) and steps_per_s; fanout's has tasks and tasks_per_s. Each also has
+// step_p50_ms and step_p99_ms (per-step latency read back from the event logs,
+// latency_scope says what is measured, latency_samples over how many), starts_shed and
+// waits_shed (calls the gateway refused with RESOURCE_EXHAUSTED, retried after its
+// RetryInfo delay or a backoff for at most --retry-for), and, on a mesh the bench started,
+// cpu_s_per_1k_steps (CPU seconds per 1,000 steps or tasks, by process; cpu_scope says
+// which). docs/operations.md ("Benchmarks") has the details.
 package main
 
 import (
@@ -43,7 +54,7 @@ func main() {
 	executions := flag.Int("executions", 50, "executions of the concurrent workload (50) and of the chaos workload (1000)")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
 	gateway := flag.String("gateway", "", "use a running gateway (gRPC address, API key in $NOETL_API_KEY) instead of an in-process mesh")
-	procs := flag.Bool("procs", true, "longloop: run each service as its own OS process (built from ./services) against a private Postgres and an embedded NATS server, and measure the orchestrator's and statebuilder's RSS; --procs=false runs the mesh in-process")
+	procs := flag.Bool("procs", true, "longloop (on by default): run each service as its own OS process (built from ./services) against a private Postgres and an embedded NATS server, and measure the orchestrator's and statebuilder's RSS; --procs=false runs the mesh in-process. chain, concurrent, fanout (only when given): run each service and the NATS server as its own OS process, so that cpu_s_per_1k_steps has one figure per process")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured phase (in-process mesh included) to this file")
 	chaosOpts := chaosFlags()
 	flag.StringVar(&natsSync, "nats-sync", "", "the in-process mesh's NATS jetstream.sync_interval: always, a period (2m), or empty for the server's default (2m)")
@@ -317,6 +328,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	out["peak_rss_mb"] = peakRSSMB()
 	out["step_p50_ms"] = round3(percentile(lat, 50))
 	out["step_p99_ms"] = round3(percentile(lat, 99))
+	out["latency_samples"] = len(lat)
 	out["latency_scope"] = scope
 	out["starts_shed"] = sh.starts.Load()
 	out["waits_shed"] = sh.waits.Load()

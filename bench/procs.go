@@ -31,11 +31,11 @@ import (
 
 // procsRev, when set, builds the service binaries from that git revision (a snapshot by
 // git archive) instead of the working tree, which others may be editing.
-var procsRev = flag.String("procs-rev", "", "longloop with --procs: build the services from this git revision (e.g. HEAD) instead of the working tree")
+var procsRev = flag.String("procs-rev", "", "with --procs: build the services from this git revision (e.g. HEAD) instead of the working tree")
 
 // procsLogs, when set, is a directory the service processes' logs are written to and left
 // in; otherwise they go to the temporary directory and are removed with it.
-var procsLogs = flag.String("procs-logs", "", "longloop with --procs: keep the services' logs in this directory (with GODEBUG=gctrace=1 in the environment, their GC traces)")
+var procsLogs = flag.String("procs-logs", "", "with --procs: keep the services' (and, for chain, concurrent and fanout, the NATS server's) logs in this directory (with GODEBUG=gctrace=1 in the environment, their GC traces)")
 
 // procServices are the service binaries a process mesh runs, in start order.
 var procServices = []string{"statebuilder", "resultstore", "materializer", "orchestrator", "worker", "gateway"}
@@ -96,9 +96,11 @@ func startProcMeshWith(ctx context.Context, log *slog.Logger, opt procMeshOption
 		return nil, err
 	}
 	p = &procMesh{dir: dir}
+	// A failing return sets p to nil: stop what was started through a copy.
+	started := p
 	defer func() {
 		if err != nil {
-			p.Stop()
+			started.Stop()
 		}
 	}()
 	// The private Postgres runs as the postgres user when we are root.

@@ -22,8 +22,8 @@ const (
 
 // Scopes of the latency fields, for the JSON line.
 const (
-	chainLatencyScope  = "step_p50_ms and step_p99_ms: per step, the commit time of its outcome (command.completed; call.done in logs written before command.completed carried the outcome) minus the previous step's outcome (playbook.started for the first step), over every step of the measured executions, read back from their event logs after the run"
-	fanoutLatencyScope = "step_p50_ms and step_p99_ms: per task, the commit time of its iteration's outcome (command.completed, or call.done in older logs) minus the loop step's step.enter, read back from the event log after the run"
+	chainLatencyScope  = "step_p50_ms and step_p99_ms: per step, the commit time of its outcome (command.completed; call.done in logs written before command.completed carried the outcome) minus the previous step's outcome (playbook.started for the first step), latency_samples of them, over every step of the measured executions, read back from their event logs after the run"
+	fanoutLatencyScope = "step_p50_ms and step_p99_ms: per task, the commit time of its iteration's outcome (command.completed, or call.done in older logs) minus the loop step's step.enter, latency_samples of them, read back from the event log after the run"
 )
 
 // readLog calls f with every event of an execution's log, in seq order.
@@ -86,11 +86,14 @@ func (o *outcomes) add(ev *apiv1.Event) {
 
 // chainStepLatencies is, for one execution of the chain workload, each step's latency in
 // ms: the commit time of its outcome minus the previous step's (playbook.started's for the
-// first).
+// first, or the log's first event's if it has none).
 func chainStepLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, sh *shed) ([]float64, error) {
-	var start time.Time
+	var start, first time.Time
 	o := newOutcomes()
 	if err := readLog(ctx, exe, id, sh, func(ev *apiv1.Event) {
+		if first.IsZero() {
+			first = ev.GetCommitTime().AsTime()
+		}
 		if ev.GetType() == evPlaybookStarted && start.IsZero() {
 			start = ev.GetCommitTime().AsTime()
 		}
@@ -99,7 +102,7 @@ func chainStepLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, i
 		return nil, err
 	}
 	if start.IsZero() {
-		return nil, fmt.Errorf("execution %s: no %s in its log", id, evPlaybookStarted)
+		start = first // a log without playbook.started starts with its first event
 	}
 	ts := make([]time.Time, 0, len(o.order))
 	for _, k := range o.order {
@@ -118,11 +121,15 @@ func chainStepLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, i
 }
 
 // fanoutTaskLatencies is, for the fanout workload's execution, each iteration's latency in
-// ms: the commit time of its outcome minus the loop step's step.enter.
+// ms: the commit time of its outcome minus the loop step's step.enter (the log's first
+// event's if it has none).
 func fanoutTaskLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, sh *shed) ([]float64, error) {
-	var enter time.Time
+	var enter, first time.Time
 	o := newOutcomes()
 	if err := readLog(ctx, exe, id, sh, func(ev *apiv1.Event) {
+		if first.IsZero() {
+			first = ev.GetCommitTime().AsTime()
+		}
 		if ev.GetType() == evStepEnter && ev.GetStep() == "start" && enter.IsZero() {
 			enter = ev.GetCommitTime().AsTime()
 		}
@@ -131,7 +138,7 @@ func fanoutTaskLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, 
 		return nil, err
 	}
 	if enter.IsZero() {
-		return nil, fmt.Errorf("execution %s: no %s of the loop step in its log", id, evStepEnter)
+		enter = first // a log without the loop's step.enter: from the execution's first event
 	}
 	var lat []float64
 	for _, k := range o.order {
