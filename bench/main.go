@@ -188,6 +188,8 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	switch {
 	case gateway != "" && procsMode:
 		return errors.New("--procs starts its own mesh: it cannot be combined with --gateway")
+	case procsMode && natsSync != "":
+		return errors.New("--nats-sync sets the in-process mesh's NATS: it cannot be combined with --procs, whose NATS server keeps JetStream's default sync")
 	case gateway == "" && procsMode:
 		// An interrupt stops the processes and Postgres before the bench exits.
 		var stop context.CancelFunc
