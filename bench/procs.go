@@ -241,7 +241,7 @@ func startProcMeshWith(ctx context.Context, log *slog.Logger, opt procMeshOption
 		}
 		return nil
 	}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the gateway does not list the catalog: %w; gateway log:\n%s\norchestrator log:\n%s", err, p.logTail("gateway"), p.logTail("orchestrator"))
 	}
 	return p, nil
 }
