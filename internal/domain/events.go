@@ -28,6 +28,7 @@ const (
 	EventPlaybookCompleted = "playbook.completed"
 	EventPlaybookFailed    = "playbook.failed"
 	EventPlaybookCancelled = "playbook.cancelled"
+	EventVarsUpdated       = "vars.updated"
 )
 
 // IsTerminal reports whether an event type ends an execution.

@@ -343,6 +343,8 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		if err := mergeCtx(st, p.Values); err != nil {
 			return err
 		}
+	case EventVarsUpdated:
+		return applyVars(st, ev)
 	case EventPlaybookCompleted:
 		st.Status = eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED
 		st.ResultJson = ev.GetResultJson()

@@ -53,6 +53,8 @@ type Scope struct {
 	Iter map[string]any `json:"iter,omitempty"`
 	// Iterator is the loop's iterator variable name, bound at top level too.
 	Iterator string `json:"iterator,omitempty"`
+	// Variables are the execution's variables (VarsJSON), bound as vars.
+	Variables json.RawMessage `json:"vars,omitempty"`
 }
 
 // Vars returns the template variables of the scope: workload keys at top level, then ctx
@@ -84,6 +86,7 @@ func (s *Scope) Vars() map[string]any {
 	vars["ctx"] = ctx
 	vars["steps"] = steps
 	vars["execution_id"] = s.ExecutionID
+	vars["vars"] = s.variables()
 	vars["iter"] = map[string]any{}
 	if s.Iter != nil {
 		vars["iter"] = s.Iter

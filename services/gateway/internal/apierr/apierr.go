@@ -57,6 +57,9 @@ const (
 	ReasonWorkloadTooLarge = "WORKLOAD_TOO_LARGE"
 	// ReasonContentTooLarge refuses a playbook whose content is over the public size limit.
 	ReasonContentTooLarge = "CONTENT_TOO_LARGE"
+	// ReasonVariablesTooLarge refuses a write of execution variables over their bounds (a
+	// value's size, or the execution's count or total size).
+	ReasonVariablesTooLarge = "VARIABLES_TOO_LARGE"
 	// ReasonAuthThrottled refuses a call from an address, or naming an API key id, that
 	// failed authentication too often lately.
 	ReasonAuthThrottled = "TOO_MANY_AUTH_FAILURES"
@@ -66,7 +69,7 @@ const (
 // HTTP 413 rather than the 429 of other RESOURCE_EXHAUSTED errors).
 func TooLarge(reason string) bool {
 	switch reason {
-	case ReasonBodyTooLarge, ReasonMessageTooLarge, ReasonWorkloadTooLarge, ReasonContentTooLarge:
+	case ReasonBodyTooLarge, ReasonMessageTooLarge, ReasonWorkloadTooLarge, ReasonContentTooLarge, ReasonVariablesTooLarge:
 		return true
 	}
 	return false

@@ -31,6 +31,10 @@ var permissions = map[string]auth.Permission{
 	apiv1.ExecutionService_WatchExecution_FullMethodName:      auth.PermRead,
 	apiv1.ExecutionService_ListExecutionLogs_FullMethodName:   auth.PermRead,
 	apiv1.ExecutionService_WatchExecutionLogs_FullMethodName:  auth.PermRead,
+	// Variables change what a running execution's later steps render: an operator's.
+	apiv1.ExecutionService_ListExecutionVariables_FullMethodName:   auth.PermRead,
+	apiv1.ExecutionService_SetExecutionVariables_FullMethodName:    auth.PermExecute,
+	apiv1.ExecutionService_DeleteExecutionVariables_FullMethodName: auth.PermExecute,
 
 	apiv1.ResultService_GetResult_FullMethodName:           auth.PermRead,
 	apiv1.ResultService_GetResultFlightInfo_FullMethodName: auth.PermRead,

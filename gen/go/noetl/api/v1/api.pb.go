@@ -2837,6 +2837,428 @@ func (x *WatchExecutionLogsResponse) GetEnd() bool {
 	return false
 }
 
+// ExecutionVariable is one variable of an execution.
+type ExecutionVariable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Variable name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Value.
+	Value *structpb.Value `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// Type given when it was set (NoETL's var_type; user_defined by default).
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// Step given as its source when it was set, if any.
+	SourceStep string `protobuf:"bytes,4,opt,name=source_step,json=sourceStep,proto3" json:"source_step,omitempty"`
+	// Time it was first set.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Time it was last set.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecutionVariable) Reset() {
+	*x = ExecutionVariable{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecutionVariable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecutionVariable) ProtoMessage() {}
+
+func (x *ExecutionVariable) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecutionVariable.ProtoReflect.Descriptor instead.
+func (*ExecutionVariable) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ExecutionVariable) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExecutionVariable) GetValue() *structpb.Value {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ExecutionVariable) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ExecutionVariable) GetSourceStep() string {
+	if x != nil {
+		return x.SourceStep
+	}
+	return ""
+}
+
+func (x *ExecutionVariable) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ExecutionVariable) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// ListExecutionVariablesRequest names an execution.
+type ListExecutionVariablesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId   string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExecutionVariablesRequest) Reset() {
+	*x = ListExecutionVariablesRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExecutionVariablesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExecutionVariablesRequest) ProtoMessage() {}
+
+func (x *ListExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExecutionVariablesRequest.ProtoReflect.Descriptor instead.
+func (*ListExecutionVariablesRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListExecutionVariablesRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+// ListExecutionVariablesResponse carries an execution's variables.
+type ListExecutionVariablesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Variables ordered by name.
+	Variables     []*ExecutionVariable `protobuf:"bytes,1,rep,name=variables,proto3" json:"variables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListExecutionVariablesResponse) Reset() {
+	*x = ListExecutionVariablesResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListExecutionVariablesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListExecutionVariablesResponse) ProtoMessage() {}
+
+func (x *ListExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListExecutionVariablesResponse.ProtoReflect.Descriptor instead.
+func (*ListExecutionVariablesResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListExecutionVariablesResponse) GetVariables() []*ExecutionVariable {
+	if x != nil {
+		return x.Variables
+	}
+	return nil
+}
+
+// SetExecutionVariablesRequest carries variables to set.
+type SetExecutionVariablesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Variables by name (at least one).
+	Variables map[string]*structpb.Value `protobuf:"bytes,2,rep,name=variables,proto3" json:"variables,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Type recorded with them: user_defined (the default), step_result, computed or
+	// iterator_state.
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// Step recorded as their source, if any.
+	SourceStep    string `protobuf:"bytes,4,opt,name=source_step,json=sourceStep,proto3" json:"source_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetExecutionVariablesRequest) Reset() {
+	*x = SetExecutionVariablesRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetExecutionVariablesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetExecutionVariablesRequest) ProtoMessage() {}
+
+func (x *SetExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetExecutionVariablesRequest.ProtoReflect.Descriptor instead.
+func (*SetExecutionVariablesRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *SetExecutionVariablesRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *SetExecutionVariablesRequest) GetVariables() map[string]*structpb.Value {
+	if x != nil {
+		return x.Variables
+	}
+	return nil
+}
+
+func (x *SetExecutionVariablesRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *SetExecutionVariablesRequest) GetSourceStep() string {
+	if x != nil {
+		return x.SourceStep
+	}
+	return ""
+}
+
+// SetExecutionVariablesResponse acknowledges a committed write.
+type SetExecutionVariablesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Number of variables set.
+	VariablesSet int32 `protobuf:"varint,1,opt,name=variables_set,json=variablesSet,proto3" json:"variables_set,omitempty"`
+	// Sequence number of the execution's log that holds the write.
+	Seq           int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetExecutionVariablesResponse) Reset() {
+	*x = SetExecutionVariablesResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetExecutionVariablesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetExecutionVariablesResponse) ProtoMessage() {}
+
+func (x *SetExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetExecutionVariablesResponse.ProtoReflect.Descriptor instead.
+func (*SetExecutionVariablesResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SetExecutionVariablesResponse) GetVariablesSet() int32 {
+	if x != nil {
+		return x.VariablesSet
+	}
+	return 0
+}
+
+func (x *SetExecutionVariablesResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// DeleteExecutionVariablesRequest names variables to unset.
+type DeleteExecutionVariablesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Names to unset; none unsets every variable.
+	Names         []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteExecutionVariablesRequest) Reset() {
+	*x = DeleteExecutionVariablesRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteExecutionVariablesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteExecutionVariablesRequest) ProtoMessage() {}
+
+func (x *DeleteExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteExecutionVariablesRequest.ProtoReflect.Descriptor instead.
+func (*DeleteExecutionVariablesRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *DeleteExecutionVariablesRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *DeleteExecutionVariablesRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+// DeleteExecutionVariablesResponse acknowledges a committed delete.
+type DeleteExecutionVariablesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Number of variables unset.
+	VariablesDeleted int32 `protobuf:"varint,1,opt,name=variables_deleted,json=variablesDeleted,proto3" json:"variables_deleted,omitempty"`
+	// Sequence number of the execution's log that holds the delete.
+	Seq           int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteExecutionVariablesResponse) Reset() {
+	*x = DeleteExecutionVariablesResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteExecutionVariablesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteExecutionVariablesResponse) ProtoMessage() {}
+
+func (x *DeleteExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteExecutionVariablesResponse.ProtoReflect.Descriptor instead.
+func (*DeleteExecutionVariablesResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *DeleteExecutionVariablesResponse) GetVariablesDeleted() int32 {
+	if x != nil {
+		return x.VariablesDeleted
+	}
+	return 0
+}
+
+func (x *DeleteExecutionVariablesResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_noetl_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_noetl_api_v1_api_proto_rawDesc = "" +
@@ -3058,11 +3480,43 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x1aWatchExecutionLogsResponse\x120\n" +
 	"\aentries\x18\x01 \x03(\v2\x16.noetl.api.v1.LogEntryR\aentries\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x10\n" +
-	"\x03end\x18\x03 \x01(\bR\x03end2\xf3\x02\n" +
+	"\x03end\x18\x03 \x01(\bR\x03end\"\x84\x02\n" +
+	"\x11ExecutionVariable\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1f\n" +
+	"\vsource_step\x18\x04 \x01(\tR\n" +
+	"sourceStep\x12;\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"B\n" +
+	"\x1dListExecutionVariablesRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\"_\n" +
+	"\x1eListExecutionVariablesResponse\x12=\n" +
+	"\tvariables\x18\x01 \x03(\v2\x1f.noetl.api.v1.ExecutionVariableR\tvariables\"\xa5\x02\n" +
+	"\x1cSetExecutionVariablesRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12W\n" +
+	"\tvariables\x18\x02 \x03(\v29.noetl.api.v1.SetExecutionVariablesRequest.VariablesEntryR\tvariables\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1f\n" +
+	"\vsource_step\x18\x04 \x01(\tR\n" +
+	"sourceStep\x1aT\n" +
+	"\x0eVariablesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value:\x028\x01\"V\n" +
+	"\x1dSetExecutionVariablesResponse\x12#\n" +
+	"\rvariables_set\x18\x01 \x01(\x05R\fvariablesSet\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\"Z\n" +
+	"\x1fDeleteExecutionVariablesRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\"a\n" +
+	" DeleteExecutionVariablesResponse\x12+\n" +
+	"\x11variables_deleted\x18\x01 \x01(\x05R\x10variablesDeleted\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq2\xf3\x02\n" +
 	"\x0eCatalogService\x12{\n" +
 	"\x10RegisterPlaybook\x12%.noetl.api.v1.RegisterPlaybookRequest\x1a&.noetl.api.v1.RegisterPlaybookResponse\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/playbooks\x12s\n" +
 	"\vGetPlaybook\x12 .noetl.api.v1.GetPlaybookRequest\x1a!.noetl.api.v1.GetPlaybookResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/playbooks/{path=**}\x12o\n" +
-	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\x84\v\n" +
+	"\rListPlaybooks\x12\".noetl.api.v1.ListPlaybooksRequest\x1a#.noetl.api.v1.ListPlaybooksResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/playbooks2\xff\x0e\n" +
 	"\x10ExecutionService\x12v\n" +
 	"\x0eStartExecution\x12#.noetl.api.v1.StartExecutionRequest\x1a$.noetl.api.v1.StartExecutionResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/executions\x12|\n" +
 	"\fGetExecution\x12!.noetl.api.v1.GetExecutionRequest\x1a\".noetl.api.v1.GetExecutionResponse\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/executions/{execution_id}\x12\x84\x01\n" +
@@ -3073,7 +3527,10 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x0eWatchExecution\x12#.noetl.api.v1.WatchExecutionRequest\x1a$.noetl.api.v1.WatchExecutionResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/executions/{execution_id}/events:watch0\x01\x12\x90\x01\n" +
 	"\x11ListExecutionLogs\x12&.noetl.api.v1.ListExecutionLogsRequest\x1a'.noetl.api.v1.ListExecutionLogsResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/executions/{execution_id}/logs\x12\x9b\x01\n" +
 	"\x12WatchExecutionLogs\x12'.noetl.api.v1.WatchExecutionLogsRequest\x1a(.noetl.api.v1.WatchExecutionLogsResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/executions/{execution_id}/logs:watch0\x01\x12\x8b\x01\n" +
-	"\x0eRerunExecution\x12#.noetl.api.v1.RerunExecutionRequest\x1a$.noetl.api.v1.RerunExecutionResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/executions/{execution_id}:rerun2\x93\x02\n" +
+	"\x0eRerunExecution\x12#.noetl.api.v1.RerunExecutionRequest\x1a$.noetl.api.v1.RerunExecutionResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/executions/{execution_id}:rerun\x12\xa4\x01\n" +
+	"\x16ListExecutionVariables\x12+.noetl.api.v1.ListExecutionVariablesRequest\x1a,.noetl.api.v1.ListExecutionVariablesResponse\"/\x82\xd3\xe4\x93\x02)\x12'/v1/executions/{execution_id}/variables\x12\xa4\x01\n" +
+	"\x15SetExecutionVariables\x12*.noetl.api.v1.SetExecutionVariablesRequest\x1a+.noetl.api.v1.SetExecutionVariablesResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/executions/{execution_id}/variables\x12\xaa\x01\n" +
+	"\x18DeleteExecutionVariables\x12-.noetl.api.v1.DeleteExecutionVariablesRequest\x1a..noetl.api.v1.DeleteExecutionVariablesResponse\"/\x82\xd3\xe4\x93\x02)*'/v1/executions/{execution_id}/variables2\x93\x02\n" +
 	"\rResultService\x12m\n" +
 	"\tGetResult\x12\x1e.noetl.api.v1.GetResultRequest\x1a\x1f.noetl.api.v1.GetResultResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/results/{result_id}\x12\x92\x01\n" +
 	"\x13GetResultFlightInfo\x12(.noetl.api.v1.GetResultFlightInfoRequest\x1a).noetl.api.v1.GetResultFlightInfoResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/results/{result_id}/flight2\x86\x03\n" +
@@ -3095,154 +3552,174 @@ func file_noetl_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_noetl_api_v1_api_proto_rawDescData
 }
 
-var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_noetl_api_v1_api_proto_goTypes = []any{
-	(*Playbook)(nil),                    // 0: noetl.api.v1.Playbook
-	(*RegisterPlaybookRequest)(nil),     // 1: noetl.api.v1.RegisterPlaybookRequest
-	(*RegisterPlaybookResponse)(nil),    // 2: noetl.api.v1.RegisterPlaybookResponse
-	(*GetPlaybookRequest)(nil),          // 3: noetl.api.v1.GetPlaybookRequest
-	(*GetPlaybookResponse)(nil),         // 4: noetl.api.v1.GetPlaybookResponse
-	(*ListPlaybooksRequest)(nil),        // 5: noetl.api.v1.ListPlaybooksRequest
-	(*ListPlaybooksResponse)(nil),       // 6: noetl.api.v1.ListPlaybooksResponse
-	(*StartExecutionRequest)(nil),       // 7: noetl.api.v1.StartExecutionRequest
-	(*StartExecutionResponse)(nil),      // 8: noetl.api.v1.StartExecutionResponse
-	(*StepView)(nil),                    // 9: noetl.api.v1.StepView
-	(*Execution)(nil),                   // 10: noetl.api.v1.Execution
-	(*GetExecutionRequest)(nil),         // 11: noetl.api.v1.GetExecutionRequest
-	(*GetExecutionResponse)(nil),        // 12: noetl.api.v1.GetExecutionResponse
-	(*WaitExecutionRequest)(nil),        // 13: noetl.api.v1.WaitExecutionRequest
-	(*WaitExecutionResponse)(nil),       // 14: noetl.api.v1.WaitExecutionResponse
-	(*ListExecutionsRequest)(nil),       // 15: noetl.api.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil),      // 16: noetl.api.v1.ListExecutionsResponse
-	(*CancelExecutionRequest)(nil),      // 17: noetl.api.v1.CancelExecutionRequest
-	(*CancelExecutionResponse)(nil),     // 18: noetl.api.v1.CancelExecutionResponse
-	(*Event)(nil),                       // 19: noetl.api.v1.Event
-	(*ListExecutionEventsRequest)(nil),  // 20: noetl.api.v1.ListExecutionEventsRequest
-	(*ListExecutionEventsResponse)(nil), // 21: noetl.api.v1.ListExecutionEventsResponse
-	(*WatchExecutionRequest)(nil),       // 22: noetl.api.v1.WatchExecutionRequest
-	(*WatchExecutionResponse)(nil),      // 23: noetl.api.v1.WatchExecutionResponse
-	(*GetResultRequest)(nil),            // 24: noetl.api.v1.GetResultRequest
-	(*GetResultResponse)(nil),           // 25: noetl.api.v1.GetResultResponse
-	(*GetResultFlightInfoRequest)(nil),  // 26: noetl.api.v1.GetResultFlightInfoRequest
-	(*GetResultFlightInfoResponse)(nil), // 27: noetl.api.v1.GetResultFlightInfoResponse
-	(*Credential)(nil),                  // 28: noetl.api.v1.Credential
-	(*PutCredentialRequest)(nil),        // 29: noetl.api.v1.PutCredentialRequest
-	(*PutCredentialResponse)(nil),       // 30: noetl.api.v1.PutCredentialResponse
-	(*ListCredentialsRequest)(nil),      // 31: noetl.api.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),     // 32: noetl.api.v1.ListCredentialsResponse
-	(*DeleteCredentialRequest)(nil),     // 33: noetl.api.v1.DeleteCredentialRequest
-	(*DeleteCredentialResponse)(nil),    // 34: noetl.api.v1.DeleteCredentialResponse
-	(*RerunExecutionRequest)(nil),       // 35: noetl.api.v1.RerunExecutionRequest
-	(*RerunExecutionResponse)(nil),      // 36: noetl.api.v1.RerunExecutionResponse
-	(*LogEntry)(nil),                    // 37: noetl.api.v1.LogEntry
-	(*ListExecutionLogsRequest)(nil),    // 38: noetl.api.v1.ListExecutionLogsRequest
-	(*ListExecutionLogsResponse)(nil),   // 39: noetl.api.v1.ListExecutionLogsResponse
-	(*WatchExecutionLogsRequest)(nil),   // 40: noetl.api.v1.WatchExecutionLogsRequest
-	(*WatchExecutionLogsResponse)(nil),  // 41: noetl.api.v1.WatchExecutionLogsResponse
-	nil,                                 // 42: noetl.api.v1.StartExecutionRequest.LabelsEntry
-	nil,                                 // 43: noetl.api.v1.Execution.StepsEntry
-	nil,                                 // 44: noetl.api.v1.Execution.LabelsEntry
-	nil,                                 // 45: noetl.api.v1.ListExecutionsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 46: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 47: google.protobuf.Struct
-	(*durationpb.Duration)(nil),         // 48: google.protobuf.Duration
-	(v1.StepStatus)(0),                  // 49: noetl.event.v1.StepStatus
-	(*structpb.Value)(nil),              // 50: google.protobuf.Value
-	(*v1.ResultRef)(nil),                // 51: noetl.event.v1.ResultRef
-	(*v1.ErrorInfo)(nil),                // 52: noetl.event.v1.ErrorInfo
-	(v1.ExecutionStatus)(0),             // 53: noetl.event.v1.ExecutionStatus
-	(*v1.Iteration)(nil),                // 54: noetl.event.v1.Iteration
+	(*Playbook)(nil),                         // 0: noetl.api.v1.Playbook
+	(*RegisterPlaybookRequest)(nil),          // 1: noetl.api.v1.RegisterPlaybookRequest
+	(*RegisterPlaybookResponse)(nil),         // 2: noetl.api.v1.RegisterPlaybookResponse
+	(*GetPlaybookRequest)(nil),               // 3: noetl.api.v1.GetPlaybookRequest
+	(*GetPlaybookResponse)(nil),              // 4: noetl.api.v1.GetPlaybookResponse
+	(*ListPlaybooksRequest)(nil),             // 5: noetl.api.v1.ListPlaybooksRequest
+	(*ListPlaybooksResponse)(nil),            // 6: noetl.api.v1.ListPlaybooksResponse
+	(*StartExecutionRequest)(nil),            // 7: noetl.api.v1.StartExecutionRequest
+	(*StartExecutionResponse)(nil),           // 8: noetl.api.v1.StartExecutionResponse
+	(*StepView)(nil),                         // 9: noetl.api.v1.StepView
+	(*Execution)(nil),                        // 10: noetl.api.v1.Execution
+	(*GetExecutionRequest)(nil),              // 11: noetl.api.v1.GetExecutionRequest
+	(*GetExecutionResponse)(nil),             // 12: noetl.api.v1.GetExecutionResponse
+	(*WaitExecutionRequest)(nil),             // 13: noetl.api.v1.WaitExecutionRequest
+	(*WaitExecutionResponse)(nil),            // 14: noetl.api.v1.WaitExecutionResponse
+	(*ListExecutionsRequest)(nil),            // 15: noetl.api.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil),           // 16: noetl.api.v1.ListExecutionsResponse
+	(*CancelExecutionRequest)(nil),           // 17: noetl.api.v1.CancelExecutionRequest
+	(*CancelExecutionResponse)(nil),          // 18: noetl.api.v1.CancelExecutionResponse
+	(*Event)(nil),                            // 19: noetl.api.v1.Event
+	(*ListExecutionEventsRequest)(nil),       // 20: noetl.api.v1.ListExecutionEventsRequest
+	(*ListExecutionEventsResponse)(nil),      // 21: noetl.api.v1.ListExecutionEventsResponse
+	(*WatchExecutionRequest)(nil),            // 22: noetl.api.v1.WatchExecutionRequest
+	(*WatchExecutionResponse)(nil),           // 23: noetl.api.v1.WatchExecutionResponse
+	(*GetResultRequest)(nil),                 // 24: noetl.api.v1.GetResultRequest
+	(*GetResultResponse)(nil),                // 25: noetl.api.v1.GetResultResponse
+	(*GetResultFlightInfoRequest)(nil),       // 26: noetl.api.v1.GetResultFlightInfoRequest
+	(*GetResultFlightInfoResponse)(nil),      // 27: noetl.api.v1.GetResultFlightInfoResponse
+	(*Credential)(nil),                       // 28: noetl.api.v1.Credential
+	(*PutCredentialRequest)(nil),             // 29: noetl.api.v1.PutCredentialRequest
+	(*PutCredentialResponse)(nil),            // 30: noetl.api.v1.PutCredentialResponse
+	(*ListCredentialsRequest)(nil),           // 31: noetl.api.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),          // 32: noetl.api.v1.ListCredentialsResponse
+	(*DeleteCredentialRequest)(nil),          // 33: noetl.api.v1.DeleteCredentialRequest
+	(*DeleteCredentialResponse)(nil),         // 34: noetl.api.v1.DeleteCredentialResponse
+	(*RerunExecutionRequest)(nil),            // 35: noetl.api.v1.RerunExecutionRequest
+	(*RerunExecutionResponse)(nil),           // 36: noetl.api.v1.RerunExecutionResponse
+	(*LogEntry)(nil),                         // 37: noetl.api.v1.LogEntry
+	(*ListExecutionLogsRequest)(nil),         // 38: noetl.api.v1.ListExecutionLogsRequest
+	(*ListExecutionLogsResponse)(nil),        // 39: noetl.api.v1.ListExecutionLogsResponse
+	(*WatchExecutionLogsRequest)(nil),        // 40: noetl.api.v1.WatchExecutionLogsRequest
+	(*WatchExecutionLogsResponse)(nil),       // 41: noetl.api.v1.WatchExecutionLogsResponse
+	(*ExecutionVariable)(nil),                // 42: noetl.api.v1.ExecutionVariable
+	(*ListExecutionVariablesRequest)(nil),    // 43: noetl.api.v1.ListExecutionVariablesRequest
+	(*ListExecutionVariablesResponse)(nil),   // 44: noetl.api.v1.ListExecutionVariablesResponse
+	(*SetExecutionVariablesRequest)(nil),     // 45: noetl.api.v1.SetExecutionVariablesRequest
+	(*SetExecutionVariablesResponse)(nil),    // 46: noetl.api.v1.SetExecutionVariablesResponse
+	(*DeleteExecutionVariablesRequest)(nil),  // 47: noetl.api.v1.DeleteExecutionVariablesRequest
+	(*DeleteExecutionVariablesResponse)(nil), // 48: noetl.api.v1.DeleteExecutionVariablesResponse
+	nil,                                      // 49: noetl.api.v1.StartExecutionRequest.LabelsEntry
+	nil,                                      // 50: noetl.api.v1.Execution.StepsEntry
+	nil,                                      // 51: noetl.api.v1.Execution.LabelsEntry
+	nil,                                      // 52: noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	nil,                                      // 53: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
+	(*timestamppb.Timestamp)(nil),            // 54: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                  // 55: google.protobuf.Struct
+	(*durationpb.Duration)(nil),              // 56: google.protobuf.Duration
+	(v1.StepStatus)(0),                       // 57: noetl.event.v1.StepStatus
+	(*structpb.Value)(nil),                   // 58: google.protobuf.Value
+	(*v1.ResultRef)(nil),                     // 59: noetl.event.v1.ResultRef
+	(*v1.ErrorInfo)(nil),                     // 60: noetl.event.v1.ErrorInfo
+	(v1.ExecutionStatus)(0),                  // 61: noetl.event.v1.ExecutionStatus
+	(*v1.Iteration)(nil),                     // 62: noetl.event.v1.Iteration
 }
 var file_noetl_api_v1_api_proto_depIdxs = []int32{
-	46, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
+	54, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.api.v1.RegisterPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 2: noetl.api.v1.GetPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
 	0,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
-	47, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
-	42, // 5: noetl.api.v1.StartExecutionRequest.labels:type_name -> noetl.api.v1.StartExecutionRequest.LabelsEntry
-	48, // 6: noetl.api.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	49, // 7: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	50, // 8: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	51, // 9: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	52, // 10: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	53, // 11: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	50, // 12: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	52, // 13: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	43, // 14: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	46, // 15: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	46, // 16: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
-	44, // 17: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
+	55, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
+	49, // 5: noetl.api.v1.StartExecutionRequest.labels:type_name -> noetl.api.v1.StartExecutionRequest.LabelsEntry
+	56, // 6: noetl.api.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	57, // 7: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	58, // 8: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	59, // 9: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	60, // 10: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	61, // 11: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	58, // 12: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	60, // 13: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	50, // 14: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	54, // 15: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	54, // 16: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	51, // 17: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
 	10, // 18: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	48, // 19: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	56, // 19: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
 	10, // 20: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	53, // 21: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	46, // 22: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
-	46, // 23: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
-	45, // 24: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	61, // 21: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	54, // 22: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	54, // 23: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	52, // 24: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
 	10, // 25: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	54, // 26: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	50, // 27: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	50, // 28: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	51, // 29: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	52, // 30: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	46, // 31: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	46, // 32: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	62, // 26: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	58, // 27: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	58, // 28: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	59, // 29: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	60, // 30: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	54, // 31: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	54, // 32: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
 	19, // 33: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
 	19, // 34: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
-	51, // 35: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	50, // 36: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	51, // 37: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
-	46, // 38: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
-	46, // 39: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	47, // 40: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	59, // 35: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	58, // 36: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	59, // 37: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
+	54, // 38: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
+	54, // 39: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	55, // 40: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
 	28, // 41: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
 	28, // 42: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	54, // 43: noetl.api.v1.LogEntry.iteration:type_name -> noetl.event.v1.Iteration
-	46, // 44: noetl.api.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	62, // 43: noetl.api.v1.LogEntry.iteration:type_name -> noetl.event.v1.Iteration
+	54, // 44: noetl.api.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
 	37, // 45: noetl.api.v1.ListExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
 	37, // 46: noetl.api.v1.WatchExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
-	9,  // 47: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	1,  // 48: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 49: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 50: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 51: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 52: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 53: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 54: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 55: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 56: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 57: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
-	38, // 58: noetl.api.v1.ExecutionService.ListExecutionLogs:input_type -> noetl.api.v1.ListExecutionLogsRequest
-	40, // 59: noetl.api.v1.ExecutionService.WatchExecutionLogs:input_type -> noetl.api.v1.WatchExecutionLogsRequest
-	35, // 60: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
-	24, // 61: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	26, // 62: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
-	29, // 63: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	31, // 64: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	33, // 65: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	2,  // 66: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 67: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 68: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 69: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 70: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 71: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 72: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 73: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 74: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 75: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
-	39, // 76: noetl.api.v1.ExecutionService.ListExecutionLogs:output_type -> noetl.api.v1.ListExecutionLogsResponse
-	41, // 77: noetl.api.v1.ExecutionService.WatchExecutionLogs:output_type -> noetl.api.v1.WatchExecutionLogsResponse
-	36, // 78: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
-	25, // 79: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	27, // 80: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
-	30, // 81: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	32, // 82: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	34, // 83: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	66, // [66:84] is the sub-list for method output_type
-	48, // [48:66] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	58, // 47: noetl.api.v1.ExecutionVariable.value:type_name -> google.protobuf.Value
+	54, // 48: noetl.api.v1.ExecutionVariable.create_time:type_name -> google.protobuf.Timestamp
+	54, // 49: noetl.api.v1.ExecutionVariable.update_time:type_name -> google.protobuf.Timestamp
+	42, // 50: noetl.api.v1.ListExecutionVariablesResponse.variables:type_name -> noetl.api.v1.ExecutionVariable
+	53, // 51: noetl.api.v1.SetExecutionVariablesRequest.variables:type_name -> noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
+	9,  // 52: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	58, // 53: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry.value:type_name -> google.protobuf.Value
+	1,  // 54: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 55: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 56: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 57: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 58: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 59: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 60: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 61: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 62: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 63: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	38, // 64: noetl.api.v1.ExecutionService.ListExecutionLogs:input_type -> noetl.api.v1.ListExecutionLogsRequest
+	40, // 65: noetl.api.v1.ExecutionService.WatchExecutionLogs:input_type -> noetl.api.v1.WatchExecutionLogsRequest
+	35, // 66: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
+	43, // 67: noetl.api.v1.ExecutionService.ListExecutionVariables:input_type -> noetl.api.v1.ListExecutionVariablesRequest
+	45, // 68: noetl.api.v1.ExecutionService.SetExecutionVariables:input_type -> noetl.api.v1.SetExecutionVariablesRequest
+	47, // 69: noetl.api.v1.ExecutionService.DeleteExecutionVariables:input_type -> noetl.api.v1.DeleteExecutionVariablesRequest
+	24, // 70: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	26, // 71: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
+	29, // 72: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	31, // 73: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	33, // 74: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	2,  // 75: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 76: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 77: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 78: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 79: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 80: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 81: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 82: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 83: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 84: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	39, // 85: noetl.api.v1.ExecutionService.ListExecutionLogs:output_type -> noetl.api.v1.ListExecutionLogsResponse
+	41, // 86: noetl.api.v1.ExecutionService.WatchExecutionLogs:output_type -> noetl.api.v1.WatchExecutionLogsResponse
+	36, // 87: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
+	44, // 88: noetl.api.v1.ExecutionService.ListExecutionVariables:output_type -> noetl.api.v1.ListExecutionVariablesResponse
+	46, // 89: noetl.api.v1.ExecutionService.SetExecutionVariables:output_type -> noetl.api.v1.SetExecutionVariablesResponse
+	48, // 90: noetl.api.v1.ExecutionService.DeleteExecutionVariables:output_type -> noetl.api.v1.DeleteExecutionVariablesResponse
+	25, // 91: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	27, // 92: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
+	30, // 93: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	32, // 94: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	34, // 95: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	75, // [75:96] is the sub-list for method output_type
+	54, // [54:75] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }
@@ -3256,7 +3733,7 @@ func file_noetl_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_api_v1_api_proto_rawDesc), len(file_noetl_api_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   46,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

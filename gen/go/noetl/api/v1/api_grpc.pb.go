@@ -210,16 +210,19 @@ var CatalogService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	ExecutionService_StartExecution_FullMethodName      = "/noetl.api.v1.ExecutionService/StartExecution"
-	ExecutionService_GetExecution_FullMethodName        = "/noetl.api.v1.ExecutionService/GetExecution"
-	ExecutionService_WaitExecution_FullMethodName       = "/noetl.api.v1.ExecutionService/WaitExecution"
-	ExecutionService_ListExecutions_FullMethodName      = "/noetl.api.v1.ExecutionService/ListExecutions"
-	ExecutionService_CancelExecution_FullMethodName     = "/noetl.api.v1.ExecutionService/CancelExecution"
-	ExecutionService_ListExecutionEvents_FullMethodName = "/noetl.api.v1.ExecutionService/ListExecutionEvents"
-	ExecutionService_WatchExecution_FullMethodName      = "/noetl.api.v1.ExecutionService/WatchExecution"
-	ExecutionService_ListExecutionLogs_FullMethodName   = "/noetl.api.v1.ExecutionService/ListExecutionLogs"
-	ExecutionService_WatchExecutionLogs_FullMethodName  = "/noetl.api.v1.ExecutionService/WatchExecutionLogs"
-	ExecutionService_RerunExecution_FullMethodName      = "/noetl.api.v1.ExecutionService/RerunExecution"
+	ExecutionService_StartExecution_FullMethodName           = "/noetl.api.v1.ExecutionService/StartExecution"
+	ExecutionService_GetExecution_FullMethodName             = "/noetl.api.v1.ExecutionService/GetExecution"
+	ExecutionService_WaitExecution_FullMethodName            = "/noetl.api.v1.ExecutionService/WaitExecution"
+	ExecutionService_ListExecutions_FullMethodName           = "/noetl.api.v1.ExecutionService/ListExecutions"
+	ExecutionService_CancelExecution_FullMethodName          = "/noetl.api.v1.ExecutionService/CancelExecution"
+	ExecutionService_ListExecutionEvents_FullMethodName      = "/noetl.api.v1.ExecutionService/ListExecutionEvents"
+	ExecutionService_WatchExecution_FullMethodName           = "/noetl.api.v1.ExecutionService/WatchExecution"
+	ExecutionService_ListExecutionLogs_FullMethodName        = "/noetl.api.v1.ExecutionService/ListExecutionLogs"
+	ExecutionService_WatchExecutionLogs_FullMethodName       = "/noetl.api.v1.ExecutionService/WatchExecutionLogs"
+	ExecutionService_RerunExecution_FullMethodName           = "/noetl.api.v1.ExecutionService/RerunExecution"
+	ExecutionService_ListExecutionVariables_FullMethodName   = "/noetl.api.v1.ExecutionService/ListExecutionVariables"
+	ExecutionService_SetExecutionVariables_FullMethodName    = "/noetl.api.v1.ExecutionService/SetExecutionVariables"
+	ExecutionService_DeleteExecutionVariables_FullMethodName = "/noetl.api.v1.ExecutionService/DeleteExecutionVariables"
 )
 
 // ExecutionServiceClient is the client API for ExecutionService service.
@@ -273,6 +276,17 @@ type ExecutionServiceClient interface {
 	// and the ctx the original had then, and runs from from_step on; without it, it runs
 	// from the start.
 	RerunExecution(ctx context.Context, in *RerunExecutionRequest, opts ...grpc.CallOption) (*RerunExecutionResponse, error)
+	// ListExecutionVariables returns an execution's variables (vars.<name> in its
+	// templates), ordered by name.
+	ListExecutionVariables(ctx context.Context, in *ListExecutionVariablesRequest, opts ...grpc.CallOption) (*ListExecutionVariablesResponse, error)
+	// SetExecutionVariables sets variables of a running execution: steps whose commands are
+	// issued after the answer see them as vars.<name>. Names match [A-Za-z_][A-Za-z0-9_]{0,63};
+	// a value is at most 16 KiB as JSON, and an execution holds at most 100 variables of 64
+	// KiB in all. A terminal execution is FAILED_PRECONDITION (HTTP 409).
+	SetExecutionVariables(ctx context.Context, in *SetExecutionVariablesRequest, opts ...grpc.CallOption) (*SetExecutionVariablesResponse, error)
+	// DeleteExecutionVariables unsets variables of a running execution: the names given
+	// (each must be set, else NOT_FOUND), or every one when none is given.
+	DeleteExecutionVariables(ctx context.Context, in *DeleteExecutionVariablesRequest, opts ...grpc.CallOption) (*DeleteExecutionVariablesResponse, error)
 }
 
 type executionServiceClient struct {
@@ -401,6 +415,36 @@ func (c *executionServiceClient) RerunExecution(ctx context.Context, in *RerunEx
 	return out, nil
 }
 
+func (c *executionServiceClient) ListExecutionVariables(ctx context.Context, in *ListExecutionVariablesRequest, opts ...grpc.CallOption) (*ListExecutionVariablesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListExecutionVariablesResponse)
+	err := c.cc.Invoke(ctx, ExecutionService_ListExecutionVariables_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionServiceClient) SetExecutionVariables(ctx context.Context, in *SetExecutionVariablesRequest, opts ...grpc.CallOption) (*SetExecutionVariablesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetExecutionVariablesResponse)
+	err := c.cc.Invoke(ctx, ExecutionService_SetExecutionVariables_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *executionServiceClient) DeleteExecutionVariables(ctx context.Context, in *DeleteExecutionVariablesRequest, opts ...grpc.CallOption) (*DeleteExecutionVariablesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteExecutionVariablesResponse)
+	err := c.cc.Invoke(ctx, ExecutionService_DeleteExecutionVariables_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ExecutionServiceServer is the server API for ExecutionService service.
 // All implementations must embed UnimplementedExecutionServiceServer
 // for forward compatibility.
@@ -452,6 +496,17 @@ type ExecutionServiceServer interface {
 	// and the ctx the original had then, and runs from from_step on; without it, it runs
 	// from the start.
 	RerunExecution(context.Context, *RerunExecutionRequest) (*RerunExecutionResponse, error)
+	// ListExecutionVariables returns an execution's variables (vars.<name> in its
+	// templates), ordered by name.
+	ListExecutionVariables(context.Context, *ListExecutionVariablesRequest) (*ListExecutionVariablesResponse, error)
+	// SetExecutionVariables sets variables of a running execution: steps whose commands are
+	// issued after the answer see them as vars.<name>. Names match [A-Za-z_][A-Za-z0-9_]{0,63};
+	// a value is at most 16 KiB as JSON, and an execution holds at most 100 variables of 64
+	// KiB in all. A terminal execution is FAILED_PRECONDITION (HTTP 409).
+	SetExecutionVariables(context.Context, *SetExecutionVariablesRequest) (*SetExecutionVariablesResponse, error)
+	// DeleteExecutionVariables unsets variables of a running execution: the names given
+	// (each must be set, else NOT_FOUND), or every one when none is given.
+	DeleteExecutionVariables(context.Context, *DeleteExecutionVariablesRequest) (*DeleteExecutionVariablesResponse, error)
 	mustEmbedUnimplementedExecutionServiceServer()
 }
 
@@ -491,6 +546,15 @@ func (UnimplementedExecutionServiceServer) WatchExecutionLogs(*WatchExecutionLog
 }
 func (UnimplementedExecutionServiceServer) RerunExecution(context.Context, *RerunExecutionRequest) (*RerunExecutionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RerunExecution not implemented")
+}
+func (UnimplementedExecutionServiceServer) ListExecutionVariables(context.Context, *ListExecutionVariablesRequest) (*ListExecutionVariablesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListExecutionVariables not implemented")
+}
+func (UnimplementedExecutionServiceServer) SetExecutionVariables(context.Context, *SetExecutionVariablesRequest) (*SetExecutionVariablesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetExecutionVariables not implemented")
+}
+func (UnimplementedExecutionServiceServer) DeleteExecutionVariables(context.Context, *DeleteExecutionVariablesRequest) (*DeleteExecutionVariablesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteExecutionVariables not implemented")
 }
 func (UnimplementedExecutionServiceServer) mustEmbedUnimplementedExecutionServiceServer() {}
 func (UnimplementedExecutionServiceServer) testEmbeddedByValue()                          {}
@@ -679,6 +743,60 @@ func _ExecutionService_RerunExecution_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutionService_ListExecutionVariables_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListExecutionVariablesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionServiceServer).ListExecutionVariables(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionService_ListExecutionVariables_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionServiceServer).ListExecutionVariables(ctx, req.(*ListExecutionVariablesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionService_SetExecutionVariables_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetExecutionVariablesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionServiceServer).SetExecutionVariables(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionService_SetExecutionVariables_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionServiceServer).SetExecutionVariables(ctx, req.(*SetExecutionVariablesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ExecutionService_DeleteExecutionVariables_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteExecutionVariablesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ExecutionServiceServer).DeleteExecutionVariables(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ExecutionService_DeleteExecutionVariables_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ExecutionServiceServer).DeleteExecutionVariables(ctx, req.(*DeleteExecutionVariablesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ExecutionService_ServiceDesc is the grpc.ServiceDesc for ExecutionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -717,6 +835,18 @@ var ExecutionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RerunExecution",
 			Handler:    _ExecutionService_RerunExecution_Handler,
+		},
+		{
+			MethodName: "ListExecutionVariables",
+			Handler:    _ExecutionService_ListExecutionVariables_Handler,
+		},
+		{
+			MethodName: "SetExecutionVariables",
+			Handler:    _ExecutionService_SetExecutionVariables_Handler,
+		},
+		{
+			MethodName: "DeleteExecutionVariables",
+			Handler:    _ExecutionService_DeleteExecutionVariables_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

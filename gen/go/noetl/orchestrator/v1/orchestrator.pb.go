@@ -887,6 +887,162 @@ func (*CancelExecutionResponse) Descriptor() ([]byte, []int) {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
+// UpdateExecutionVariablesRequest sets, unsets or clears an execution's variables, in that
+// order within one event (clear first, then unset, then set).
+type UpdateExecutionVariablesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the caller.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,2,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Variables to set: name to value as JSON text.
+	SetJson map[string][]byte `protobuf:"bytes,3,rep,name=set_json,json=setJson,proto3" json:"set_json,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Names of variables to unset; each must be set.
+	Unset []string `protobuf:"bytes,4,rep,name=unset,proto3" json:"unset,omitempty"`
+	// Whether to unset every variable.
+	Clear bool `protobuf:"varint,5,opt,name=clear,proto3" json:"clear,omitempty"`
+	// Type recorded with the set variables (NoETL's var_type); empty means user_defined.
+	Type string `protobuf:"bytes,6,opt,name=type,proto3" json:"type,omitempty"`
+	// Step recorded as the set variables' source, if any.
+	SourceStep    string `protobuf:"bytes,7,opt,name=source_step,json=sourceStep,proto3" json:"source_step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateExecutionVariablesRequest) Reset() {
+	*x = UpdateExecutionVariablesRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateExecutionVariablesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateExecutionVariablesRequest) ProtoMessage() {}
+
+func (x *UpdateExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateExecutionVariablesRequest.ProtoReflect.Descriptor instead.
+func (*UpdateExecutionVariablesRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *UpdateExecutionVariablesRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *UpdateExecutionVariablesRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *UpdateExecutionVariablesRequest) GetSetJson() map[string][]byte {
+	if x != nil {
+		return x.SetJson
+	}
+	return nil
+}
+
+func (x *UpdateExecutionVariablesRequest) GetUnset() []string {
+	if x != nil {
+		return x.Unset
+	}
+	return nil
+}
+
+func (x *UpdateExecutionVariablesRequest) GetClear() bool {
+	if x != nil {
+		return x.Clear
+	}
+	return false
+}
+
+func (x *UpdateExecutionVariablesRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *UpdateExecutionVariablesRequest) GetSourceStep() string {
+	if x != nil {
+		return x.SourceStep
+	}
+	return ""
+}
+
+// UpdateExecutionVariablesResponse reports a committed write.
+type UpdateExecutionVariablesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sequence number of the committed vars.updated event.
+	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Number of variables the write unset (with clear, every one set before it).
+	Unset         int32 `protobuf:"varint,2,opt,name=unset,proto3" json:"unset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateExecutionVariablesResponse) Reset() {
+	*x = UpdateExecutionVariablesResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateExecutionVariablesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateExecutionVariablesResponse) ProtoMessage() {}
+
+func (x *UpdateExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateExecutionVariablesResponse.ProtoReflect.Descriptor instead.
+func (*UpdateExecutionVariablesResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *UpdateExecutionVariablesResponse) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *UpdateExecutionVariablesResponse) GetUnset() int32 {
+	if x != nil {
+		return x.Unset
+	}
+	return 0
+}
+
 // WaitExecutionRequest names an execution to wait for.
 type WaitExecutionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -902,7 +1058,7 @@ type WaitExecutionRequest struct {
 
 func (x *WaitExecutionRequest) Reset() {
 	*x = WaitExecutionRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1070,7 @@ func (x *WaitExecutionRequest) String() string {
 func (*WaitExecutionRequest) ProtoMessage() {}
 
 func (x *WaitExecutionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1083,7 @@ func (x *WaitExecutionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitExecutionRequest.ProtoReflect.Descriptor instead.
 func (*WaitExecutionRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WaitExecutionRequest) GetTenant() string {
@@ -966,7 +1122,7 @@ type WaitExecutionResponse struct {
 
 func (x *WaitExecutionResponse) Reset() {
 	*x = WaitExecutionResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1134,7 @@ func (x *WaitExecutionResponse) String() string {
 func (*WaitExecutionResponse) ProtoMessage() {}
 
 func (x *WaitExecutionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1147,7 @@ func (x *WaitExecutionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitExecutionResponse.ProtoReflect.Descriptor instead.
 func (*WaitExecutionResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WaitExecutionResponse) GetTerminal() bool {
@@ -1032,7 +1188,7 @@ type PutCredentialRequest struct {
 
 func (x *PutCredentialRequest) Reset() {
 	*x = PutCredentialRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1200,7 @@ func (x *PutCredentialRequest) String() string {
 func (*PutCredentialRequest) ProtoMessage() {}
 
 func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1213,7 @@ func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialRequest.ProtoReflect.Descriptor instead.
 func (*PutCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PutCredentialRequest) GetTenant() string {
@@ -1099,7 +1255,7 @@ type PutCredentialResponse struct {
 
 func (x *PutCredentialResponse) Reset() {
 	*x = PutCredentialResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1267,7 @@ func (x *PutCredentialResponse) String() string {
 func (*PutCredentialResponse) ProtoMessage() {}
 
 func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1280,7 @@ func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialResponse.ProtoReflect.Descriptor instead.
 func (*PutCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PutCredentialResponse) GetUpdateTime() *timestamppb.Timestamp {
@@ -1149,7 +1305,7 @@ type ResolveCredentialRequest struct {
 
 func (x *ResolveCredentialRequest) Reset() {
 	*x = ResolveCredentialRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1317,7 @@ func (x *ResolveCredentialRequest) String() string {
 func (*ResolveCredentialRequest) ProtoMessage() {}
 
 func (x *ResolveCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1330,7 @@ func (x *ResolveCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCredentialRequest.ProtoReflect.Descriptor instead.
 func (*ResolveCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResolveCredentialRequest) GetTenant() string {
@@ -1211,7 +1367,7 @@ type ResolveCredentialResponse struct {
 
 func (x *ResolveCredentialResponse) Reset() {
 	*x = ResolveCredentialResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1379,7 @@ func (x *ResolveCredentialResponse) String() string {
 func (*ResolveCredentialResponse) ProtoMessage() {}
 
 func (x *ResolveCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1392,7 @@ func (x *ResolveCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveCredentialResponse.ProtoReflect.Descriptor instead.
 func (*ResolveCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResolveCredentialResponse) GetType() string {
@@ -1268,7 +1424,7 @@ type CredentialInfo struct {
 
 func (x *CredentialInfo) Reset() {
 	*x = CredentialInfo{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1436,7 @@ func (x *CredentialInfo) String() string {
 func (*CredentialInfo) ProtoMessage() {}
 
 func (x *CredentialInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1449,7 @@ func (x *CredentialInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CredentialInfo.ProtoReflect.Descriptor instead.
 func (*CredentialInfo) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CredentialInfo) GetName() string {
@@ -1332,7 +1488,7 @@ type ListCredentialsRequest struct {
 
 func (x *ListCredentialsRequest) Reset() {
 	*x = ListCredentialsRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1500,7 @@ func (x *ListCredentialsRequest) String() string {
 func (*ListCredentialsRequest) ProtoMessage() {}
 
 func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1513,7 @@ func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListCredentialsRequest) GetTenant() string {
@@ -1394,7 +1550,7 @@ type ListCredentialsResponse struct {
 
 func (x *ListCredentialsResponse) Reset() {
 	*x = ListCredentialsResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1562,7 @@ func (x *ListCredentialsResponse) String() string {
 func (*ListCredentialsResponse) ProtoMessage() {}
 
 func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1575,7 @@ func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListCredentialsResponse) GetCredentials() []*CredentialInfo {
@@ -1449,7 +1605,7 @@ type DeleteCredentialRequest struct {
 
 func (x *DeleteCredentialRequest) Reset() {
 	*x = DeleteCredentialRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1617,7 @@ func (x *DeleteCredentialRequest) String() string {
 func (*DeleteCredentialRequest) ProtoMessage() {}
 
 func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1630,7 @@ func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteCredentialRequest) GetTenant() string {
@@ -1500,7 +1656,7 @@ type DeleteCredentialResponse struct {
 
 func (x *DeleteCredentialResponse) Reset() {
 	*x = DeleteCredentialResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1668,7 @@ func (x *DeleteCredentialResponse) String() string {
 func (*DeleteCredentialResponse) ProtoMessage() {}
 
 func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1681,7 @@ func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 // ApiKeyInfo describes an API key without its secret.
@@ -1555,7 +1711,7 @@ type ApiKeyInfo struct {
 
 func (x *ApiKeyInfo) Reset() {
 	*x = ApiKeyInfo{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1723,7 @@ func (x *ApiKeyInfo) String() string {
 func (*ApiKeyInfo) ProtoMessage() {}
 
 func (x *ApiKeyInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1736,7 @@ func (x *ApiKeyInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKeyInfo.ProtoReflect.Descriptor instead.
 func (*ApiKeyInfo) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ApiKeyInfo) GetId() string {
@@ -1666,7 +1822,7 @@ type CreateApiKeyRequest struct {
 
 func (x *CreateApiKeyRequest) Reset() {
 	*x = CreateApiKeyRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1834,7 @@ func (x *CreateApiKeyRequest) String() string {
 func (*CreateApiKeyRequest) ProtoMessage() {}
 
 func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1847,7 @@ func (x *CreateApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateApiKeyRequest) GetTenant() string {
@@ -1742,7 +1898,7 @@ type CreateApiKeyResponse struct {
 
 func (x *CreateApiKeyResponse) Reset() {
 	*x = CreateApiKeyResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1910,7 @@ func (x *CreateApiKeyResponse) String() string {
 func (*CreateApiKeyResponse) ProtoMessage() {}
 
 func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1923,7 @@ func (x *CreateApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateApiKeyResponse) GetKey() *ApiKeyInfo {
@@ -1799,7 +1955,7 @@ type ListApiKeysRequest struct {
 
 func (x *ListApiKeysRequest) Reset() {
 	*x = ListApiKeysRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1967,7 @@ func (x *ListApiKeysRequest) String() string {
 func (*ListApiKeysRequest) ProtoMessage() {}
 
 func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[27]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1980,7 @@ func (x *ListApiKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListApiKeysRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListApiKeysRequest) GetTenant() string {
@@ -1861,7 +2017,7 @@ type ListApiKeysResponse struct {
 
 func (x *ListApiKeysResponse) Reset() {
 	*x = ListApiKeysResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +2029,7 @@ func (x *ListApiKeysResponse) String() string {
 func (*ListApiKeysResponse) ProtoMessage() {}
 
 func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[28]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +2042,7 @@ func (x *ListApiKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApiKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListApiKeysResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListApiKeysResponse) GetKeys() []*ApiKeyInfo {
@@ -1916,7 +2072,7 @@ type RevokeApiKeyRequest struct {
 
 func (x *RevokeApiKeyRequest) Reset() {
 	*x = RevokeApiKeyRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2084,7 @@ func (x *RevokeApiKeyRequest) String() string {
 func (*RevokeApiKeyRequest) ProtoMessage() {}
 
 func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[29]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2097,7 @@ func (x *RevokeApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RevokeApiKeyRequest) GetTenant() string {
@@ -1969,7 +2125,7 @@ type RevokeApiKeyResponse struct {
 
 func (x *RevokeApiKeyResponse) Reset() {
 	*x = RevokeApiKeyResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2137,7 @@ func (x *RevokeApiKeyResponse) String() string {
 func (*RevokeApiKeyResponse) ProtoMessage() {}
 
 func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[30]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2150,7 @@ func (x *RevokeApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{30}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RevokeApiKeyResponse) GetKey() *ApiKeyInfo {
@@ -2015,7 +2171,7 @@ type VerifyApiKeyRequest struct {
 
 func (x *VerifyApiKeyRequest) Reset() {
 	*x = VerifyApiKeyRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2183,7 @@ func (x *VerifyApiKeyRequest) String() string {
 func (*VerifyApiKeyRequest) ProtoMessage() {}
 
 func (x *VerifyApiKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[31]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2196,7 @@ func (x *VerifyApiKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyApiKeyRequest.ProtoReflect.Descriptor instead.
 func (*VerifyApiKeyRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{31}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *VerifyApiKeyRequest) GetKey() string {
@@ -2061,7 +2217,7 @@ type VerifyApiKeyResponse struct {
 
 func (x *VerifyApiKeyResponse) Reset() {
 	*x = VerifyApiKeyResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2229,7 @@ func (x *VerifyApiKeyResponse) String() string {
 func (*VerifyApiKeyResponse) ProtoMessage() {}
 
 func (x *VerifyApiKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[32]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2242,7 @@ func (x *VerifyApiKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyApiKeyResponse.ProtoReflect.Descriptor instead.
 func (*VerifyApiKeyResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{32}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *VerifyApiKeyResponse) GetKey() *ApiKeyInfo {
@@ -2111,7 +2267,7 @@ type WatchExecutionRequest struct {
 
 func (x *WatchExecutionRequest) Reset() {
 	*x = WatchExecutionRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2279,7 @@ func (x *WatchExecutionRequest) String() string {
 func (*WatchExecutionRequest) ProtoMessage() {}
 
 func (x *WatchExecutionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[33]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2292,7 @@ func (x *WatchExecutionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchExecutionRequest.ProtoReflect.Descriptor instead.
 func (*WatchExecutionRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{33}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchExecutionRequest) GetTenant() string {
@@ -2171,7 +2327,7 @@ type WatchExecutionResponse struct {
 
 func (x *WatchExecutionResponse) Reset() {
 	*x = WatchExecutionResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[34]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2339,7 @@ func (x *WatchExecutionResponse) String() string {
 func (*WatchExecutionResponse) ProtoMessage() {}
 
 func (x *WatchExecutionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[34]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2352,7 @@ func (x *WatchExecutionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchExecutionResponse.ProtoReflect.Descriptor instead.
 func (*WatchExecutionResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{34}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WatchExecutionResponse) GetEvents() []*v11.Event {
@@ -2270,7 +2426,22 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x19\n" +
-	"\x17CancelExecutionResponse\"\x86\x01\n" +
+	"\x17CancelExecutionResponse\"\xd9\x02\n" +
+	"\x1fUpdateExecutionVariablesRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
+	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12^\n" +
+	"\bset_json\x18\x03 \x03(\v2C.noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntryR\asetJson\x12\x14\n" +
+	"\x05unset\x18\x04 \x03(\tR\x05unset\x12\x14\n" +
+	"\x05clear\x18\x05 \x01(\bR\x05clear\x12\x12\n" +
+	"\x04type\x18\x06 \x01(\tR\x04type\x12\x1f\n" +
+	"\vsource_step\x18\a \x01(\tR\n" +
+	"sourceStep\x1a:\n" +
+	"\fSetJsonEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"J\n" +
+	" UpdateExecutionVariablesResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x14\n" +
+	"\x05unset\x18\x02 \x01(\x05R\x05unset\"\x86\x01\n" +
 	"\x14WaitExecutionRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x123\n" +
@@ -2359,7 +2530,7 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x1b\n" +
 	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"G\n" +
 	"\x16WatchExecutionResponse\x12-\n" +
-	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events2\x98\x06\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events2\xa6\a\n" +
 	"\x13OrchestratorService\x12s\n" +
 	"\x10RegisterPlaybook\x12..noetl.orchestrator.v1.RegisterPlaybookRequest\x1a/.noetl.orchestrator.v1.RegisterPlaybookResponse\x12d\n" +
 	"\vGetPlaybook\x12).noetl.orchestrator.v1.GetPlaybookRequest\x1a*.noetl.orchestrator.v1.GetPlaybookResponse\x12j\n" +
@@ -2367,7 +2538,8 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x0eStartExecution\x12,.noetl.orchestrator.v1.StartExecutionRequest\x1a-.noetl.orchestrator.v1.StartExecutionResponse\x12m\n" +
 	"\x0eRerunExecution\x12,.noetl.orchestrator.v1.RerunExecutionRequest\x1a-.noetl.orchestrator.v1.RerunExecutionResponse\x12p\n" +
 	"\x0fCancelExecution\x12-.noetl.orchestrator.v1.CancelExecutionRequest\x1a..noetl.orchestrator.v1.CancelExecutionResponse\x12j\n" +
-	"\rWaitExecution\x12+.noetl.orchestrator.v1.WaitExecutionRequest\x1a,.noetl.orchestrator.v1.WaitExecutionResponse2\xde\x03\n" +
+	"\rWaitExecution\x12+.noetl.orchestrator.v1.WaitExecutionRequest\x1a,.noetl.orchestrator.v1.WaitExecutionResponse\x12\x8b\x01\n" +
+	"\x18UpdateExecutionVariables\x126.noetl.orchestrator.v1.UpdateExecutionVariablesRequest\x1a7.noetl.orchestrator.v1.UpdateExecutionVariablesResponse2\xde\x03\n" +
 	"\x11CredentialService\x12j\n" +
 	"\rPutCredential\x12+.noetl.orchestrator.v1.PutCredentialRequest\x1a,.noetl.orchestrator.v1.PutCredentialResponse\x12v\n" +
 	"\x11ResolveCredential\x12/.noetl.orchestrator.v1.ResolveCredentialRequest\x1a0.noetl.orchestrator.v1.ResolveCredentialResponse\x12p\n" +
@@ -2394,108 +2566,114 @@ func file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
-	(*CatalogEntry)(nil),              // 0: noetl.orchestrator.v1.CatalogEntry
-	(*RegisterPlaybookRequest)(nil),   // 1: noetl.orchestrator.v1.RegisterPlaybookRequest
-	(*RegisterPlaybookResponse)(nil),  // 2: noetl.orchestrator.v1.RegisterPlaybookResponse
-	(*GetPlaybookRequest)(nil),        // 3: noetl.orchestrator.v1.GetPlaybookRequest
-	(*GetPlaybookResponse)(nil),       // 4: noetl.orchestrator.v1.GetPlaybookResponse
-	(*ListPlaybooksRequest)(nil),      // 5: noetl.orchestrator.v1.ListPlaybooksRequest
-	(*ListPlaybooksResponse)(nil),     // 6: noetl.orchestrator.v1.ListPlaybooksResponse
-	(*StartExecutionRequest)(nil),     // 7: noetl.orchestrator.v1.StartExecutionRequest
-	(*StartExecutionResponse)(nil),    // 8: noetl.orchestrator.v1.StartExecutionResponse
-	(*RerunExecutionRequest)(nil),     // 9: noetl.orchestrator.v1.RerunExecutionRequest
-	(*RerunExecutionResponse)(nil),    // 10: noetl.orchestrator.v1.RerunExecutionResponse
-	(*CancelExecutionRequest)(nil),    // 11: noetl.orchestrator.v1.CancelExecutionRequest
-	(*CancelExecutionResponse)(nil),   // 12: noetl.orchestrator.v1.CancelExecutionResponse
-	(*WaitExecutionRequest)(nil),      // 13: noetl.orchestrator.v1.WaitExecutionRequest
-	(*WaitExecutionResponse)(nil),     // 14: noetl.orchestrator.v1.WaitExecutionResponse
-	(*PutCredentialRequest)(nil),      // 15: noetl.orchestrator.v1.PutCredentialRequest
-	(*PutCredentialResponse)(nil),     // 16: noetl.orchestrator.v1.PutCredentialResponse
-	(*ResolveCredentialRequest)(nil),  // 17: noetl.orchestrator.v1.ResolveCredentialRequest
-	(*ResolveCredentialResponse)(nil), // 18: noetl.orchestrator.v1.ResolveCredentialResponse
-	(*CredentialInfo)(nil),            // 19: noetl.orchestrator.v1.CredentialInfo
-	(*ListCredentialsRequest)(nil),    // 20: noetl.orchestrator.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),   // 21: noetl.orchestrator.v1.ListCredentialsResponse
-	(*DeleteCredentialRequest)(nil),   // 22: noetl.orchestrator.v1.DeleteCredentialRequest
-	(*DeleteCredentialResponse)(nil),  // 23: noetl.orchestrator.v1.DeleteCredentialResponse
-	(*ApiKeyInfo)(nil),                // 24: noetl.orchestrator.v1.ApiKeyInfo
-	(*CreateApiKeyRequest)(nil),       // 25: noetl.orchestrator.v1.CreateApiKeyRequest
-	(*CreateApiKeyResponse)(nil),      // 26: noetl.orchestrator.v1.CreateApiKeyResponse
-	(*ListApiKeysRequest)(nil),        // 27: noetl.orchestrator.v1.ListApiKeysRequest
-	(*ListApiKeysResponse)(nil),       // 28: noetl.orchestrator.v1.ListApiKeysResponse
-	(*RevokeApiKeyRequest)(nil),       // 29: noetl.orchestrator.v1.RevokeApiKeyRequest
-	(*RevokeApiKeyResponse)(nil),      // 30: noetl.orchestrator.v1.RevokeApiKeyResponse
-	(*VerifyApiKeyRequest)(nil),       // 31: noetl.orchestrator.v1.VerifyApiKeyRequest
-	(*VerifyApiKeyResponse)(nil),      // 32: noetl.orchestrator.v1.VerifyApiKeyResponse
-	(*WatchExecutionRequest)(nil),     // 33: noetl.orchestrator.v1.WatchExecutionRequest
-	(*WatchExecutionResponse)(nil),    // 34: noetl.orchestrator.v1.WatchExecutionResponse
-	nil,                               // 35: noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),     // 36: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 37: google.protobuf.Duration
-	(*v1.ExecutionState)(nil),         // 38: noetl.statebuilder.v1.ExecutionState
-	(*v11.Event)(nil),                 // 39: noetl.event.v1.Event
+	(*CatalogEntry)(nil),                     // 0: noetl.orchestrator.v1.CatalogEntry
+	(*RegisterPlaybookRequest)(nil),          // 1: noetl.orchestrator.v1.RegisterPlaybookRequest
+	(*RegisterPlaybookResponse)(nil),         // 2: noetl.orchestrator.v1.RegisterPlaybookResponse
+	(*GetPlaybookRequest)(nil),               // 3: noetl.orchestrator.v1.GetPlaybookRequest
+	(*GetPlaybookResponse)(nil),              // 4: noetl.orchestrator.v1.GetPlaybookResponse
+	(*ListPlaybooksRequest)(nil),             // 5: noetl.orchestrator.v1.ListPlaybooksRequest
+	(*ListPlaybooksResponse)(nil),            // 6: noetl.orchestrator.v1.ListPlaybooksResponse
+	(*StartExecutionRequest)(nil),            // 7: noetl.orchestrator.v1.StartExecutionRequest
+	(*StartExecutionResponse)(nil),           // 8: noetl.orchestrator.v1.StartExecutionResponse
+	(*RerunExecutionRequest)(nil),            // 9: noetl.orchestrator.v1.RerunExecutionRequest
+	(*RerunExecutionResponse)(nil),           // 10: noetl.orchestrator.v1.RerunExecutionResponse
+	(*CancelExecutionRequest)(nil),           // 11: noetl.orchestrator.v1.CancelExecutionRequest
+	(*CancelExecutionResponse)(nil),          // 12: noetl.orchestrator.v1.CancelExecutionResponse
+	(*UpdateExecutionVariablesRequest)(nil),  // 13: noetl.orchestrator.v1.UpdateExecutionVariablesRequest
+	(*UpdateExecutionVariablesResponse)(nil), // 14: noetl.orchestrator.v1.UpdateExecutionVariablesResponse
+	(*WaitExecutionRequest)(nil),             // 15: noetl.orchestrator.v1.WaitExecutionRequest
+	(*WaitExecutionResponse)(nil),            // 16: noetl.orchestrator.v1.WaitExecutionResponse
+	(*PutCredentialRequest)(nil),             // 17: noetl.orchestrator.v1.PutCredentialRequest
+	(*PutCredentialResponse)(nil),            // 18: noetl.orchestrator.v1.PutCredentialResponse
+	(*ResolveCredentialRequest)(nil),         // 19: noetl.orchestrator.v1.ResolveCredentialRequest
+	(*ResolveCredentialResponse)(nil),        // 20: noetl.orchestrator.v1.ResolveCredentialResponse
+	(*CredentialInfo)(nil),                   // 21: noetl.orchestrator.v1.CredentialInfo
+	(*ListCredentialsRequest)(nil),           // 22: noetl.orchestrator.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),          // 23: noetl.orchestrator.v1.ListCredentialsResponse
+	(*DeleteCredentialRequest)(nil),          // 24: noetl.orchestrator.v1.DeleteCredentialRequest
+	(*DeleteCredentialResponse)(nil),         // 25: noetl.orchestrator.v1.DeleteCredentialResponse
+	(*ApiKeyInfo)(nil),                       // 26: noetl.orchestrator.v1.ApiKeyInfo
+	(*CreateApiKeyRequest)(nil),              // 27: noetl.orchestrator.v1.CreateApiKeyRequest
+	(*CreateApiKeyResponse)(nil),             // 28: noetl.orchestrator.v1.CreateApiKeyResponse
+	(*ListApiKeysRequest)(nil),               // 29: noetl.orchestrator.v1.ListApiKeysRequest
+	(*ListApiKeysResponse)(nil),              // 30: noetl.orchestrator.v1.ListApiKeysResponse
+	(*RevokeApiKeyRequest)(nil),              // 31: noetl.orchestrator.v1.RevokeApiKeyRequest
+	(*RevokeApiKeyResponse)(nil),             // 32: noetl.orchestrator.v1.RevokeApiKeyResponse
+	(*VerifyApiKeyRequest)(nil),              // 33: noetl.orchestrator.v1.VerifyApiKeyRequest
+	(*VerifyApiKeyResponse)(nil),             // 34: noetl.orchestrator.v1.VerifyApiKeyResponse
+	(*WatchExecutionRequest)(nil),            // 35: noetl.orchestrator.v1.WatchExecutionRequest
+	(*WatchExecutionResponse)(nil),           // 36: noetl.orchestrator.v1.WatchExecutionResponse
+	nil,                                      // 37: noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
+	nil,                                      // 38: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
+	(*timestamppb.Timestamp)(nil),            // 39: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 40: google.protobuf.Duration
+	(*v1.ExecutionState)(nil),                // 41: noetl.statebuilder.v1.ExecutionState
+	(*v11.Event)(nil),                        // 42: noetl.event.v1.Event
 }
 var file_noetl_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	36, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
+	39, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.orchestrator.v1.RegisterPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 2: noetl.orchestrator.v1.GetPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 3: noetl.orchestrator.v1.ListPlaybooksResponse.entries:type_name -> noetl.orchestrator.v1.CatalogEntry
-	35, // 4: noetl.orchestrator.v1.StartExecutionRequest.labels:type_name -> noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
-	37, // 5: noetl.orchestrator.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	37, // 6: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	38, // 7: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	36, // 8: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
-	36, // 9: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
-	19, // 10: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
-	36, // 11: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
-	36, // 12: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
-	36, // 13: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
-	36, // 14: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
-	36, // 15: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	24, // 16: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	24, // 17: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	24, // 18: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	24, // 19: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	39, // 20: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
-	1,  // 21: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
-	3,  // 22: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
-	5,  // 23: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
-	7,  // 24: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
-	9,  // 25: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
-	11, // 26: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
-	13, // 27: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
-	15, // 28: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
-	17, // 29: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
-	20, // 30: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
-	22, // 31: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
-	25, // 32: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
-	27, // 33: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
-	29, // 34: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
-	31, // 35: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
-	33, // 36: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
-	2,  // 37: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
-	4,  // 38: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
-	6,  // 39: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
-	8,  // 40: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
-	10, // 41: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
-	12, // 42: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
-	14, // 43: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
-	16, // 44: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
-	18, // 45: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
-	21, // 46: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
-	23, // 47: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
-	26, // 48: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
-	28, // 49: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
-	30, // 50: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
-	32, // 51: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
-	34, // 52: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
-	37, // [37:53] is the sub-list for method output_type
-	21, // [21:37] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	37, // 4: noetl.orchestrator.v1.StartExecutionRequest.labels:type_name -> noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
+	40, // 5: noetl.orchestrator.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	38, // 6: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.set_json:type_name -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
+	40, // 7: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	41, // 8: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	39, // 9: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
+	39, // 10: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
+	21, // 11: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
+	39, // 12: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
+	39, // 13: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
+	39, // 14: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
+	39, // 15: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
+	39, // 16: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	26, // 17: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	26, // 18: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	26, // 19: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	26, // 20: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	42, // 21: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
+	1,  // 22: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
+	3,  // 23: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
+	5,  // 24: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
+	7,  // 25: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
+	9,  // 26: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
+	11, // 27: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
+	15, // 28: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
+	13, // 29: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:input_type -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest
+	17, // 30: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
+	19, // 31: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
+	22, // 32: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
+	24, // 33: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
+	27, // 34: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
+	29, // 35: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
+	31, // 36: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
+	33, // 37: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
+	35, // 38: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
+	2,  // 39: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
+	4,  // 40: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
+	6,  // 41: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
+	8,  // 42: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
+	10, // 43: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
+	12, // 44: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
+	16, // 45: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
+	14, // 46: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:output_type -> noetl.orchestrator.v1.UpdateExecutionVariablesResponse
+	18, // 47: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
+	20, // 48: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
+	23, // 49: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
+	25, // 50: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
+	28, // 51: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
+	30, // 52: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
+	32, // 53: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
+	34, // 54: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
+	36, // 55: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
+	39, // [39:56] is the sub-list for method output_type
+	22, // [22:39] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_noetl_orchestrator_v1_orchestrator_proto_init() }
@@ -2509,7 +2687,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc), len(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

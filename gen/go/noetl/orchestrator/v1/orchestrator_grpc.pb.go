@@ -22,13 +22,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OrchestratorService_RegisterPlaybook_FullMethodName = "/noetl.orchestrator.v1.OrchestratorService/RegisterPlaybook"
-	OrchestratorService_GetPlaybook_FullMethodName      = "/noetl.orchestrator.v1.OrchestratorService/GetPlaybook"
-	OrchestratorService_ListPlaybooks_FullMethodName    = "/noetl.orchestrator.v1.OrchestratorService/ListPlaybooks"
-	OrchestratorService_StartExecution_FullMethodName   = "/noetl.orchestrator.v1.OrchestratorService/StartExecution"
-	OrchestratorService_RerunExecution_FullMethodName   = "/noetl.orchestrator.v1.OrchestratorService/RerunExecution"
-	OrchestratorService_CancelExecution_FullMethodName  = "/noetl.orchestrator.v1.OrchestratorService/CancelExecution"
-	OrchestratorService_WaitExecution_FullMethodName    = "/noetl.orchestrator.v1.OrchestratorService/WaitExecution"
+	OrchestratorService_RegisterPlaybook_FullMethodName         = "/noetl.orchestrator.v1.OrchestratorService/RegisterPlaybook"
+	OrchestratorService_GetPlaybook_FullMethodName              = "/noetl.orchestrator.v1.OrchestratorService/GetPlaybook"
+	OrchestratorService_ListPlaybooks_FullMethodName            = "/noetl.orchestrator.v1.OrchestratorService/ListPlaybooks"
+	OrchestratorService_StartExecution_FullMethodName           = "/noetl.orchestrator.v1.OrchestratorService/StartExecution"
+	OrchestratorService_RerunExecution_FullMethodName           = "/noetl.orchestrator.v1.OrchestratorService/RerunExecution"
+	OrchestratorService_CancelExecution_FullMethodName          = "/noetl.orchestrator.v1.OrchestratorService/CancelExecution"
+	OrchestratorService_WaitExecution_FullMethodName            = "/noetl.orchestrator.v1.OrchestratorService/WaitExecution"
+	OrchestratorService_UpdateExecutionVariables_FullMethodName = "/noetl.orchestrator.v1.OrchestratorService/UpdateExecutionVariables"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -53,6 +54,11 @@ type OrchestratorServiceClient interface {
 	// WaitExecution blocks until an execution is terminal or the timeout passes, listening to
 	// commit notices (no polling).
 	WaitExecution(ctx context.Context, in *WaitExecutionRequest, opts ...grpc.CallOption) (*WaitExecutionResponse, error)
+	// UpdateExecutionVariables writes an execution's variables (vars.<name> in templates):
+	// it publishes one vars.updated event and answers once the event is committed, so a
+	// read at the answer's seq sees the write. A terminal execution is FailedPrecondition;
+	// unsetting a variable that is not set is NotFound.
+	UpdateExecutionVariables(ctx context.Context, in *UpdateExecutionVariablesRequest, opts ...grpc.CallOption) (*UpdateExecutionVariablesResponse, error)
 }
 
 type orchestratorServiceClient struct {
@@ -133,6 +139,16 @@ func (c *orchestratorServiceClient) WaitExecution(ctx context.Context, in *WaitE
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) UpdateExecutionVariables(ctx context.Context, in *UpdateExecutionVariablesRequest, opts ...grpc.CallOption) (*UpdateExecutionVariablesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateExecutionVariablesResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_UpdateExecutionVariables_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -155,6 +171,11 @@ type OrchestratorServiceServer interface {
 	// WaitExecution blocks until an execution is terminal or the timeout passes, listening to
 	// commit notices (no polling).
 	WaitExecution(context.Context, *WaitExecutionRequest) (*WaitExecutionResponse, error)
+	// UpdateExecutionVariables writes an execution's variables (vars.<name> in templates):
+	// it publishes one vars.updated event and answers once the event is committed, so a
+	// read at the answer's seq sees the write. A terminal execution is FailedPrecondition;
+	// unsetting a variable that is not set is NotFound.
+	UpdateExecutionVariables(context.Context, *UpdateExecutionVariablesRequest) (*UpdateExecutionVariablesResponse, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -185,6 +206,9 @@ func (UnimplementedOrchestratorServiceServer) CancelExecution(context.Context, *
 }
 func (UnimplementedOrchestratorServiceServer) WaitExecution(context.Context, *WaitExecutionRequest) (*WaitExecutionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WaitExecution not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) UpdateExecutionVariables(context.Context, *UpdateExecutionVariablesRequest) (*UpdateExecutionVariablesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateExecutionVariables not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -333,6 +357,24 @@ func _OrchestratorService_WaitExecution_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_UpdateExecutionVariables_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateExecutionVariablesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).UpdateExecutionVariables(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_UpdateExecutionVariables_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).UpdateExecutionVariables(ctx, req.(*UpdateExecutionVariablesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -367,6 +409,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WaitExecution",
 			Handler:    _OrchestratorService_WaitExecution_Handler,
+		},
+		{
+			MethodName: "UpdateExecutionVariables",
+			Handler:    _OrchestratorService_UpdateExecutionVariables_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

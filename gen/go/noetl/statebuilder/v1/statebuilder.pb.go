@@ -78,8 +78,10 @@ type ExecutionState struct {
 	DeadlineScheduled bool `protobuf:"varint,23,opt,name=deadline_scheduled,json=deadlineScheduled,proto3" json:"deadline_scheduled,omitempty"`
 	// Whether the deadline's timer fired: the next decision fails the execution.
 	DeadlinePassed bool `protobuf:"varint,24,opt,name=deadline_passed,json=deadlinePassed,proto3" json:"deadline_passed,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Execution variables (vars.<name> in templates) by name, folded from vars.updated.
+	Vars          map[string]*Variable `protobuf:"bytes,25,rep,name=vars,proto3" json:"vars,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecutionState) Reset() {
@@ -280,6 +282,95 @@ func (x *ExecutionState) GetDeadlinePassed() bool {
 	return false
 }
 
+func (x *ExecutionState) GetVars() map[string]*Variable {
+	if x != nil {
+		return x.Vars
+	}
+	return nil
+}
+
+// Variable is one execution variable.
+type Variable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Value as JSON text.
+	ValueJson []byte `protobuf:"bytes,1,opt,name=value_json,json=valueJson,proto3" json:"value_json,omitempty"`
+	// Type given when it was set (NoETL's var_type, for example user_defined).
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// Step given as its source when it was set, if any.
+	SourceStep string `protobuf:"bytes,3,opt,name=source_step,json=sourceStep,proto3" json:"source_step,omitempty"`
+	// Commit time of the event that first set it.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// Commit time of the event that last set it.
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Variable) Reset() {
+	*x = Variable{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Variable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Variable) ProtoMessage() {}
+
+func (x *Variable) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Variable.ProtoReflect.Descriptor instead.
+func (*Variable) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Variable) GetValueJson() []byte {
+	if x != nil {
+		return x.ValueJson
+	}
+	return nil
+}
+
+func (x *Variable) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Variable) GetSourceStep() string {
+	if x != nil {
+		return x.SourceStep
+	}
+	return ""
+}
+
+func (x *Variable) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Variable) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
 // StepState is one step's state inside an execution.
 type StepState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -336,7 +427,7 @@ type StepState struct {
 
 func (x *StepState) Reset() {
 	*x = StepState{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[1]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +439,7 @@ func (x *StepState) String() string {
 func (*StepState) ProtoMessage() {}
 
 func (x *StepState) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[1]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +452,7 @@ func (x *StepState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepState.ProtoReflect.Descriptor instead.
 func (*StepState) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{1}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *StepState) GetName() string {
@@ -518,7 +609,7 @@ type RetryState struct {
 
 func (x *RetryState) Reset() {
 	*x = RetryState{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +621,7 @@ func (x *RetryState) String() string {
 func (*RetryState) ProtoMessage() {}
 
 func (x *RetryState) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[2]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +634,7 @@ func (x *RetryState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryState.ProtoReflect.Descriptor instead.
 func (*RetryState) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{2}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RetryState) GetNextAttempt() int32 {
@@ -624,7 +715,7 @@ type LoopState struct {
 
 func (x *LoopState) Reset() {
 	*x = LoopState{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +727,7 @@ func (x *LoopState) String() string {
 func (*LoopState) ProtoMessage() {}
 
 func (x *LoopState) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +740,7 @@ func (x *LoopState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoopState.ProtoReflect.Descriptor instead.
 func (*LoopState) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{3}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LoopState) GetItemsJson() [][]byte {
@@ -737,7 +828,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +840,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +853,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{4}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetStateRequest) GetExecutionId() string {
@@ -797,7 +888,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +900,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +913,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{5}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetStateResponse) GetState() *ExecutionState {
@@ -856,7 +947,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +959,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +972,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{6}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListEventsRequest) GetExecutionId() string {
@@ -946,7 +1037,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1049,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1062,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{7}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListEventsResponse) GetEvents() []*v1.Event {
@@ -1017,7 +1108,7 @@ type ExecutionSummary struct {
 
 func (x *ExecutionSummary) Reset() {
 	*x = ExecutionSummary{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1120,7 @@ func (x *ExecutionSummary) String() string {
 func (*ExecutionSummary) ProtoMessage() {}
 
 func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1133,7 @@ func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionSummary.ProtoReflect.Descriptor instead.
 func (*ExecutionSummary) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{8}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExecutionSummary) GetExecutionId() string {
@@ -1144,7 +1235,7 @@ type ListExecutionsRequest struct {
 
 func (x *ListExecutionsRequest) Reset() {
 	*x = ListExecutionsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1247,7 @@ func (x *ListExecutionsRequest) String() string {
 func (*ListExecutionsRequest) ProtoMessage() {}
 
 func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1260,7 @@ func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{9}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListExecutionsRequest) GetTenant() string {
@@ -1255,7 +1346,7 @@ type ListExecutionsResponse struct {
 
 func (x *ListExecutionsResponse) Reset() {
 	*x = ListExecutionsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1358,7 @@ func (x *ListExecutionsResponse) String() string {
 func (*ListExecutionsResponse) ProtoMessage() {}
 
 func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1371,7 @@ func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{10}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListExecutionsResponse) GetExecutions() []*ExecutionSummary {
@@ -1316,7 +1407,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1419,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1432,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{11}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Timer) GetExecutionId() string {
@@ -1390,7 +1481,7 @@ type ListDueTimersRequest struct {
 
 func (x *ListDueTimersRequest) Reset() {
 	*x = ListDueTimersRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1493,7 @@ func (x *ListDueTimersRequest) String() string {
 func (*ListDueTimersRequest) ProtoMessage() {}
 
 func (x *ListDueTimersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1506,7 @@ func (x *ListDueTimersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDueTimersRequest.ProtoReflect.Descriptor instead.
 func (*ListDueTimersRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{12}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListDueTimersRequest) GetLimit() int32 {
@@ -1438,7 +1529,7 @@ type ListDueTimersResponse struct {
 
 func (x *ListDueTimersResponse) Reset() {
 	*x = ListDueTimersResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1541,7 @@ func (x *ListDueTimersResponse) String() string {
 func (*ListDueTimersResponse) ProtoMessage() {}
 
 func (x *ListDueTimersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1554,7 @@ func (x *ListDueTimersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDueTimersResponse.ProtoReflect.Descriptor instead.
 func (*ListDueTimersResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{13}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDueTimersResponse) GetTimers() []*Timer {
@@ -1484,7 +1575,8 @@ var File_noetl_statebuilder_v1_statebuilder_proto protoreflect.FileDescriptor
 
 const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
-	"(noetl/statebuilder/v1/statebuilder.proto\x12\x15noetl.statebuilder.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anoetl/event/v1/event.proto\"\x98\t\n" +
+	"(noetl/statebuilder/v1/statebuilder.proto\x12\x15noetl.statebuilder.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1anoetl/event/v1/event.proto\"\xb7\n" +
+	"\n" +
 	"\x0eExecutionState\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12#\n" +
@@ -1512,14 +1604,28 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\tfrom_step\x18\x15 \x01(\tR\bfromStep\x126\n" +
 	"\bdeadline\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12-\n" +
 	"\x12deadline_scheduled\x18\x17 \x01(\bR\x11deadlineScheduled\x12'\n" +
-	"\x0fdeadline_passed\x18\x18 \x01(\bR\x0edeadlinePassed\x1aZ\n" +
+	"\x0fdeadline_passed\x18\x18 \x01(\bR\x0edeadlinePassed\x12C\n" +
+	"\x04vars\x18\x19 \x03(\v2/.noetl.statebuilder.v1.ExecutionState.VarsEntryR\x04vars\x1aZ\n" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x126\n" +
 	"\x05value\x18\x02 \x01(\v2 .noetl.statebuilder.v1.StepStateR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aX\n" +
+	"\tVarsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
+	"\x05value\x18\x02 \x01(\v2\x1f.noetl.statebuilder.v1.VariableR\x05value:\x028\x01\"\xd8\x01\n" +
+	"\bVariable\x12\x1d\n" +
+	"\n" +
+	"value_json\x18\x01 \x01(\fR\tvalueJson\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1f\n" +
+	"\vsource_step\x18\x03 \x01(\tR\n" +
+	"sourceStep\x12;\n" +
+	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"\xb4\x05\n" +
 	"\tStepState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12\x14\n" +
@@ -1652,78 +1758,84 @@ func file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP() []byte {
 	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescData
 }
 
-var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_noetl_statebuilder_v1_statebuilder_proto_goTypes = []any{
 	(*ExecutionState)(nil),         // 0: noetl.statebuilder.v1.ExecutionState
-	(*StepState)(nil),              // 1: noetl.statebuilder.v1.StepState
-	(*RetryState)(nil),             // 2: noetl.statebuilder.v1.RetryState
-	(*LoopState)(nil),              // 3: noetl.statebuilder.v1.LoopState
-	(*GetStateRequest)(nil),        // 4: noetl.statebuilder.v1.GetStateRequest
-	(*GetStateResponse)(nil),       // 5: noetl.statebuilder.v1.GetStateResponse
-	(*ListEventsRequest)(nil),      // 6: noetl.statebuilder.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 7: noetl.statebuilder.v1.ListEventsResponse
-	(*ExecutionSummary)(nil),       // 8: noetl.statebuilder.v1.ExecutionSummary
-	(*ListExecutionsRequest)(nil),  // 9: noetl.statebuilder.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil), // 10: noetl.statebuilder.v1.ListExecutionsResponse
-	(*Timer)(nil),                  // 11: noetl.statebuilder.v1.Timer
-	(*ListDueTimersRequest)(nil),   // 12: noetl.statebuilder.v1.ListDueTimersRequest
-	(*ListDueTimersResponse)(nil),  // 13: noetl.statebuilder.v1.ListDueTimersResponse
-	nil,                            // 14: noetl.statebuilder.v1.ExecutionState.StepsEntry
-	nil,                            // 15: noetl.statebuilder.v1.ExecutionState.LabelsEntry
-	nil,                            // 16: noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	nil,                            // 17: noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
-	(v1.ExecutionStatus)(0),        // 18: noetl.event.v1.ExecutionStatus
-	(*v1.ErrorInfo)(nil),           // 19: noetl.event.v1.ErrorInfo
-	(*timestamppb.Timestamp)(nil),  // 20: google.protobuf.Timestamp
-	(v1.StepStatus)(0),             // 21: noetl.event.v1.StepStatus
-	(*v1.ResultRef)(nil),           // 22: noetl.event.v1.ResultRef
-	(*v1.Event)(nil),               // 23: noetl.event.v1.Event
+	(*Variable)(nil),               // 1: noetl.statebuilder.v1.Variable
+	(*StepState)(nil),              // 2: noetl.statebuilder.v1.StepState
+	(*RetryState)(nil),             // 3: noetl.statebuilder.v1.RetryState
+	(*LoopState)(nil),              // 4: noetl.statebuilder.v1.LoopState
+	(*GetStateRequest)(nil),        // 5: noetl.statebuilder.v1.GetStateRequest
+	(*GetStateResponse)(nil),       // 6: noetl.statebuilder.v1.GetStateResponse
+	(*ListEventsRequest)(nil),      // 7: noetl.statebuilder.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),     // 8: noetl.statebuilder.v1.ListEventsResponse
+	(*ExecutionSummary)(nil),       // 9: noetl.statebuilder.v1.ExecutionSummary
+	(*ListExecutionsRequest)(nil),  // 10: noetl.statebuilder.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil), // 11: noetl.statebuilder.v1.ListExecutionsResponse
+	(*Timer)(nil),                  // 12: noetl.statebuilder.v1.Timer
+	(*ListDueTimersRequest)(nil),   // 13: noetl.statebuilder.v1.ListDueTimersRequest
+	(*ListDueTimersResponse)(nil),  // 14: noetl.statebuilder.v1.ListDueTimersResponse
+	nil,                            // 15: noetl.statebuilder.v1.ExecutionState.StepsEntry
+	nil,                            // 16: noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	nil,                            // 17: noetl.statebuilder.v1.ExecutionState.VarsEntry
+	nil,                            // 18: noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	nil,                            // 19: noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	(v1.ExecutionStatus)(0),        // 20: noetl.event.v1.ExecutionStatus
+	(*v1.ErrorInfo)(nil),           // 21: noetl.event.v1.ErrorInfo
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(v1.StepStatus)(0),             // 23: noetl.event.v1.StepStatus
+	(*v1.ResultRef)(nil),           // 24: noetl.event.v1.ResultRef
+	(*v1.Event)(nil),               // 25: noetl.event.v1.Event
 }
 var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
-	18, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
-	14, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
-	19, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
-	20, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
-	20, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
-	15, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
-	20, // 6: noetl.statebuilder.v1.ExecutionState.deadline:type_name -> google.protobuf.Timestamp
-	21, // 7: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
-	22, // 8: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
-	19, // 9: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
-	3,  // 10: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
-	2,  // 11: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
-	23, // 12: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
-	20, // 13: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
-	22, // 14: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
-	0,  // 15: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	23, // 16: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	18, // 17: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	20, // 18: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	20, // 19: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	16, // 20: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	18, // 21: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	20, // 22: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	20, // 23: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
-	20, // 24: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
-	17, // 25: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
-	8,  // 26: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	20, // 27: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	11, // 28: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	20, // 29: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	1,  // 30: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	4,  // 31: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	6,  // 32: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	9,  // 33: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	12, // 34: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	5,  // 35: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	7,  // 36: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	10, // 37: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	13, // 38: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	35, // [35:39] is the sub-list for method output_type
-	31, // [31:35] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	20, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
+	15, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
+	21, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
+	22, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
+	22, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
+	16, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	22, // 6: noetl.statebuilder.v1.ExecutionState.deadline:type_name -> google.protobuf.Timestamp
+	17, // 7: noetl.statebuilder.v1.ExecutionState.vars:type_name -> noetl.statebuilder.v1.ExecutionState.VarsEntry
+	22, // 8: noetl.statebuilder.v1.Variable.create_time:type_name -> google.protobuf.Timestamp
+	22, // 9: noetl.statebuilder.v1.Variable.update_time:type_name -> google.protobuf.Timestamp
+	23, // 10: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
+	24, // 11: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
+	21, // 12: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
+	4,  // 13: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
+	3,  // 14: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
+	25, // 15: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
+	22, // 16: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
+	24, // 17: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
+	0,  // 18: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	25, // 19: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	20, // 20: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	22, // 21: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	22, // 22: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	18, // 23: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	20, // 24: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	22, // 25: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	22, // 26: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
+	22, // 27: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
+	19, // 28: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	9,  // 29: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	22, // 30: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	12, // 31: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	22, // 32: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	2,  // 33: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	1,  // 34: noetl.statebuilder.v1.ExecutionState.VarsEntry.value:type_name -> noetl.statebuilder.v1.Variable
+	5,  // 35: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	7,  // 36: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	10, // 37: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	13, // 38: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	6,  // 39: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	8,  // 40: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	11, // 41: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	14, // 42: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	39, // [39:43] is the sub-list for method output_type
+	35, // [35:39] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
@@ -1737,7 +1849,7 @@ func file_noetl_statebuilder_v1_statebuilder_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc), len(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
