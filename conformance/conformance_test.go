@@ -265,6 +265,23 @@ func cases() []expectation {
 				return nil
 			})
 		}},
+		{file: "engine.vars.yaml", workload: map[string]any{"api_url": "GATEWAY"}, status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, map[string]any{"region": "eu-west", "double_rows": 500.0, "label": "eu-west-3"}, r.stepResult("render"), "%v", r.stepResult("render"))
+			require.Equal(t, map[string]any{"region_defined": false, "rows": 250.0, "deleted": "deleted", "set_status": 200.0}, r.stepResult("end"), "%v", r.stepResult("end"))
+			var writes []int
+			for _, ev := range r.events {
+				if ev["type"] == "vars.updated" {
+					var n int
+					_, err := fmt.Sscan(fmt.Sprint(ev["seq"]), &n)
+					require.NoError(t, err)
+					writes = append(writes, n)
+				}
+			}
+			require.Len(t, writes, 2, "each write is one vars.updated event")
+			require.Less(t, writes[0], r.seqOf("command.issued", "render"), "the set is committed before the step that renders it is issued")
+			require.Less(t, writes[1], r.seqOf("command.issued", "end"), "the delete is committed before the last step is issued")
+			require.Greater(t, writes[1], r.seqOf("command.issued", "render"))
+		}},
 		{file: "engine.shell_success.yaml", status: completed, check: func(t *testing.T, r run) {
 			start := r.stepResult("start")
 			require.EqualValues(t, 0, start["exit_code"], "%v", start)
@@ -341,7 +358,8 @@ func TestConformance(t *testing.T) {
 	// Every credential the playbooks name points at the test Postgres.
 	u, err := url.Parse(pg)
 	require.NoError(t, err)
-	// The suite's own API key, for playbooks that call the gateway's REST API (auth: noetl_api).
+	// The suite's own API key, for playbooks that call the gateway's REST API (auth: noetl_api:
+	// engine.batch_execute, engine.vars).
 	code, resp := c.do("POST", "/v1/credentials", map[string]any{"name": "noetl_api", "type": "http_bearer", "data": map[string]any{"token": m.AdminKey}})
 	require.Equal(t, http.StatusOK, code, "credential noetl_api: %v", resp)
 	for _, name := range []string{"pg_local", "pg_k8s", "pg_noetl_k8s", "pg_test"} {

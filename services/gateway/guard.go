@@ -286,3 +286,18 @@ func (b *loopbackBackend) ListExecutions(ctx context.Context, r *apiv1.ListExecu
 func (b *loopbackBackend) GetResult(ctx context.Context, r *apiv1.GetResultRequest) (*apiv1.GetResultResponse, error) {
 	return b.res.GetResult(ctx, r)
 }
+
+// ListExecutionVariables implements compat.Backend.
+func (b *loopbackBackend) ListExecutionVariables(ctx context.Context, r *apiv1.ListExecutionVariablesRequest) (*apiv1.ListExecutionVariablesResponse, error) {
+	return b.exe.ListExecutionVariables(ctx, r)
+}
+
+// SetExecutionVariables implements compat.Backend.
+func (b *loopbackBackend) SetExecutionVariables(ctx context.Context, r *apiv1.SetExecutionVariablesRequest) (*apiv1.SetExecutionVariablesResponse, error) {
+	return b.exe.SetExecutionVariables(ctx, r)
+}
+
+// DeleteExecutionVariables implements compat.Backend.
+func (b *loopbackBackend) DeleteExecutionVariables(ctx context.Context, r *apiv1.DeleteExecutionVariablesRequest) (*apiv1.DeleteExecutionVariablesResponse, error) {
+	return b.exe.DeleteExecutionVariables(ctx, r)
+}

@@ -49,6 +49,9 @@ type Backend interface {
 	ListPlaybooks(context.Context, *apiv1.ListPlaybooksRequest) (*apiv1.ListPlaybooksResponse, error)
 	ListExecutions(context.Context, *apiv1.ListExecutionsRequest) (*apiv1.ListExecutionsResponse, error)
 	GetResult(context.Context, *apiv1.GetResultRequest) (*apiv1.GetResultResponse, error)
+	ListExecutionVariables(context.Context, *apiv1.ListExecutionVariablesRequest) (*apiv1.ListExecutionVariablesResponse, error)
+	SetExecutionVariables(context.Context, *apiv1.SetExecutionVariablesRequest) (*apiv1.SetExecutionVariablesResponse, error)
+	DeleteExecutionVariables(context.Context, *apiv1.DeleteExecutionVariablesRequest) (*apiv1.DeleteExecutionVariablesResponse, error)
 }
 
 // MaxEvents is how many events GET /api/executions/{id} returns (the first ones, in seq
@@ -75,6 +78,12 @@ func New(b Backend, log *slog.Logger) http.Handler {
 	mux.HandleFunc("POST /api/execute/batch", h.executeBatch)
 	mux.HandleFunc("GET /api/executions", h.listExecutions)
 	mux.HandleFunc("GET /api/result/resolve", h.resolveResult)
+	mux.HandleFunc("GET /api/vars/{execution_id}", h.listVars)
+	mux.HandleFunc("GET /api/vars/{execution_id}/{name}", h.getVar)
+	mux.HandleFunc("POST /api/vars/{execution_id}", h.setVars)
+	mux.HandleFunc("POST /api/vars/{execution_id}/{name}", h.setVars)
+	mux.HandleFunc("DELETE /api/vars/{execution_id}", h.deleteVars)
+	mux.HandleFunc("DELETE /api/vars/{execution_id}/{name}", h.deleteVars)
 	mux.HandleFunc("GET /api/executions/{id}", h.execution)
 	mux.HandleFunc("GET /api/executions/{id}/status", h.status)
 	mux.HandleFunc("POST /api/executions/{id}/cancel", h.cancel)
