@@ -10,7 +10,7 @@ import (
 // holds exactly these (a test of the worker checks it), plus SystemToolKinds on the
 // system pool. A kind a worker's configuration may switch off (shell: NOETL_WORKER_SHELL)
 // is still listed, and accepted: some pool may run it.
-var WorkerToolKinds = []string{"artifact", "http", "nats", "noop", "playbook", "postgres", "python", "secrets", "shell"}
+var WorkerToolKinds = []string{"artifact", "duckdb", "http", "nats", "noop", "playbook", "postgres", "python", "secrets", "shell"}
 
 // SystemToolKinds are the tool kinds only the system pool's workers run, for playbooks
 // under system/.
@@ -23,7 +23,6 @@ var ResolvedToolKinds = []string{"workbook"}
 // unsupportedToolKinds are NoETL tool kinds this engine does not run, with the reason
 // registration gives for refusing them.
 var unsupportedToolKinds = map[string]string{
-	"duckdb":        "is not supported yet",
 	"task_sequence": "is internal to NoETL: write tool: as a list (a pipeline) instead",
 }
 

@@ -16,7 +16,6 @@ func TestToolKindNoPoolRunsIsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		kind, msg string
 	}{
-		{"duckdb", `tool kind "duckdb" is not supported yet ` + runs},
 		{"task_sequence", `tool kind "task_sequence" is internal to NoETL`},
 		{"system_orchestrate", `unknown tool kind "system_orchestrate" ` + runs},
 		{"rhai", `unknown tool kind "rhai" ` + runs},
@@ -36,8 +35,8 @@ func TestToolKindNoPoolRunsIsRefused(t *testing.T) {
 		})
 	}
 	// In a pipeline, the item is named.
-	_, err := Parse(doc("workflow:\n  - step: start\n    tool:\n      - {name: a, kind: noop}\n      - {name: b, kind: duckdb}\n"))
-	require.ErrorContains(t, err, `tool kind "duckdb" is not supported yet`)
+	_, err := Parse(doc("workflow:\n  - step: start\n    tool:\n      - {name: a, kind: noop}\n      - {name: b, kind: task_sequence}\n"))
+	require.ErrorContains(t, err, `tool kind "task_sequence" is internal to NoETL`)
 }
 
 func TestToolKindsRunByAPoolAreAccepted(t *testing.T) {
@@ -48,7 +47,7 @@ func TestToolKindsRunByAPoolAreAccepted(t *testing.T) {
 	require.Contains(t, ToolKinds(), "shell")
 	require.Contains(t, ToolKinds(), "secrets")
 	require.Contains(t, ToolKinds(), "workbook")
-	require.NotContains(t, ToolKinds(), "duckdb")
+	require.Contains(t, ToolKinds(), "duckdb")
 	require.Contains(t, ToolKinds(), "nats")
 }
 

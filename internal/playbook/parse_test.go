@@ -471,7 +471,7 @@ workflow:
 	require.Contains(t, pb.Step("start").Extra, "spec")
 	require.Nil(t, pb.Step("end").Extra)
 	require.Empty(t, pb.Step("end").Tool)
-	require.False(t, KnownToolKind("duckdb"))
+	require.False(t, KnownToolKind("rhai"))
 	require.False(t, KnownToolKind("system_"))
 }
 

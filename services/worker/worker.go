@@ -322,6 +322,7 @@ func (w *Worker) toolTable(egress tools.Egress, resolve tools.CredentialResolver
 		"noop":     tools.Noop{},
 		"python":   &tools.Python{Interpreter: w.cfg.Python, PassEnv: tools.ParsePassEnv(w.cfg.ToolEnv), WorkerID: w.cfg.ID},
 		"postgres": pg,
+		"duckdb":   &tools.DuckDB{Resolve: resolve},
 		"http":     httpTool,
 		"playbook": &tools.Playbook{Orchestrator: orch},
 		"artifact": artifactTool{w},

@@ -179,7 +179,7 @@ func TestBadInputIsRejectedWithAClearError(t *testing.T) {
 		{"invalid yaml", "apiVersion: noetl.io/v2\nkind: Playbook\nworkflow: [\n  - step: start\n", "line"},
 		{"no start step", "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x, path: x}\nworkflow:\n  - step: other\n    tool: {kind: noop}\n", "start"},
 		{"unknown tool kind", "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x, path: x}\nworkflow:\n  - step: start\n    tool: {kind: htp}\n", `"start"`},
-		{"kind no pool runs", "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x, path: x}\nworkflow:\n  - step: start\n    tool: {kind: duckdb}\n", `line 6, column 18: step "start": field "tool.kind": tool kind "duckdb" is not supported yet (this engine runs: `},
+		{"kind no pool runs", "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x, path: x}\nworkflow:\n  - step: start\n    tool: {kind: rhai}\n", `line 6, column 18: step "start": field "tool.kind": unknown tool kind "rhai" (this engine runs: `},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -257,8 +257,15 @@ func (p *Postgres) dsn(ctx context.Context, cfg map[string]any) (string, error) 
 	if len(parts) == 0 {
 		return "", &Error{Msg: "postgres: no connection: set tool.auth to a credential name, or connection_string, or host/database/user"}
 	}
+	return keywordDSN(parts), nil
+}
+
+// keywordDSN writes libpq keyword/value connection parameters, each value quoted. A
+// missing password is written empty: the connection never falls back to PGPASSWORD or a
+// password file.
+func keywordDSN(parts map[string]string) string {
 	if _, ok := parts["password"]; !ok {
-		parts["password"] = "" // never fall back to PGPASSWORD or a password file
+		parts["password"] = ""
 	}
 	var b strings.Builder
 	for _, k := range []string{"host", "port", "user", "password", "dbname", "sslmode"} {
@@ -274,7 +281,7 @@ func (p *Postgres) dsn(ctx context.Context, cfg map[string]any) (string, error) 
 		b.WriteString(strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v))
 		b.WriteByte('\'')
 	}
-	return b.String(), nil
+	return b.String()
 }
 
 // collectPGParts copies connection parameters from m into parts under libpq names.
