@@ -333,6 +333,23 @@ func cases() []expectation {
 			require.Equal(t, map[string]any{"report_intact": true, "blob": "AAEC/w==", "blob_encoding": "base64",
 				"before": []any{"blob.bin", "report.csv"}, "after": []any{"report.csv"}}, r.stepResult("check"))
 		}},
+		{file: "engine.duckdb_query.yaml", status: completed, check: func(t *testing.T, r run) {
+			start := r.stepResult("start")
+			require.Equal(t, []any{"region", "manager", "orders", "items", "revenue"}, start["columns"], "%v", start)
+			require.Equal(t, []any{
+				map[string]any{"region": "north", "manager": "Edsger", "orders": 1.0, "items": 1.0, "revenue": 99.99},
+				map[string]any{"region": "east", "manager": "Ada", "orders": 2.0, "items": 12.0, "revenue": 31.0},
+				map[string]any{"region": "west", "manager": "Grace", "orders": 2.0, "items": 5.0, "revenue": 20.0},
+			}, start["rows"], "%v", start)
+			require.EqualValues(t, 3, start["statements"])
+			big := r.step("big")
+			ref, _ := big["resultRef"].(map[string]any)
+			require.NotNil(t, ref, "the 20,000-row result travels by reference: %v", big)
+			require.Nil(t, big["result"], "no inline copy of the large result")
+			require.Equal(t, "application/vnd.apache.arrow.stream", ref["contentType"], "stored as Arrow: %v", ref)
+			require.Equal(t, "20000", fmt.Sprint(ref["rowCount"]), "%v", ref)
+		}},
+		duckdbPostgresCase(),
 		{file: "engine.shell_failure.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
 			failed, _ := r.exec["failedSteps"].([]any)
 			require.Equal(t, []any{"fail_loudly"}, failed)
@@ -342,6 +359,33 @@ func cases() []expectation {
 			require.Contains(t, msg, "exit code 4: disk on fire")
 		}},
 	}
+}
+
+// duckdbPostgresCase expects engine.duckdb_postgres to read the Postgres table through
+// the attached credential where DuckDB's postgres extension can be loaded, and otherwise
+// to fail at that step naming the missing extension (the worker never downloads it).
+func duckdbPostgresCase() expectation {
+	e := expectation{file: "engine.duckdb_postgres.yaml"}
+	if duckdbPostgresExtension() {
+		e.status = "EXECUTION_STATUS_COMPLETED"
+		e.check = func(t *testing.T, r run) {
+			require.Equal(t, []any{
+				map[string]any{"tier": "gold", "accounts": 2.0, "total": 1300.0},
+				map[string]any{"tier": "silver", "accounts": 1.0, "total": 80.0},
+				map[string]any{"tier": "bronze", "accounts": 1.0, "total": 5.0},
+			}, r.stepResult("read")["rows"], "%v", r.stepResult("read"))
+		}
+		return e
+	}
+	e.status = "EXECUTION_STATUS_FAILED"
+	e.check = func(t *testing.T, r run) {
+		require.Equal(t, []any{"read"}, r.exec["failedSteps"])
+		e, _ := r.exec["error"].(map[string]any)
+		msg, _ := e["message"].(string)
+		require.Contains(t, msg, `duckdb: auth "pg_local": attaching a Postgres database needs DuckDB's postgres extension (postgres_scanner)`)
+		require.Equal(t, 4, count(t, "SELECT count(*) FROM duckdb_accounts"), "the step before wrote the table")
+	}
+	return e
 }
 
 func TestConformance(t *testing.T) {

@@ -1,0 +1,6 @@
+//go:build !cgo
+
+package conformance
+
+// duckdbPostgresExtension is false without cgo: there is no DuckDB.
+func duckdbPostgresExtension() bool { return false }
