@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -149,16 +150,21 @@ func TestDuckDBTimeoutAndCancel(t *testing.T) {
 		require.Contains(t, te.Msg, "statement timeout (tool.statement_timeout_ms)")
 		require.False(t, te.Retryable)
 	})
+	t.Run("timeout before the last statement", func(t *testing.T) {
+		t.Parallel()
+		_, err := runDuck(t, &DuckDB{}, asWritten(map[string]any{"command": "CREATE TABLE n AS " + long + "; SELECT 1", "statement_timeout_ms": 200}))
+		var te *Error
+		require.ErrorAs(t, err, &te)
+		require.Contains(t, te.Msg, "statement 1 of 2 (CREATE TABLE n AS SELECT count(*)")
+		require.Contains(t, te.Msg, "statement timeout (tool.statement_timeout_ms)")
+	})
 	t.Run("cancel", func(t *testing.T) {
 		t.Parallel()
-		ctx, cancel := context.WithCancelCause(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			_, err := runDuckCtx(ctx, t, &DuckDB{}, map[string]any{"command": long, "statement_timeout_ms": 0})
-			done <- err
-		}()
-		cancel(ErrExecutionCancelled)
-		err := <-done
+		// The command's context ends while the statement runs (it has no timeout of its
+		// own): the statement is interrupted, and the failure is retryable.
+		ctx, cancel := context.WithTimeoutCause(context.Background(), 300*time.Millisecond, ErrExecutionCancelled)
+		defer cancel()
+		_, err := runDuckCtx(ctx, t, &DuckDB{}, map[string]any{"command": long, "statement_timeout_ms": 0})
 		var te *Error
 		require.ErrorAs(t, err, &te)
 		require.True(t, te.Retryable, "%v", te)
