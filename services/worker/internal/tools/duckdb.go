@@ -42,7 +42,9 @@ const (
 // operations spill, is that directory too); as_objects (default true: rows are objects
 // keyed by column; false: lists in column order); statement_timeout_ms (default 60000,
 // for each statement; 0 means none); max_rows (default 10000; a larger result fails);
-// auth: a stored postgres credential attached before the script runs, so the script
+// memory_limit (DuckDB's, e.g. "1GB": past it operators spill to the scratch directory or
+// fail; default DuckDB's own, 80% of the machine's memory), threads (default one per
+// core); auth: a stored postgres credential attached before the script runs, so the script
 // reads its tables as <alias>.<schema>.<table>. auth is a credential name (attached
 // under that name, or attach_as), or NoETL's map of aliases
 // ({alias: {source: credential, key: <name>}, ...}), each attached under its alias.
@@ -80,6 +82,8 @@ type duckRequest struct {
 	timeout    time.Duration
 	maxRows    int
 	attach     []duckAttach
+	// settings are DuckDB settings the tool sets before the script (memory_limit, threads).
+	settings []string
 	// oneStatement makes the SQL run as exactly one statement, which DuckDB's parser
 	// checks before anything runs: the SQL is not the playbook's own literal text and
 	// the tool does not set multi_statement: true.
@@ -157,6 +161,16 @@ func parseDuckRequest(cfg map[string]any) (*duckRequest, error) {
 			return fail("tool.max_rows must be a positive integer, got %v", v)
 		}
 		r.maxRows = int(f)
+	}
+	if v := strings.TrimSpace(cfgString(cfg, "memory_limit")); v != "" {
+		r.settings = append(r.settings, "SET memory_limit = "+duckLiteral(v))
+	}
+	if v, ok := cfg["threads"]; ok && v != nil {
+		f, ok := cfgNumber(v)
+		if !ok || f < 1 || f > 1024 || f != math.Trunc(f) {
+			return fail("tool.threads must be a positive integer, got %v", v)
+		}
+		r.settings = append(r.settings, fmt.Sprintf("SET threads = %d", int(f)))
 	}
 	if r.attach, err = duckAttachments(cfg); err != nil {
 		return nil, err

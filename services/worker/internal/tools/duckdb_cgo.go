@@ -50,6 +50,11 @@ func (d *DuckDB) Run(ctx context.Context, c *Call) (any, error) {
 		return nil, &Error{Msg: fmt.Sprintf("duckdb: open database %q: %s", req.database, duckMessage(err.Error())), Retryable: ctx.Err() != nil}
 	}
 	defer func() { _ = conn.Close() }()
+	for _, set := range req.settings {
+		if _, err := conn.ExecContext(ctx, set); err != nil {
+			return nil, &Error{Msg: "duckdb: " + strings.ToLower(strings.Fields(set)[1]) + ": " + duckMessage(err.Error()), Retryable: ctx.Err() != nil}
+		}
+	}
 	secrets, err := d.attach(ctx, conn, req)
 	if err != nil {
 		return nil, err

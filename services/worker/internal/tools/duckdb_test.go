@@ -238,6 +238,20 @@ func TestDuckDBDatabases(t *testing.T) {
 	}
 }
 
+// memory_limit and threads set DuckDB's settings for the command; a bad one is named.
+func TestDuckDBSettings(t *testing.T) {
+	t.Parallel()
+	res := mustDuck(t, &DuckDB{}, map[string]any{"command": "SELECT current_setting('threads') AS threads, current_setting('memory_limit') AS mem",
+		"threads": float64(1), "memory_limit": "256MB"})
+	row := res["rows"].([]any)[0].(map[string]any)
+	require.Equal(t, int64(1), row["threads"])
+	require.Contains(t, row["mem"], "MiB", "%v", row)
+	_, err := runDuck(t, &DuckDB{}, map[string]any{"command": "SELECT 1", "memory_limit": "lots"})
+	require.ErrorContains(t, err, "duckdb: memory_limit: ")
+	_, err = runDuck(t, &DuckDB{}, map[string]any{"command": "SELECT 1", "threads": 1.5})
+	require.ErrorContains(t, err, "tool.threads must be a positive integer")
+}
+
 // Bad config is named before anything runs.
 func TestDuckDBConfigErrors(t *testing.T) {
 	t.Parallel()
