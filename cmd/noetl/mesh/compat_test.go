@@ -184,6 +184,13 @@ func TestCompatExecutionListAndBatch(t *testing.T) {
 	require.Equal(t, item(3)["execution_id"], item(4)["execution_id"], "a duplicate names the first's execution")
 	require.Equal(t, "compat/two@1", item(3)["catalog_id"])
 	require.Equal(t, "compat/two@2", item(5)["catalog_id"])
+	// The key again in a later call: a duplicate of the same execution, which starts nothing.
+	again := def.wantREST(http.StatusOK, http.MethodPost, "/api/execute/batch", map[string]any{"executions": []any{
+		map[string]any{"path": "compat/two", "version": 1, "idempotency_key": "k1"},
+	}})
+	require.EqualValues(t, 1, again["duplicates"], "%v", again)
+	require.EqualValues(t, 0, again["started"], "%v", again)
+	require.Equal(t, item(3)["execution_id"], again["results"].([]any)[0].(map[string]any)["execution_id"])
 	var ids []string
 	for _, i := range []int{0, 3, 5} {
 		id := item(i)["execution_id"].(string)

@@ -176,7 +176,7 @@ func (s *Server) StartExecution(ctx context.Context, req *apiv1.StartExecutionRe
 	if err != nil {
 		return nil, startError(err)
 	}
-	return &apiv1.StartExecutionResponse{ExecutionId: resp.GetExecutionId(), Version: resp.GetVersion()}, nil
+	return &apiv1.StartExecutionResponse{ExecutionId: resp.GetExecutionId(), Version: resp.GetVersion(), Existing: resp.GetExisting()}, nil
 }
 
 // startError gives the orchestrator's refusal of a merged workload over the limit (a

@@ -213,8 +213,8 @@ const (
 	batchRetries = 5
 )
 
-// batchItem is one start's outcome in a batch: started, duplicate (an earlier item of the
-// batch with the same idempotency key started it) or error.
+// batchItem is one start's outcome in a batch: started, duplicate (its idempotency key
+// named an execution started before, by an earlier item or an earlier call) or error.
 type batchItem struct {
 	Index       int    `json:"index"`
 	Status      string `json:"status"`
@@ -283,7 +283,11 @@ func (h *handler) executeBatch(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			s := startedOf(sr.GetPath(), resp)
-			results[i].Status, results[i].ExecutionID, results[i].Path, results[i].Version, results[i].CatalogID = "started", s.ExecutionID, s.Path, s.Version, s.CatalogID
+			results[i].Status = "started"
+			if resp.GetExisting() {
+				results[i].Status = "duplicate" // its key named an execution started before
+			}
+			results[i].ExecutionID, results[i].Path, results[i].Version, results[i].CatalogID = s.ExecutionID, s.Path, s.Version, s.CatalogID
 		}()
 	}
 	wg.Wait()
@@ -296,7 +300,7 @@ func (h *handler) executeBatch(w http.ResponseWriter, r *http.Request) {
 	}{Count: len(results), Results: results}
 	for i := range results {
 		if f := dupOf[i]; f >= 0 {
-			if results[f].Status == "started" {
+			if results[f].Status == "started" || results[f].Status == "duplicate" {
 				results[i] = results[f]
 				results[i].Index, results[i].Status = i, "duplicate"
 			} else {

@@ -202,22 +202,23 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "workload: %v", err)
 	}
-	id, err := s.publishStart(ctx, tenant, req.GetIdempotencyKey(), req.GetParentExecutionId(), payload, func() error {
+	id, existing, err := s.publishStart(ctx, tenant, req.GetIdempotencyKey(), req.GetParentExecutionId(), payload, func() error {
 		// The message of the publish error names the internal subject: not for the caller.
 		return status.Errorf(codes.ResourceExhausted, "workload: the start is too large to record; keep the workload under %d bytes of JSON", MaxWorkloadBytes)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version}, nil
+	return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version, Existing: existing}, nil
 }
 
 // publishStart picks the id of a new execution (a UUIDv7, or with an idempotency key a
 // UUIDv5 of tenant and key, so a retried start finds the same execution), publishes its
 // playbook.started with payload and waits until it is committed. tooLarge is the error
-// for a start larger than a message may be.
-func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, parent string, payload []byte, tooLarge func() error) (string, error) {
-	var id string
+// for a start larger than a message may be. existing reports that the idempotency key
+// named an execution already logged (or already in the stream), which this call did not
+// start.
+func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, parent string, payload []byte, tooLarge func() error) (id string, existing bool, err error) {
 	if k := idempotencyKey; k != "" {
 		id = uuid.NewSHA1(idempotencyNS, []byte(tenant+"\x00"+k)).String()
 		// A start already logged answers at once. When the statebuilder cannot tell, the
@@ -229,15 +230,15 @@ func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, paren
 		cancel()
 		switch code := status.Code(err); {
 		case err == nil:
-			return id, nil
+			return id, true, nil
 		case code == codes.NotFound, code == codes.Unavailable, code == codes.DeadlineExceeded:
 		default:
-			return "", err
+			return "", false, err
 		}
 	} else {
 		u, err := uuid.NewV7()
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		id = u.String()
 	}
@@ -254,24 +255,24 @@ func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, paren
 	// Subscribe before publishing so the commit notice cannot be missed.
 	sub, err := s.NC.SubscribeSync(natsx.CommittedWildcard(id))
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	// Make sure the server has the subscription before anything it must catch can happen.
 	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
-		return "", status.Errorf(codes.Unavailable, "nats: %v", err)
+		return "", false, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
 	duplicate, err := engine.PublishNew(ctx, s.JS, s.Partitions, ev)
 	if err != nil {
 		if errors.Is(err, natsx.ErrMessageTooLarge) {
-			return "", tooLarge()
+			return "", false, tooLarge()
 		}
-		return "", status.Errorf(codes.Unavailable, "publish start: %v", err)
+		return "", false, status.Errorf(codes.Unavailable, "publish start: %v", err)
 	}
 	if duplicate {
 		// The same start (same idempotency key) is already in the stream, durably: it is
 		// committed, or will be, once; no notice follows a copy the stream dropped.
-		return id, nil
+		return id, true, nil
 	}
 	timeout := s.StartTimeout
 	if timeout <= 0 {
@@ -280,9 +281,9 @@ func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, paren
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if _, err := sub.NextMsgWithContext(wctx); err != nil {
-		return "", status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
+		return "", false, status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
 	}
-	return id, nil
+	return id, false, nil
 }
 
 // Merge returns base with over merged on top, recursively for nested objects.

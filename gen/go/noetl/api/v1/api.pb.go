@@ -542,7 +542,10 @@ type StartExecutionResponse struct {
 	// Execution id.
 	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	// Catalog version that runs.
-	Version       int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Version int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Whether the idempotency key named an execution started before: this call started
+	// nothing, and execution_id is the earlier one's.
+	Existing      bool `protobuf:"varint,3,opt,name=existing,proto3" json:"existing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +592,13 @@ func (x *StartExecutionResponse) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *StartExecutionResponse) GetExisting() bool {
+	if x != nil {
+		return x.Existing
+	}
+	return false
 }
 
 // StepView is one step's status inside an execution.
@@ -3299,10 +3309,11 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
 	"\x16StartExecutionResponse\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x03R\aversion\"\x9b\x02\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x1a\n" +
+	"\bexisting\x18\x03 \x01(\bR\bexisting\"\x9b\x02\n" +
 	"\bStepView\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12.\n" +

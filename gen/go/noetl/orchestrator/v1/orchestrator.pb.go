@@ -600,7 +600,10 @@ type StartExecutionResponse struct {
 	// Execution id.
 	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
 	// Catalog version that runs.
-	Version       int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Version int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Whether the idempotency key named an execution started before: this call started
+	// nothing, and execution_id is the earlier one's.
+	Existing      bool `protobuf:"varint,3,opt,name=existing,proto3" json:"existing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +650,13 @@ func (x *StartExecutionResponse) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *StartExecutionResponse) GetExisting() bool {
+	if x != nil {
+		return x.Existing
+	}
+	return false
 }
 
 // RerunExecutionRequest asks to rerun an execution.
@@ -2409,10 +2419,11 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
 	"\x16StartExecutionResponse\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x03R\aversion\"\x98\x01\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x1a\n" +
+	"\bexisting\x18\x03 \x01(\bR\bexisting\"\x98\x01\n" +
 	"\x15RerunExecutionRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x1b\n" +
