@@ -7,6 +7,11 @@
 // execution's terminal event, and one outcome per command: an event that domain.OutcomeRival
 // says contradicts the command's terminal event already in the log (or earlier in the
 // batch) is refused as Superseded.
+//
+// What it announces: one commit notice per execution the batch touched, built only from
+// what this transaction committed (or found already committed); the events a notice
+// carries are exactly the rows it inserted, with their seq and commit time, in seq order,
+// so a reader that folds them holds what a read of the log would give it.
 package writer
 
 import (
@@ -366,13 +371,25 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 			res.Committed++
 		}
 	}
+	// The committed events ride in their execution's notice (in seq order: distinct is
+	// grouped by execution in arrival order), within NoticeEventsBudget.
+	carried := make(map[string][]*eventv1.Event, len(execs))
+	for _, i := range distinct {
+		if res.Outcomes[i] == Committed {
+			carried[evs[i].GetExecutionId()] = append(carried[evs[i].GetExecutionId()], evs[i])
+		}
+	}
 	for _, id := range execs {
 		s := state[id]
 		if !s.present || s.seq == 0 {
 			continue
 		}
 		ended := domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after))
-		res.Notices = append(res.Notices, &eventv1.CommitNotice{ExecutionId: id, Tenant: s.tenant, Seq: s.seq, Terminal: ended, NeedsDecision: s.decide && !ended})
+		n := &eventv1.CommitNotice{ExecutionId: id, Tenant: s.tenant, Seq: s.seq, Terminal: ended, NeedsDecision: s.decide && !ended}
+		if evs := carried[id]; fits(evs) {
+			n.Events = evs
+		}
+		res.Notices = append(res.Notices, n)
 	}
 	for i, ev := range evs {
 		if ev.GetType() == domain.EventCommandIssued && ev.GetCommand() != nil && res.Outcomes[i] != Rejected {
@@ -380,6 +397,22 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 	}
 	return res, nil
+}
+
+// NoticeEventsBudget bounds the encoded size of the events a commit notice carries; an
+// execution's batch larger than this is announced without them, and its readers read the
+// log instead.
+const NoticeEventsBudget = 64 << 10
+
+// fits reports whether evs can ride in one commit notice.
+func fits(evs []*eventv1.Event) bool {
+	n := 0
+	for _, ev := range evs {
+		if n += proto.Size(ev); n > NoticeEventsBudget {
+			return false
+		}
+	}
+	return true
 }
 
 // committedRival reports whether the rival outcome of ev (domain.OutcomeRival) is among

@@ -289,3 +289,59 @@ func TestCommitProjectsTheLabelsOfAStart(t *testing.T) {
 		require.Equal(t, want, got, id)
 	}
 }
+
+// A notice carries the events its execution committed in the batch, in seq order with
+// their seq and commit time, exactly as the log holds them; nothing for a batch of
+// duplicates, and nothing for one over NoticeEventsBudget.
+func TestNoticesCarryTheCommittedEvents(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	w := &Writer{DB: db}
+
+	res, err := w.Commit(ctx, []*eventv1.Event{
+		ev("a", "a1", domain.EventPlaybookStarted),
+		ev("b", "b1", domain.EventPlaybookStarted),
+		ev("a", "a2", domain.EventStepEnter),
+		ev("a", "a2", domain.EventStepEnter), // in-batch duplicate: carried once
+		ev("b", "b2", domain.EventStepEnter),
+		ev("a", "a3", domain.EventCommandIssued),
+	}, nil, nil)
+	require.NoError(t, err)
+	carried := map[string][]string{}
+	for _, n := range res.Notices {
+		var prev int64
+		for _, e := range n.GetEvents() {
+			require.Equal(t, prev+1, e.GetSeq(), "gap-free, in seq order")
+			require.NotNil(t, e.GetCommitTime())
+			prev = e.GetSeq()
+			carried[n.GetExecutionId()] = append(carried[n.GetExecutionId()], e.GetEventId())
+		}
+		require.Equal(t, n.GetSeq(), prev, "the last carried event is the notice's seq")
+	}
+	require.Equal(t, map[string][]string{"a": {"a1", "a2", "a3"}, "b": {"b1", "b2"}}, carried)
+
+	// The carried events are the log's: the stored body with the seq and commit time.
+	for _, e := range res.Notices[0].GetEvents() {
+		var body []byte
+		require.NoError(t, db.QueryRow(ctx, `SELECT body FROM noetl.event WHERE execution_id = 'a' AND seq = $1`, e.GetSeq()).Scan(&body))
+		logged := &eventv1.Event{}
+		require.NoError(t, proto.Unmarshal(body, logged))
+		logged.Seq, logged.CommitTime = e.GetSeq(), e.GetCommitTime()
+		require.True(t, proto.Equal(logged, e), "%v != %v", logged, e)
+	}
+
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a2", domain.EventStepEnter)}, nil, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Notices, 1)
+	require.Empty(t, res.Notices[0].GetEvents(), "duplicates only: nothing new to carry")
+
+	big := ev("a", "a4", domain.EventCommandCompleted)
+	big.ResultJson = []byte(fmt.Sprintf("%q", make([]byte, NoticeEventsBudget)))
+	res, err = w.Commit(ctx, []*eventv1.Event{big}, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Committed}, res.Outcomes)
+	require.EqualValues(t, 4, res.Notices[0].GetSeq())
+	require.Empty(t, res.Notices[0].GetEvents(), "over the budget: readers read the log")
+}

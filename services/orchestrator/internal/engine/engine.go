@@ -1,6 +1,7 @@
-// Package engine is the orchestrator's decision loop: it consumes commit notices, reads
-// the execution's state from the statebuilder at the committed seq, decides, and publishes
-// the resulting events. Executions are sharded over a fixed set of goroutines, so one
+// Package engine is the orchestrator's decision loop: it consumes commit notices, brings
+// the execution's state to the committed seq (its cached state advanced by the events the
+// notice carries, or read from the statebuilder on a miss or a gap), decides, and
+// publishes the resulting events. Executions are sharded over a fixed set of goroutines, so one
 // execution is decided by one goroutine at a time inside a replica.
 package engine
 
@@ -113,16 +114,14 @@ func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateS
 }
 
 type shard struct {
-	in      chan jetstream.Msg
+	in      chan notice
 	decided map[string]int64
-	// states caches execution states owned by this shard's goroutine, advanced with the
-	// events after their seq instead of a full state read per decision. It is derived from
-	// the log (never authoritative) and bounded.
-	states map[string]*sbv1.ExecutionState
+	// states caches the execution states this shard's goroutine decided on (statecache.go).
+	states *stateCache
 }
 
-// maxCachedStates bounds each shard's state cache.
-const maxCachedStates = 2048
+// stateCacheBytes bounds the states the shards of one engine cache, together.
+const stateCacheBytes = 256 << 20
 
 // Run consumes commit notices until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
@@ -152,12 +151,12 @@ func (e *Engine) Run(ctx context.Context) error {
 	shards := make([]*shard, e.cfg.Shards)
 	var wg sync.WaitGroup
 	for i := range shards {
-		shards[i] = &shard{in: make(chan jetstream.Msg, 256), decided: map[string]int64{}, states: map[string]*sbv1.ExecutionState{}}
+		shards[i] = &shard{in: make(chan notice, 256), decided: map[string]int64{}, states: newStateCache(stateCacheBytes / int64(len(shards)))}
 		wg.Add(1)
 		go func(s *shard) {
 			defer wg.Done()
-			for m := range s.in {
-				e.handle(ctx, s, m)
+			for n := range s.in {
+				e.handle(ctx, s, n.msg, n.notice)
 			}
 		}(shards[i])
 	}
@@ -184,28 +183,35 @@ func (e *Engine) Run(ctx context.Context) error {
 			e.log.Warn("commit notice consumer", slog.String("error", err.Error()))
 			continue
 		}
-		var n eventv1.CommitNotice
-		if err := proto.Unmarshal(m.Data(), &n); err != nil {
+		n := &eventv1.CommitNotice{}
+		if err := proto.Unmarshal(m.Data(), n); err != nil {
 			e.log.Error("bad commit notice", slog.String("error", err.Error()))
 			_ = m.Term()
 			continue
 		}
 		h := fnv.New32a()
 		_, _ = h.Write([]byte(n.GetExecutionId()))
-		shards[int(h.Sum32())%len(shards)].in <- m
+		shards[int(h.Sum32())%len(shards)].in <- notice{msg: m, notice: n}
 	}
 }
 
-func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
-	var n eventv1.CommitNotice
-	_ = proto.Unmarshal(m.Data(), &n)
+// notice is a commit notice as received, decoded once.
+type notice struct {
+	msg    jetstream.Msg
+	notice *eventv1.CommitNotice
+}
+
+func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg, n *eventv1.CommitNotice) {
 	id := n.GetExecutionId()
 	if n.GetTerminal() {
 		delete(s.decided, id)
-		delete(s.states, id)
+		s.states.drop(id)
 		_ = m.Ack()
 		return
 	}
+	// Every notice's events advance the cached state, the decision's own output too, so
+	// the next decision starts from the state at this seq without a read.
+	s.states.applyCarried(n)
 	if !n.GetNeedsDecision() {
 		_ = m.Ack() // only this service's own decisions were committed
 		return
@@ -236,7 +242,7 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg) {
 	}
 	if seq < 0 {
 		delete(s.decided, id)
-		delete(s.states, id)
+		s.states.drop(id)
 	} else {
 		if len(s.decided) > 100_000 {
 			clear(s.decided)
@@ -257,11 +263,14 @@ func (e *Engine) Drive(ctx context.Context, executionID string, minSeq int64) (i
 // by the events after it (one small read), or a full state read.
 func (e *Engine) stateOf(ctx context.Context, s *shard, id string, minSeq int64) (*sbv1.ExecutionState, error) {
 	if s != nil {
-		if st := s.states[id]; st != nil {
+		if st := s.states.get(id); st != nil {
+			if st.GetSeq() >= minSeq {
+				return st, nil // advanced by the notices' events
+			}
 			if err := e.advance(ctx, st, minSeq); err == nil {
 				return st, nil
 			}
-			delete(s.states, id) // a gap or an error: fall back to a full read
+			s.states.drop(id) // a gap or an error: fall back to a full read
 		}
 	}
 	resp, err := e.state.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id, MinSeq: minSeq})
@@ -270,10 +279,7 @@ func (e *Engine) stateOf(ctx context.Context, s *shard, id string, minSeq int64)
 	}
 	st := resp.GetState()
 	if s != nil {
-		if len(s.states) >= maxCachedStates {
-			clear(s.states)
-		}
-		s.states[id] = st
+		s.states.put(st)
 	}
 	return st, nil
 }

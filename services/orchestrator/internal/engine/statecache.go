@@ -1,0 +1,122 @@
+package engine
+
+import (
+	"google.golang.org/protobuf/proto"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
+)
+
+// stateCache holds the execution states one shard decided on, each advanced by the events
+// committed after it: the events a commit notice carries (the common case, no read at
+// all), or the log's events after the state's seq read from the statebuilder. It is
+// derived from the log, never authoritative: a state that cannot be advanced gap-free is
+// dropped, and the next decision reads the state afresh.
+//
+// Only the shard's goroutine touches it. It is bounded in bytes: a state's size is
+// counted when it is cached, plus the size of every event folded into it since, and past
+// the budget the whole cache is dropped (a full state read per execution rebuilds it).
+type stateCache struct {
+	budget  int64
+	bytes   int64
+	entries map[string]*cachedState
+}
+
+type cachedState struct {
+	st    *sbv1.ExecutionState
+	bytes int64
+}
+
+func newStateCache(budget int64) *stateCache {
+	return &stateCache{budget: budget, entries: map[string]*cachedState{}}
+}
+
+// get returns the cached state of an execution, or nil.
+func (c *stateCache) get(id string) *sbv1.ExecutionState {
+	if e := c.entries[id]; e != nil {
+		return e.st
+	}
+	return nil
+}
+
+// put caches st, dropping the whole cache first when it would pass its budget.
+func (c *stateCache) put(st *sbv1.ExecutionState) {
+	c.drop(st.GetExecutionId())
+	n := int64(proto.Size(st))
+	if c.bytes+n > c.budget {
+		clear(c.entries)
+		c.bytes = 0
+	}
+	if n > c.budget {
+		return
+	}
+	c.entries[st.GetExecutionId()] = &cachedState{st: st, bytes: n}
+	c.bytes += n
+}
+
+// drop forgets an execution's state.
+func (c *stateCache) drop(id string) {
+	if e := c.entries[id]; e != nil {
+		c.bytes -= e.bytes
+		delete(c.entries, id)
+	}
+}
+
+// grew counts n more bytes folded into an execution's cached state.
+func (c *stateCache) grew(id string, n int64) {
+	e := c.entries[id]
+	if e == nil {
+		return
+	}
+	e.bytes += n
+	c.bytes += n
+	if c.bytes > c.budget {
+		clear(c.entries)
+		c.bytes = 0
+	}
+}
+
+// applyCarried folds the events a commit notice carries into the execution's cached state,
+// those after its seq, or builds the state from them when they start at the execution's
+// first event; it reports whether the state now stands at the notice's seq. A
+// state the events do not continue gap-free (a notice this replica did not receive, a
+// batch too large to be carried) is left as it is, to be advanced from the log; one the
+// fold refuses is dropped.
+func (c *stateCache) applyCarried(n *eventv1.CommitNotice) bool {
+	evs := n.GetEvents()
+	st := c.get(n.GetExecutionId())
+	if st == nil {
+		// A notice from the execution's first event on (its start's) builds the state.
+		if len(evs) == 0 || evs[0].GetSeq() != 1 || evs[len(evs)-1].GetSeq() != n.GetSeq() {
+			return false
+		}
+		st = domain.NewState(n.GetExecutionId())
+		for _, ev := range evs {
+			if err := domain.Apply(st, ev); err != nil {
+				return false
+			}
+		}
+		c.put(st)
+		return true
+	}
+	if st.GetSeq() >= n.GetSeq() {
+		return true
+	}
+	if len(evs) == 0 || evs[0].GetSeq() > st.GetSeq()+1 || evs[len(evs)-1].GetSeq() != n.GetSeq() {
+		return false
+	}
+	var grown int64
+	for _, ev := range evs {
+		if ev.GetSeq() <= st.GetSeq() {
+			continue
+		}
+		if err := domain.Apply(st, ev); err != nil {
+			c.drop(n.GetExecutionId())
+			return false
+		}
+		grown += int64(proto.Size(ev))
+	}
+	c.grew(n.GetExecutionId(), grown)
+	return true
+}

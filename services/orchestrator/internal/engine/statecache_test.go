@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/domain"
+)
+
+// carrying is a commit notice of execution x up to the last of evs, carrying them.
+func carrying(evs ...*eventv1.Event) *eventv1.CommitNotice {
+	n := &eventv1.CommitNotice{ExecutionId: "x", Tenant: "t", Events: evs}
+	if len(evs) > 0 {
+		n.Seq = evs[len(evs)-1].GetSeq()
+	}
+	return n
+}
+
+func ev(seq int64, typ, step string) *eventv1.Event {
+	e := &eventv1.Event{EventId: typ + step, ExecutionId: "x", Tenant: "t", Seq: seq, Type: typ, Step: step}
+	if typ == domain.EventPlaybookStarted {
+		e.PayloadJson = []byte(`{"path":"p","version":1}`)
+	}
+	return e
+}
+
+func started(t *testing.T) *sbv1.ExecutionState {
+	st := domain.NewState("x")
+	require.NoError(t, domain.Apply(st, ev(1, domain.EventPlaybookStarted, "")))
+	return st
+}
+
+// The events a notice carries advance the cached state when they continue it gap-free,
+// those it already holds are skipped, and a notice that leaves a gap leaves the state to be
+// read from the log.
+func TestNoticeEventsAdvanceTheCachedState(t *testing.T) {
+	c := newStateCache(1 << 20)
+	require.False(t, c.applyCarried(carrying(ev(2, domain.EventStepEnter, "a"))), "nothing cached: nothing to advance")
+	require.Nil(t, c.get("x"))
+
+	// The notice of an execution's start builds its state from nothing.
+	require.True(t, c.applyCarried(carrying(ev(1, domain.EventPlaybookStarted, ""))))
+	require.EqualValues(t, 1, c.get("x").GetSeq())
+	require.Equal(t, "p", c.get("x").GetPlaybookPath())
+	c.drop("x")
+
+	c.put(started(t))
+	require.True(t, c.applyCarried(carrying(ev(2, domain.EventStepEnter, "a"), ev(3, domain.EventStepSkipped, "b"))))
+	st := c.get("x")
+	require.EqualValues(t, 3, st.GetSeq())
+	require.Equal(t, eventv1.StepStatus_STEP_STATUS_RUNNING, st.GetSteps()["a"].GetStatus())
+
+	// A redelivered notice overlapping the state: only what is new is folded.
+	require.True(t, c.applyCarried(carrying(ev(3, domain.EventStepSkipped, "b"), ev(4, domain.EventStepSkipped, "c"))))
+	require.EqualValues(t, 4, c.get("x").GetSeq())
+	require.True(t, c.applyCarried(carrying(ev(2, domain.EventStepEnter, "a"))), "an old notice: the state is past it")
+
+	// A notice after a gap (one this replica never received) changes nothing.
+	require.False(t, c.applyCarried(carrying(ev(6, domain.EventStepSkipped, "d"))))
+	require.EqualValues(t, 4, c.get("x").GetSeq())
+	// Nor does a notice without its events (a batch over the notice budget).
+	require.False(t, c.applyCarried(&eventv1.CommitNotice{ExecutionId: "x", Seq: 5}))
+	require.NotNil(t, c.get("x"), "kept, to be advanced from the log")
+}
+
+// A fold error drops the state, which is then read afresh.
+func TestAFoldErrorDropsTheCachedState(t *testing.T) {
+	c := newStateCache(1 << 20)
+	c.put(started(t))
+	bad := ev(2, domain.EventStepEnter, "a")
+	bad.PayloadJson = []byte(`{not json`)
+	require.False(t, c.applyCarried(carrying(bad)))
+	require.Nil(t, c.get("x"))
+	require.Zero(t, c.bytes)
+}
+
+// The cache is bounded in bytes: a put or a fold that passes the budget drops what it
+// holds, and a state larger than the budget is not kept at all.
+func TestStateCacheIsBoundedInBytes(t *testing.T) {
+	one := int64(len(mustSize(t)))
+	c := newStateCache(3*one + one/2)
+	for _, id := range []string{"a", "b", "c"} {
+		st := started(t)
+		st.ExecutionId = id
+		c.put(st)
+	}
+	require.Len(t, c.entries, 3)
+	require.LessOrEqual(t, c.bytes, c.budget)
+	st := started(t)
+	st.ExecutionId = "d"
+	c.put(st)
+	require.Len(t, c.entries, 1, "past the budget the cache starts over")
+	require.NotNil(t, c.get("d"))
+
+	huge := started(t)
+	huge.ExecutionId = "e"
+	huge.WorkloadJson = make([]byte, 4*one)
+	c.put(huge)
+	require.Nil(t, c.get("e"), "a state larger than the whole budget is not cached")
+	require.LessOrEqual(t, c.bytes, c.budget)
+
+	c.drop("d")
+	require.Zero(t, c.bytes)
+}
+
+func mustSize(t *testing.T) []byte {
+	c := newStateCache(1 << 20)
+	c.put(started(t))
+	return make([]byte, c.bytes)
+}
