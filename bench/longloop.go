@@ -307,7 +307,7 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		"phase_median_ms":    phaseMedians,
 		"rss_mb_samples":     rss.get(),
 		"loadavg":            []string{loadStart, loadEnd},
-		"latency_scope":      "per-iteration latency: commit time of an iteration's command.completed minus the previous iteration's (step.enter for the first), read back from the event log; phase_median_ms splits it (first 1k, last 1k): decide = previous command.completed to this command.issued (commit, notice, decision, publish, commit), dispatch = command.issued to command.started (command publish, worker claim, commit), run = command.started to command.completed",
+		"latency_scope":      "per-iteration latency: commit time of an iteration's command.completed minus the previous iteration's (step.enter for the first), read back from the event log; phase_median_ms splits it (first 1k, last 1k): decide = previous command.completed to this command.issued (commit, notice, decision, publish, commit), dispatch = command.issued to the command's start (command.started, or for a short command the start time its command.completed carries: command publish, worker claim), run = that start to command.completed",
 	}
 	m.report(out, first, end)
 	// Between the last iteration's commit and the end, the engine assembles the loop's list
@@ -378,6 +378,10 @@ func iterationLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, i
 				started[i] = ev.GetCommitTime().AsTime()
 			case "command.completed":
 				done[i] = ev.GetCommitTime().AsTime()
+				if started[i].IsZero() && ev.GetStartTime() != nil {
+					// A short command reports no command.started: its outcome says when it began.
+					started[i] = ev.GetStartTime().AsTime()
+				}
 			}
 		}
 		if token = page.GetNextPageToken(); token == "" {

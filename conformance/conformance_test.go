@@ -207,7 +207,7 @@ func cases() []expectation {
 			require.Nil(t, start["result"], "no inline copy of the large result")
 			require.Equal(t, true, r.stepResult("check_extraction")["test_passed"], "%v", r.stepResult("check_extraction"))
 			for _, ev := range r.events {
-				if ev["type"] == "call.done" && ev["step"] == "start" {
+				if ev["type"] == "command.completed" && ev["step"] == "start" {
 					require.NotNil(t, ev["resultRef"])
 					require.Nil(t, ev["result"])
 				}

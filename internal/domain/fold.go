@@ -228,38 +228,8 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 			s.Started = true
 		}
 	case EventCallDone:
-		s := step()
-		if s.Loop != nil {
-			i := ev.GetIteration().GetIndex()
-			if ev.GetIteration().GetEpoch() == s.Epoch && i >= 0 && int(i) < LoopTotal(s.Loop) {
-				if err := keepResult(s.Loop, int(i), ev); err != nil {
-					return err
-				}
-				if len(ev.GetPayloadJson()) > 0 {
-					var p CallPayload
-					if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
-						return fmt.Errorf("call.done payload: %w", err)
-					}
-					if err := mergeCtx(st, p.Set["ctx"]); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}
-		if ev.GetCommandId() != s.CommandId {
-			return nil // a late event of an older command
-		}
-		s.ResultJson = ev.GetResultJson()
-		s.ResultRef = ev.GetResultRef()
-		if len(ev.GetPayloadJson()) > 0 {
-			var p CallPayload
-			if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
-				return fmt.Errorf("call.done payload: %w", err)
-			}
-			if err := mergeCtx(st, p.Set["ctx"]); err != nil {
-				return err
-			}
+		if err := applyCall(st, step(), ev); err != nil {
+			return err
 		}
 	case EventCallError:
 		s := step()
@@ -275,6 +245,12 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.Error = ev.GetError()
 	case EventCommandCompleted, EventCommandFailed:
 		s := step()
+		if CarriesCall(ev) {
+			// A worker's single outcome event: the call's result first, as call.done.
+			if err := applyCall(st, s, ev); err != nil {
+				return err
+			}
+		}
 		if s.Loop != nil {
 			// Late events of an older epoch, or after the step finished, change nothing.
 			if ev.GetIteration().GetEpoch() != s.Epoch || s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
@@ -456,6 +432,53 @@ func LoopResultsExtracted(n int) []byte {
 	return []byte(fmt.Sprintf(`{"_summary":"array","length":%d}`, n))
 }
 
+// applyCall folds a call's result into its step: an iteration's into its loop's list, a
+// single command's into the step (only the step's current command), with the ctx writes
+// of its policy rules. It serves call.done and a command.completed that carries the call
+// (CarriesCall).
+func applyCall(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) error {
+	if s.Loop != nil {
+		i := ev.GetIteration().GetIndex()
+		if ev.GetIteration().GetEpoch() == s.Epoch && i >= 0 && int(i) < LoopTotal(s.Loop) {
+			if err := keepResult(s.Loop, int(i), ev); err != nil {
+				return err
+			}
+			if len(ev.GetPayloadJson()) > 0 {
+				var p CallPayload
+				if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+					return fmt.Errorf("call.done payload: %w", err)
+				}
+				if err := mergeCtx(st, p.Set["ctx"]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if ev.GetCommandId() != s.CommandId {
+		return nil // a late event of an older command
+	}
+	s.ResultJson = ev.GetResultJson()
+	s.ResultRef = ev.GetResultRef()
+	if len(ev.GetPayloadJson()) > 0 {
+		var p CallPayload
+		if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+			return fmt.Errorf("call.done payload: %w", err)
+		}
+		if err := mergeCtx(st, p.Set["ctx"]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CarriesCall reports whether ev, a command.completed, carries its call's result (the
+// worker's single outcome event) rather than following a call.done, as logs written
+// before that did. A carried result is never empty: a null result is the JSON null.
+func CarriesCall(ev *eventv1.Event) bool {
+	return ev.GetType() == EventCommandCompleted && (len(ev.GetResultJson()) > 0 || ev.GetResultRef() != nil || len(ev.GetPayloadJson()) > 0)
+}
+
 // IterationResult returns the element an iteration's call.done contributes to its loop's
 // list of results: the inline result, or for a result held by reference the value a
 // step's reference shows in a scope (its extracted summary with _ref), never the payload.
@@ -466,10 +489,11 @@ func IterationResult(ev *eventv1.Event) ([]byte, error) {
 	return ev.GetResultJson(), nil
 }
 
-// IsIterationResult reports whether ev is the call.done of an iteration of the loop epoch
+// IsIterationResult reports whether ev is the call.done (or the command.completed that
+// carries the call) of an iteration of the loop epoch
 // (step, epoch) of total items, and if so its index.
 func IsIterationResult(ev *eventv1.Event, step string, epoch int32, total int) (int, bool) {
-	if ev.GetType() != EventCallDone || ev.GetStep() != step || ev.GetIteration().GetEpoch() != epoch {
+	if (ev.GetType() != EventCallDone && !CarriesCall(ev)) || ev.GetStep() != step || ev.GetIteration().GetEpoch() != epoch {
 		return 0, false
 	}
 	i := ev.GetIteration().GetIndex()

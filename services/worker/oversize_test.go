@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
@@ -24,18 +25,20 @@ func TestLongErrorMessagesAreClipped(t *testing.T) {
 }
 
 func TestAnOutcomeTooLargeToPublishFailsTheCommand(t *testing.T) {
-	started := &eventv1.Event{EventId: "e1", ExecutionId: "x", Tenant: "t", Type: domain.EventCommandStarted, Step: "s", CommandId: "c1", Attempt: 2}
-	done := &eventv1.Event{EventId: "e2", Type: domain.EventCallDone, CommandId: "c1", PayloadJson: []byte(strings.Repeat("x", natsx.MaxMessageBytes+1))}
-	evs := failTooLarge([]*eventv1.Event{started, done, {Type: domain.EventCommandCompleted}}, natsx.ErrMessageTooLarge)
-	require.Len(t, evs, 3)
-	require.Same(t, started, evs[0])
-	require.Equal(t, domain.EventCallError, evs[1].GetType())
-	require.Equal(t, domain.EventCommandFailed, evs[2].GetType())
-	require.Equal(t, domain.EventID("c1", domain.EventCommandFailed), evs[2].GetEventId())
-	require.EqualValues(t, 2, evs[2].GetAttempt())
-	require.Equal(t, "outcome_too_large", evs[2].GetError().GetCode())
-	require.Contains(t, evs[2].GetError().GetMessage(), "step s")
-	require.False(t, evs[2].GetError().GetRetryable())
+	began := timestamppb.Now()
+	done := &eventv1.Event{EventId: "e2", ExecutionId: "x", Tenant: "t", Type: domain.EventCommandCompleted, Step: "s", CommandId: "c1", Attempt: 2,
+		StartTime: began, PayloadJson: []byte(strings.Repeat("x", natsx.MaxMessageBytes+1))}
+	evs := failTooLarge([]*eventv1.Event{done}, natsx.ErrMessageTooLarge)
+	require.Len(t, evs, 1, "one outcome event replaces the one that did not fit")
+	require.Equal(t, domain.EventCommandFailed, evs[0].GetType())
+	require.Equal(t, domain.EventID("c1", domain.EventCommandFailed), evs[0].GetEventId())
+	require.EqualValues(t, 2, evs[0].GetAttempt())
+	require.Equal(t, "x", evs[0].GetExecutionId())
+	require.True(t, proto.Equal(began, evs[0].GetStartTime()))
+	require.Empty(t, evs[0].GetPayloadJson())
+	require.Equal(t, "outcome_too_large", evs[0].GetError().GetCode())
+	require.Contains(t, evs[0].GetError().GetMessage(), "step s")
+	require.False(t, evs[0].GetError().GetRetryable())
 	for _, e := range evs {
 		b, err := proto.Marshal(e)
 		require.NoError(t, err)

@@ -506,7 +506,27 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	if sub, err := w.nc.Subscribe(natsx.CancelSubject(cmd.GetExecutionId()), func(*nats.Msg) { cancel(tools.ErrExecutionCancelled) }); err == nil {
 		defer func() { _ = sub.Unsubscribe() }()
 	}
+	// A run that lasts is reported while it runs: command.started once the tool has run for
+	// startedAfter, so the log shows a worker holding the command (the reconciler
+	// re-publishes only commands no worker started). A short run reports only its outcome.
+	// The outcome is published after any command.started in flight, so the stream keeps
+	// their order.
+	var startedMu sync.Mutex
+	ran := false
+	startedTimer := time.AfterFunc(startedAfter, func() {
+		startedMu.Lock()
+		defer startedMu.Unlock()
+		if !ran {
+			if err := w.publish(ctx, []*eventv1.Event{commandEvent(cmd, domain.EventCommandStarted)}); err != nil && ctx.Err() == nil {
+				log.Warn("publish command.started", slog.String("execution_id", cmd.GetExecutionId()), slog.String("error", err.Error()))
+			}
+		}
+	})
 	events := w.Execute(runCtx, cmd)
+	startedTimer.Stop()
+	startedMu.Lock()
+	ran = true
+	startedMu.Unlock()
 	if ctx.Err() != nil {
 		// The worker is stopping and its drain timeout passed: the tool was cancelled by
 		// the shutdown, not by the execution, so its outcome is not the command's.
@@ -556,8 +576,8 @@ func (w *Worker) publish(ctx context.Context, events []*eventv1.Event) error {
 	return natsx.PublishAll(ctx, w.js, msgs)
 }
 
-// Execute renders and runs a command and returns its events: command.started, then
-// call.done and command.completed, or call.error and command.failed. The secrets of the
+// Execute renders and runs a command and returns its outcome: one command.completed
+// carrying the result, or one command.failed carrying the error. The secrets of the
 // credentials resolved while it runs are masked in the result (before it is measured, so
 // a result stored by reference is masked too) and in every event. What the tools wrote
 // (stdout, stderr, diagnostics) travels as the step's logs in the outcome event
@@ -572,32 +592,41 @@ func (w *Worker) Execute(ctx context.Context, cmd *eventv1.Command) []*eventv1.E
 	return scrubEvents(sc, w.attachLogs(ctx, cmd, w.execute(ctx, cmd, sc), logs, sc))
 }
 
-func (w *Worker) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.Scrubber) []*eventv1.Event {
-	mk := func(typ string) *eventv1.Event {
-		return &eventv1.Event{
-			EventId:           domain.EventID(cmd.GetCommandId(), typ),
-			ExecutionId:       cmd.GetExecutionId(),
-			Tenant:            cmd.GetTenant(),
-			Type:              typ,
-			Step:              cmd.GetStep(),
-			CommandId:         cmd.GetCommandId(),
-			Iteration:         cmd.GetIteration(),
-			Attempt:           cmd.GetAttempt(),
-			ParentExecutionId: cmd.GetParentExecutionId(),
-			CauseEventId:      cmd.GetIssuedEventId(),
-			Producer:          "worker",
-			ProduceTime:       timestamppb.Now(),
-		}
+// commandEvent is a worker's event of type typ for cmd, its id derived from the command.
+func commandEvent(cmd *eventv1.Command, typ string) *eventv1.Event {
+	return &eventv1.Event{
+		EventId:           domain.EventID(cmd.GetCommandId(), typ),
+		ExecutionId:       cmd.GetExecutionId(),
+		Tenant:            cmd.GetTenant(),
+		Type:              typ,
+		Step:              cmd.GetStep(),
+		CommandId:         cmd.GetCommandId(),
+		Iteration:         cmd.GetIteration(),
+		Attempt:           cmd.GetAttempt(),
+		ParentExecutionId: cmd.GetParentExecutionId(),
+		CauseEventId:      cmd.GetIssuedEventId(),
+		Producer:          "worker",
+		ProduceTime:       timestamppb.Now(),
 	}
-	started := mk(domain.EventCommandStarted)
+}
+
+func (w *Worker) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.Scrubber) []*eventv1.Event {
+	mk := func(typ string) *eventv1.Event { return commandEvent(cmd, typ) }
+	begun := timestamppb.Now()
+	// The command's one outcome event: command.completed carrying the result (what
+	// call.done carried once), or command.failed carrying the error; each says when the
+	// command began (command.started is published only for a long run, see handle).
+	outcomeOf := func(typ string) *eventv1.Event {
+		ev := mk(typ)
+		ev.StartTime = begun
+		return ev
+	}
 	fail := func(info *eventv1.ErrorInfo) []*eventv1.Event {
 		// Scrub before clipping, which could cut a secret and leave part of it.
 		info.Message = clip(sc.String(info.GetMessage()))
-		callErr := mk(domain.EventCallError)
-		callErr.Error = info
-		failed := mk(domain.EventCommandFailed)
+		failed := outcomeOf(domain.EventCommandFailed)
 		failed.Error = info
-		return []*eventv1.Event{started, callErr, failed}
+		return []*eventv1.Event{failed}
 	}
 	if err := w.admit(cmd); err != nil {
 		return fail(&eventv1.ErrorInfo{Code: "refused", Message: err.Error()})
@@ -648,7 +677,7 @@ func (w *Worker) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.Sc
 	for scope, m := range out.set {
 		out.set[scope], _ = sc.Value(m).(map[string]any)
 	}
-	done := mk(domain.EventCallDone)
+	done := outcomeOf(domain.EventCommandCompleted)
 	if len(out.set) > 0 {
 		p, err := json.Marshal(domain.CallPayload{Set: out.set})
 		if err != nil {
@@ -665,11 +694,14 @@ func (w *Worker) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.Sc
 		return fail(&eventv1.ErrorInfo{Code: "tool_error", Message: "result is not JSON-encodable: " + serr.Error()})
 	case ref != nil:
 		done.ResultRef = ref
-		return []*eventv1.Event{started, done, mk(domain.EventCommandCompleted)}
+		return []*eventv1.Event{done}
 	}
 	done.ResultJson = b
-	return []*eventv1.Event{started, done, mk(domain.EventCommandCompleted)}
+	return []*eventv1.Event{done}
 }
+
+// startedAfter is how long a command runs before its worker reports command.started.
+const startedAfter = 2 * time.Second
 
 // errStepTimeout is the cause of a command's context past its step's spec.timeout.
 var errStepTimeout = errors.New("the step's spec.timeout passed")
@@ -686,21 +718,17 @@ func clip(msg string) string {
 	return fmt.Sprintf("%s ... [%d bytes elided] ... %s", strings.ToValidUTF8(msg[:half], ""), len(msg)-2*half, strings.ToValidUTF8(msg[len(msg)-half:], ""))
 }
 
-// failTooLarge replaces a command's outcome that could not be published by call.error and
-// command.failed saying so (command.started is kept).
+// failTooLarge replaces a command's outcome that could not be published by a
+// command.failed saying so.
 func failTooLarge(events []*eventv1.Event, cause error) []*eventv1.Event {
-	started := events[0]
-	info := &eventv1.ErrorInfo{Code: "outcome_too_large", Message: clip(fmt.Sprintf("step %s: its outcome cannot be published: %v; results travel by reference, so this is an oversized error message or policy set", started.GetStep(), cause))}
-	mk := func(typ string) *eventv1.Event {
-		e := &eventv1.Event{
-			EventId: domain.EventID(started.GetCommandId(), typ), ExecutionId: started.GetExecutionId(), Tenant: started.GetTenant(), Type: typ,
-			Step: started.GetStep(), CommandId: started.GetCommandId(), Iteration: started.GetIteration(), Attempt: started.GetAttempt(),
-			ParentExecutionId: started.GetParentExecutionId(), CauseEventId: started.GetCauseEventId(), Producer: started.GetProducer(),
-			ProduceTime: started.GetProduceTime(), Error: info,
-		}
-		return e
-	}
-	return []*eventv1.Event{started, mk(domain.EventCallError), mk(domain.EventCommandFailed)}
+	o := events[len(events)-1]
+	info := &eventv1.ErrorInfo{Code: "outcome_too_large", Message: clip(fmt.Sprintf("step %s: its outcome cannot be published: %v; results travel by reference, so this is an oversized error message or policy set", o.GetStep(), cause))}
+	return []*eventv1.Event{{
+		EventId: domain.EventID(o.GetCommandId(), domain.EventCommandFailed), ExecutionId: o.GetExecutionId(), Tenant: o.GetTenant(), Type: domain.EventCommandFailed,
+		Step: o.GetStep(), CommandId: o.GetCommandId(), Iteration: o.GetIteration(), Attempt: o.GetAttempt(),
+		ParentExecutionId: o.GetParentExecutionId(), CauseEventId: o.GetCauseEventId(), Producer: o.GetProducer(),
+		ProduceTime: o.GetProduceTime(), StartTime: o.GetStartTime(), Error: info,
+	}}
 }
 
 // retryRequest ends a command asking the orchestrator to run it again after delay.

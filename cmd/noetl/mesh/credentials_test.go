@@ -253,7 +253,7 @@ func TestNoETLCompatibleRoutes(t *testing.T) {
 		require.NotEmpty(t, ev["event_id"])
 		require.NotEmpty(t, ev["timestamp"])
 		require.NotEmpty(t, ev["status"])
-		if ev["event_type"] == "call.done" {
+		if ev["event_type"] == "command.completed" {
 			steps = append(steps, ev["node_name"].(string))
 			require.NotNil(t, ev["result"])
 		}

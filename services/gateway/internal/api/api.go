@@ -338,7 +338,7 @@ func (s *Server) ListExecutionEvents(ctx context.Context, req *apiv1.ListExecuti
 
 func eventOf(ev *eventv1.Event) *apiv1.Event {
 	return &apiv1.Event{Seq: ev.GetSeq(), EventId: ev.GetEventId(), Type: ev.GetType(), Step: ev.GetStep(), CommandId: ev.GetCommandId(), Attempt: ev.GetAttempt(), Iteration: ev.GetIteration(),
-		Payload: jsonValue(ev.GetPayloadJson()), Result: jsonValue(ev.GetResultJson()), ResultRef: ev.GetResultRef(), Error: ev.GetError(), Producer: ev.GetProducer(), ProduceTime: ev.GetProduceTime(), CommitTime: ev.GetCommitTime()}
+		Payload: jsonValue(ev.GetPayloadJson()), Result: jsonValue(ev.GetResultJson()), ResultRef: ev.GetResultRef(), Error: ev.GetError(), Producer: ev.GetProducer(), ProduceTime: ev.GetProduceTime(), CommitTime: ev.GetCommitTime(), StartTime: ev.GetStartTime()}
 }
 
 // resultID is the result id of a request: a bare id or a URL-encoded URI, checked once

@@ -218,15 +218,16 @@ func (e *Engine) assembleLoopResults(ctx context.Context, st *sbv1.ExecutionStat
 	return w.close()
 }
 
-// scanIterations calls fn, in seq order, for each call.done of n's iterations in the log
-// after n's step.enter up to st's seq, with its index, seq and element of the list.
+// scanIterations calls fn, in seq order, for the result event of each of n's iterations
+// (call.done, or the command.completed that carries the call) in the log after n's
+// step.enter up to st's seq, with its index, seq and element of the list.
 func (e *Engine) scanIterations(ctx context.Context, st *sbv1.ExecutionState, n decide.LoopResults, fn func(i int, seq int64, elem []byte)) error {
 	after := n.EnterSeq
 	for after < st.GetSeq() {
-		// Only the step's call.done events: the statebuilder skips the rest of the log (and
+		// Only the step's result events: the statebuilder skips the rest of the log (and
 		// still refuses a range with a gap).
 		resp, err := e.state.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: st.GetExecutionId(), AfterSeq: after, PageSize: loopEventsPage,
-			Step: n.Step, Types: []string{domain.EventCallDone}, UpToSeq: st.GetSeq()})
+			Step: n.Step, Types: []string{domain.EventCallDone, domain.EventCommandCompleted}, UpToSeq: st.GetSeq()})
 		if err != nil {
 			return err
 		}

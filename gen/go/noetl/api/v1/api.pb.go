@@ -1344,7 +1344,9 @@ type Event struct {
 	// Time the event was produced (informative).
 	ProduceTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=produce_time,json=produceTime,proto3" json:"produce_time,omitempty"`
 	// Time the event was committed to the log.
-	CommitTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=commit_time,json=commitTime,proto3" json:"commit_time,omitempty"`
+	CommitTime *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=commit_time,json=commitTime,proto3" json:"commit_time,omitempty"`
+	// On a command's outcome event: when the worker began the command.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1473,6 +1475,13 @@ func (x *Event) GetProduceTime() *timestamppb.Timestamp {
 func (x *Event) GetCommitTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CommitTime
+	}
+	return nil
+}
+
+func (x *Event) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
 	}
 	return nil
 }
@@ -3377,7 +3386,7 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x16CancelExecutionRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x19\n" +
-	"\x17CancelExecutionResponse\"\xb3\x04\n" +
+	"\x17CancelExecutionResponse\"\xee\x04\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x12\n" +
@@ -3396,7 +3405,9 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\bproducer\x18\f \x01(\tR\bproducer\x12=\n" +
 	"\fproduce_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\vproduceTime\x12;\n" +
 	"\vcommit_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"commitTime\"{\n" +
+	"commitTime\x129\n" +
+	"\n" +
+	"start_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"{\n" +
 	"\x1aListExecutionEventsRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -3663,74 +3674,75 @@ var file_noetl_api_v1_api_proto_depIdxs = []int32{
 	60, // 30: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
 	54, // 31: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
 	54, // 32: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
-	19, // 33: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
-	19, // 34: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
-	59, // 35: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	58, // 36: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	59, // 37: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
-	54, // 38: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
-	54, // 39: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	55, // 40: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
-	28, // 41: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
-	28, // 42: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	62, // 43: noetl.api.v1.LogEntry.iteration:type_name -> noetl.event.v1.Iteration
-	54, // 44: noetl.api.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	37, // 45: noetl.api.v1.ListExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
-	37, // 46: noetl.api.v1.WatchExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
-	58, // 47: noetl.api.v1.ExecutionVariable.value:type_name -> google.protobuf.Value
-	54, // 48: noetl.api.v1.ExecutionVariable.create_time:type_name -> google.protobuf.Timestamp
-	54, // 49: noetl.api.v1.ExecutionVariable.update_time:type_name -> google.protobuf.Timestamp
-	42, // 50: noetl.api.v1.ListExecutionVariablesResponse.variables:type_name -> noetl.api.v1.ExecutionVariable
-	53, // 51: noetl.api.v1.SetExecutionVariablesRequest.variables:type_name -> noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
-	9,  // 52: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	58, // 53: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry.value:type_name -> google.protobuf.Value
-	1,  // 54: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 55: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 56: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 57: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 58: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 59: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 60: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 61: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 62: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 63: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
-	38, // 64: noetl.api.v1.ExecutionService.ListExecutionLogs:input_type -> noetl.api.v1.ListExecutionLogsRequest
-	40, // 65: noetl.api.v1.ExecutionService.WatchExecutionLogs:input_type -> noetl.api.v1.WatchExecutionLogsRequest
-	35, // 66: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
-	43, // 67: noetl.api.v1.ExecutionService.ListExecutionVariables:input_type -> noetl.api.v1.ListExecutionVariablesRequest
-	45, // 68: noetl.api.v1.ExecutionService.SetExecutionVariables:input_type -> noetl.api.v1.SetExecutionVariablesRequest
-	47, // 69: noetl.api.v1.ExecutionService.DeleteExecutionVariables:input_type -> noetl.api.v1.DeleteExecutionVariablesRequest
-	24, // 70: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	26, // 71: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
-	29, // 72: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	31, // 73: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	33, // 74: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	2,  // 75: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 76: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 77: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 78: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 79: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 80: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 81: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 82: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 83: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 84: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
-	39, // 85: noetl.api.v1.ExecutionService.ListExecutionLogs:output_type -> noetl.api.v1.ListExecutionLogsResponse
-	41, // 86: noetl.api.v1.ExecutionService.WatchExecutionLogs:output_type -> noetl.api.v1.WatchExecutionLogsResponse
-	36, // 87: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
-	44, // 88: noetl.api.v1.ExecutionService.ListExecutionVariables:output_type -> noetl.api.v1.ListExecutionVariablesResponse
-	46, // 89: noetl.api.v1.ExecutionService.SetExecutionVariables:output_type -> noetl.api.v1.SetExecutionVariablesResponse
-	48, // 90: noetl.api.v1.ExecutionService.DeleteExecutionVariables:output_type -> noetl.api.v1.DeleteExecutionVariablesResponse
-	25, // 91: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	27, // 92: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
-	30, // 93: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	32, // 94: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	34, // 95: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	75, // [75:96] is the sub-list for method output_type
-	54, // [54:75] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	54, // 33: noetl.api.v1.Event.start_time:type_name -> google.protobuf.Timestamp
+	19, // 34: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
+	19, // 35: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
+	59, // 36: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	58, // 37: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	59, // 38: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
+	54, // 39: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
+	54, // 40: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	55, // 41: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	28, // 42: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
+	28, // 43: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
+	62, // 44: noetl.api.v1.LogEntry.iteration:type_name -> noetl.event.v1.Iteration
+	54, // 45: noetl.api.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	37, // 46: noetl.api.v1.ListExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
+	37, // 47: noetl.api.v1.WatchExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
+	58, // 48: noetl.api.v1.ExecutionVariable.value:type_name -> google.protobuf.Value
+	54, // 49: noetl.api.v1.ExecutionVariable.create_time:type_name -> google.protobuf.Timestamp
+	54, // 50: noetl.api.v1.ExecutionVariable.update_time:type_name -> google.protobuf.Timestamp
+	42, // 51: noetl.api.v1.ListExecutionVariablesResponse.variables:type_name -> noetl.api.v1.ExecutionVariable
+	53, // 52: noetl.api.v1.SetExecutionVariablesRequest.variables:type_name -> noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
+	9,  // 53: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	58, // 54: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry.value:type_name -> google.protobuf.Value
+	1,  // 55: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	3,  // 56: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	5,  // 57: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	7,  // 58: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	11, // 59: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	13, // 60: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	15, // 61: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	17, // 62: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	20, // 63: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	22, // 64: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	38, // 65: noetl.api.v1.ExecutionService.ListExecutionLogs:input_type -> noetl.api.v1.ListExecutionLogsRequest
+	40, // 66: noetl.api.v1.ExecutionService.WatchExecutionLogs:input_type -> noetl.api.v1.WatchExecutionLogsRequest
+	35, // 67: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
+	43, // 68: noetl.api.v1.ExecutionService.ListExecutionVariables:input_type -> noetl.api.v1.ListExecutionVariablesRequest
+	45, // 69: noetl.api.v1.ExecutionService.SetExecutionVariables:input_type -> noetl.api.v1.SetExecutionVariablesRequest
+	47, // 70: noetl.api.v1.ExecutionService.DeleteExecutionVariables:input_type -> noetl.api.v1.DeleteExecutionVariablesRequest
+	24, // 71: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	26, // 72: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
+	29, // 73: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	31, // 74: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	33, // 75: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	2,  // 76: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	4,  // 77: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	6,  // 78: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	8,  // 79: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	12, // 80: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	14, // 81: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	16, // 82: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	18, // 83: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	21, // 84: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	23, // 85: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	39, // 86: noetl.api.v1.ExecutionService.ListExecutionLogs:output_type -> noetl.api.v1.ListExecutionLogsResponse
+	41, // 87: noetl.api.v1.ExecutionService.WatchExecutionLogs:output_type -> noetl.api.v1.WatchExecutionLogsResponse
+	36, // 88: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
+	44, // 89: noetl.api.v1.ExecutionService.ListExecutionVariables:output_type -> noetl.api.v1.ListExecutionVariablesResponse
+	46, // 90: noetl.api.v1.ExecutionService.SetExecutionVariables:output_type -> noetl.api.v1.SetExecutionVariablesResponse
+	48, // 91: noetl.api.v1.ExecutionService.DeleteExecutionVariables:output_type -> noetl.api.v1.DeleteExecutionVariablesResponse
+	25, // 92: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	27, // 93: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
+	30, // 94: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	32, // 95: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	34, // 96: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	76, // [76:97] is the sub-list for method output_type
+	55, // [55:76] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }

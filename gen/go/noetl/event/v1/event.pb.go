@@ -193,7 +193,11 @@ type Event struct {
 	// Commit time assigned by the materializer; unset on the wire.
 	CommitTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=commit_time,json=commitTime,proto3" json:"commit_time,omitempty"`
 	// The command to run, on command.issued events only.
-	Command       *Command `protobuf:"bytes,20,opt,name=command,proto3" json:"command,omitempty"`
+	Command *Command `protobuf:"bytes,20,opt,name=command,proto3" json:"command,omitempty"`
+	// On a worker's outcome event (command.completed, command.failed): when the worker began
+	// the command. A worker reports command.started only for a command that runs long
+	// enough to need it, so the outcome carries the start.
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -364,6 +368,13 @@ func (x *Event) GetCommitTime() *timestamppb.Timestamp {
 func (x *Event) GetCommand() *Command {
 	if x != nil {
 		return x.Command
+	}
+	return nil
+}
+
+func (x *Event) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
 	}
 	return nil
 }
@@ -872,6 +883,11 @@ type CommitNotice struct {
 	// worker's command.completed or playbook.started), so the orchestrator must decide again.
 	// Decision outputs alone never call for a new decision.
 	NeedsDecision bool `protobuf:"varint,5,opt,name=needs_decision,json=needsDecision,proto3" json:"needs_decision,omitempty"`
+	// The execution's events this batch committed, in seq order, each with its seq and
+	// commit time, so a reader holding the state at the seq before the first of them
+	// advances it without reading the log. Empty when they would not fit the notice budget
+	// or the batch committed none (duplicates only): the reader then reads the log.
+	Events        []*Event `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -941,11 +957,18 @@ func (x *CommitNotice) GetNeedsDecision() bool {
 	return false
 }
 
+func (x *CommitNotice) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 var File_noetl_event_v1_event_proto protoreflect.FileDescriptor
 
 const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x1anoetl/event/v1/event.proto\x12\x0enoetl.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x06\n" +
+	"\x1anoetl/event/v1/event.proto\x12\x0enoetl.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\a\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x16\n" +
@@ -971,7 +994,9 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\rtrace_context\x18\x12 \x03(\v2'.noetl.event.v1.Event.TraceContextEntryR\ftraceContext\x12;\n" +
 	"\vcommit_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"commitTime\x121\n" +
-	"\acommand\x18\x14 \x01(\v2\x17.noetl.event.v1.CommandR\acommand\x1a?\n" +
+	"\acommand\x18\x14 \x01(\v2\x17.noetl.event.v1.CommandR\acommand\x129\n" +
+	"\n" +
+	"start_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
@@ -1018,13 +1043,14 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\vcontext_ref\x18\x10 \x01(\v2\x19.noetl.event.v1.ResultRefR\n" +
 	"contextRef\x123\n" +
 	"\atimeout\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12#\n" +
-	"\rkeychain_json\x18\x12 \x01(\fR\fkeychainJson\"\x9e\x01\n" +
+	"\rkeychain_json\x18\x12 \x01(\fR\fkeychainJson\"\xcd\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12\x1a\n" +
 	"\bterminal\x18\x04 \x01(\bR\bterminal\x12%\n" +
-	"\x0eneeds_decision\x18\x05 \x01(\bR\rneedsDecision*\xae\x01\n" +
+	"\x0eneeds_decision\x18\x05 \x01(\bR\rneedsDecision\x12-\n" +
+	"\x06events\x18\x06 \x03(\v2\x15.noetl.event.v1.EventR\x06events*\xae\x01\n" +
 	"\x0fExecutionStatus\x12 \n" +
 	"\x1cEXECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18EXECUTION_STATUS_RUNNING\x10\x01\x12\x1e\n" +
@@ -1077,16 +1103,18 @@ var file_noetl_event_v1_event_proto_depIdxs = []int32{
 	9,  // 4: noetl.event.v1.Event.trace_context:type_name -> noetl.event.v1.Event.TraceContextEntry
 	10, // 5: noetl.event.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
 	7,  // 6: noetl.event.v1.Event.command:type_name -> noetl.event.v1.Command
-	6,  // 7: noetl.event.v1.Command.tools:type_name -> noetl.event.v1.ToolCall
-	3,  // 8: noetl.event.v1.Command.iteration:type_name -> noetl.event.v1.Iteration
-	10, // 9: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 10: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
-	11, // 11: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	10, // 7: noetl.event.v1.Event.start_time:type_name -> google.protobuf.Timestamp
+	6,  // 8: noetl.event.v1.Command.tools:type_name -> noetl.event.v1.ToolCall
+	3,  // 9: noetl.event.v1.Command.iteration:type_name -> noetl.event.v1.Iteration
+	10, // 10: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
+	5,  // 11: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
+	11, // 12: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
+	2,  // 13: noetl.event.v1.CommitNotice.events:type_name -> noetl.event.v1.Event
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_noetl_event_v1_event_proto_init() }

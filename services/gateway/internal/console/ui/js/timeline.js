@@ -1,5 +1,5 @@
 // The timeline: a Gantt of the execution over wall time, from the event log's commit
-// times (a command's start from its command.started's produce time: see model). A row per step entry (a step entered again by a cycle gets a row per epoch), with
+// times (a command's start from its command.started's produce time, or the start time its outcome carries: see model). A row per step entry (a step entered again by a cycle gets a row per epoch), with
 // its commands drawn over it: waiting for a worker (issued to started) hatched, running
 // (started to done) solid, a retry's backoff dotted; a loop's row has a row per iteration
 // under it. The slowest step is marked.
@@ -73,9 +73,9 @@ export function model(events, execution) {
         break;
       }
       case 'command.started': {
-        // A worker commits command.started with the command's outcome, once it is done; the
-        // time it started is the event's produce time (the worker's clock, kept between
-        // the issue and the end below).
+        // A worker reports command.started only for a command that runs a while; the time
+        // it started is the event's produce time (the worker's clock, kept between the
+        // issue and the end below).
         const c = commands.get(e.commandId);
         const p = ms(e.produceTime);
         if (c && !Number.isFinite(c.started)) c.started = Number.isFinite(p) ? p : t;
@@ -83,6 +83,11 @@ export function model(events, execution) {
       }
       case 'command.completed': case 'command.failed': {
         const c = commands.get(e.commandId);
+        if (c && !Number.isFinite(c.started)) {
+          // A short command reports no command.started: its outcome carries when it began.
+          const p = ms(e.startTime);
+          if (Number.isFinite(p)) c.started = p;
+        }
         if (c) {
           c.end = t;
           c.status = e.type === 'command.completed' ? 'completed' : 'failed';
