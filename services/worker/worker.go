@@ -298,7 +298,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		storeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_worker_resultstore_retries_total",
 			Help:        "Calls to the resultstore (storing or loading a result) tried again because it could not be reached.",
 			ConstLabels: prometheus.Labels{"pool": cfg.Pool}}),
-		tracer: tel.Tracer(),
+		tracer: tel.Tracer(), cancels: newCancels(),
 	}
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_concurrency", Help: "Commands the worker runs at once at most (NOETL_WORKER_CONCURRENCY).", ConstLabels: prometheus.Labels{"pool": cfg.Pool}})
 	limit.Set(float64(cfg.Concurrency))
@@ -366,6 +366,8 @@ type Worker struct {
 	// (noetl_worker_resultstore_retries_total).
 	storeRetries prometheus.Counter
 	tracer       trace.Tracer
+	// cancels routes cancellations to the running commands (cancels.go).
+	cancels *cancels
 }
 
 // consumerName is the durable consumer of a pool on NOETL_COMMANDS.
@@ -386,6 +388,11 @@ func (w *Worker) consume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("commands consumer: %w", err)
 	}
+	stopCancels, err := w.cancels.subscribe(w.nc)
+	if err != nil {
+		return fmt.Errorf("cancellations: %w", err)
+	}
+	defer stopCancels()
 	it, err := cons.Messages(jetstream.PullMaxMessages(w.cfg.Concurrency))
 	if err != nil {
 		return err
@@ -503,9 +510,7 @@ func (w *Worker) handle(ctx context.Context, m jetstream.Msg) {
 	// stopping worker whose drain timeout passed (ctx's own end).
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if sub, err := w.nc.Subscribe(natsx.CancelSubject(cmd.GetExecutionId()), func(*nats.Msg) { cancel(tools.ErrExecutionCancelled) }); err == nil {
-		defer func() { _ = sub.Unsubscribe() }()
-	}
+	defer w.cancels.watch(cmd.GetExecutionId(), cancel)()
 	// A run that lasts is reported while it runs: command.started once the tool has run for
 	// startedAfter, so the log shows a worker holding the command (the reconciler
 	// re-publishes only commands no worker started). A short run reports only its outcome.

@@ -103,6 +103,13 @@ func CommittedWildcard(executionID string) string {
 // execution's cancellation is committed, so workers stop its running commands.
 func CancelSubject(executionID string) string { return prefixCancel + executionID }
 
+// CancelAll matches the cancellation announcements of every execution; the execution id
+// is the subject's last token.
+const CancelAll = prefixCancel + "*"
+
+// CancelledExecution returns the execution id of a cancellation announcement's subject.
+func CancelledExecution(subject string) string { return strings.TrimPrefix(subject, prefixCancel) }
+
 // PoolSubjects is the filter subject of a pool's command consumer.
 func PoolSubjects(pool string) string { return prefixCommands + pool + ".>" }
 

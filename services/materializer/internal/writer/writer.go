@@ -10,8 +10,9 @@
 //
 // What it announces: one commit notice per execution the batch touched, built only from
 // what this transaction committed (or found already committed); the events a notice
-// carries are exactly the rows it inserted, with their seq and commit time, in seq order,
-// so a reader that folds them holds what a read of the log would give it.
+// carries are the rows it inserted, with their seq and commit time, in seq order (a
+// command.issued without its command, which no fold reads), so a reader that folds them
+// holds the state a read of the log would give it.
 package writer
 
 import (
@@ -376,7 +377,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	carried := make(map[string][]*eventv1.Event, len(execs))
 	for _, i := range distinct {
 		if res.Outcomes[i] == Committed {
-			carried[evs[i].GetExecutionId()] = append(carried[evs[i].GetExecutionId()], evs[i])
+			carried[evs[i].GetExecutionId()] = append(carried[evs[i].GetExecutionId()], noticeCopy(evs[i]))
 		}
 	}
 	for _, id := range execs {
@@ -403,6 +404,20 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 // execution's batch larger than this is announced without them, and its readers read the
 // log instead.
 const NoticeEventsBudget = 64 << 10
+
+// noticeCopy is ev as a commit notice carries it: without the command a command.issued
+// carries (its tools, input and render scope, for workers; no fold reads it), which would
+// make the notice as large as the command again.
+func noticeCopy(ev *eventv1.Event) *eventv1.Event {
+	if ev.GetCommand() == nil {
+		return ev
+	}
+	cmd := ev.Command
+	ev.Command = nil
+	c := proto.Clone(ev).(*eventv1.Event)
+	ev.Command = cmd
+	return c
+}
 
 // fits reports whether evs can ride in one commit notice.
 func fits(evs []*eventv1.Event) bool {

@@ -306,7 +306,7 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 		ev("a", "a2", domain.EventStepEnter),
 		ev("a", "a2", domain.EventStepEnter), // in-batch duplicate: carried once
 		ev("b", "b2", domain.EventStepEnter),
-		ev("a", "a3", domain.EventCommandIssued),
+		issued("a", "a3"),
 	}, nil, nil)
 	require.NoError(t, err)
 	carried := map[string][]string{}
@@ -322,15 +322,22 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 	}
 	require.Equal(t, map[string][]string{"a": {"a1", "a2", "a3"}, "b": {"b1", "b2"}}, carried)
 
-	// The carried events are the log's: the stored body with the seq and commit time.
+	// The carried events are the log's: the stored body with the seq and commit time, less
+	// a command.issued's command (forwarded to the workers as before).
 	for _, e := range res.Notices[0].GetEvents() {
 		var body []byte
 		require.NoError(t, db.QueryRow(ctx, `SELECT body FROM noetl.event WHERE execution_id = 'a' AND seq = $1`, e.GetSeq()).Scan(&body))
 		logged := &eventv1.Event{}
 		require.NoError(t, proto.Unmarshal(body, logged))
+		if logged.GetType() == domain.EventCommandIssued {
+			require.NotNil(t, logged.GetCommand(), "the log keeps the command")
+			logged.Command = nil
+		}
 		logged.Seq, logged.CommitTime = e.GetSeq(), e.GetCommitTime()
 		require.True(t, proto.Equal(logged, e), "%v != %v", logged, e)
 	}
+	require.Len(t, res.Commands, 1)
+	require.Equal(t, "a3-cmd", res.Commands[0].GetCommandId(), "the command is still forwarded")
 
 	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a2", domain.EventStepEnter)}, nil, nil)
 	require.NoError(t, err)
@@ -344,4 +351,11 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 	require.Equal(t, []Outcome{Committed}, res.Outcomes)
 	require.EqualValues(t, 4, res.Notices[0].GetSeq())
 	require.Empty(t, res.Notices[0].GetEvents(), "over the budget: readers read the log")
+}
+
+func issued(exec, id string) *eventv1.Event {
+	e := ev(exec, id, domain.EventCommandIssued)
+	e.CommandId = id + "-cmd"
+	e.Command = &eventv1.Command{CommandId: id + "-cmd", ExecutionId: exec, Tenant: "t1", Step: "s", ContextJson: []byte(`{"workload":{"k":"v"}}`)}
+	return e
 }
