@@ -2,8 +2,8 @@ package domain
 
 import "encoding/json"
 
-// LogsKey is the key of a command's outcome event payload (call.done or call.error) under
-// which the command's step logs travel, as a CommandLogs.
+// LogsKey is the key of a command's outcome event payload (command.completed or
+// command.failed) under which the command's step logs travel, as a CommandLogs.
 const LogsKey = "logs"
 
 // CommandLogs is what a command's tools wrote: stdout and stderr of the processes a tool

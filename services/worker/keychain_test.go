@@ -98,11 +98,11 @@ workflow:
 	require.NotContains(t, string(cmd.GetKeychainJson()), key, "the command carries declarations, not values")
 
 	evs := w.Execute(context.Background(), cmd)
-	require.Len(t, evs, 3)
-	require.Nil(t, evs[1].GetError(), "%v", evs[1].GetError())
+	require.Len(t, evs, 1)
+	require.Nil(t, evs[0].GetError(), "%v", evs[0].GetError())
 	require.Equal(t, key, seen.Load(), "the server got the resolved key")
 	var res map[string]any
-	require.NoError(t, json.Unmarshal(evs[1].GetResultJson(), &res))
+	require.NoError(t, json.Unmarshal(evs[0].GetResultJson(), &res))
 	require.EqualValues(t, 200, res["status_code"])
 	require.Equal(t, map[string]any{"echo": "***"}, res["body"])
 	requireAbsent(t, evs, key, "ops-team")
@@ -121,9 +121,9 @@ workflow:
     tool: {kind: http, url: "http://127.0.0.1:1", headers: {X: "{{ keychain.api.key }}"}}
 `, "c1", nil)
 	evs := w.Execute(context.Background(), cmd)
-	require.Len(t, evs, 3)
-	require.Equal(t, "command.failed", evs[2].GetType())
-	require.Contains(t, evs[2].GetError().GetMessage(), `step start: keychain "api": credential "api" not found`)
+	require.Len(t, evs, 1)
+	require.Equal(t, "command.failed", evs[0].GetType())
+	require.Contains(t, evs[0].GetError().GetMessage(), `step start: keychain "api": credential "api" not found`)
 }
 
 // tokenServer is an OAuth2 token endpoint (POST /token, client credentials) and an API
@@ -196,11 +196,11 @@ func TestKeychainOAuth2TokenIsCachedUntilExpiry(t *testing.T) {
 	run := func(id string) map[string]any {
 		t.Helper()
 		evs := w.Execute(context.Background(), keychainCommand(t, oauthPlaybook, id, map[string]any{"base": ts.URL}))
-		require.Len(t, evs, 3)
-		require.Nil(t, evs[1].GetError(), "%v", evs[1].GetError())
+		require.Len(t, evs, 1)
+		require.Nil(t, evs[0].GetError(), "%v", evs[0].GetError())
 		requireAbsent(t, evs, "access-SENTINEL", "client-secret-SENTINEL")
 		var res map[string]any
-		require.NoError(t, json.Unmarshal(evs[1].GetResultJson(), &res))
+		require.NoError(t, json.Unmarshal(evs[0].GetResultJson(), &res))
 		return res["body"].(map[string]any)
 	}
 	require.Equal(t, map[string]any{"authorized": true, "token": "***"}, run("c1"))
@@ -221,8 +221,8 @@ func TestKeychainOAuth2RefusedFailsTheStep(t *testing.T) {
 	ts := newTokenServer(t, 3600)
 	w, kc := keychainWorker(map[string]map[string]any{"oauth_client": {"client_id": "client-1", "client_secret": "wrong-secret"}})
 	evs := w.Execute(context.Background(), keychainCommand(t, oauthPlaybook, "c1", map[string]any{"base": ts.URL}))
-	require.Equal(t, "command.failed", evs[2].GetType())
-	msg := evs[2].GetError().GetMessage()
+	require.Equal(t, "command.failed", evs[0].GetType())
+	msg := evs[0].GetError().GetMessage()
 	require.Contains(t, msg, `keychain "api_token" (oauth2): token endpoint POST `+ts.URL+`/token answered 401`)
 	require.NotContains(t, msg, "wrong-secret")
 	require.Equal(t, 0, kc.Cached())
@@ -235,7 +235,7 @@ func TestKeychainOAuth2HonoursEgress(t *testing.T) {
 	w, kc := keychainWorker(map[string]map[string]any{"oauth_client": {"client_id": "client-1", "client_secret": "client-secret-SENTINEL"}})
 	kc.HTTP = &tools.HTTP{Egress: tools.EgressPublic}
 	evs := w.Execute(context.Background(), keychainCommand(t, oauthPlaybook, "c1", map[string]any{"base": ts.URL}))
-	require.Equal(t, "command.failed", evs[2].GetType())
-	require.Contains(t, evs[2].GetError().GetMessage(), "token request")
+	require.Equal(t, "command.failed", evs[0].GetType())
+	require.Contains(t, evs[0].GetError().GetMessage(), "token request")
 	require.EqualValues(t, 0, ts.requests.Load())
 }

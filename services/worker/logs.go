@@ -97,8 +97,8 @@ func (l *commandLogs) entries(sc *scrub.Scrubber) []domain.LogText {
 	return out
 }
 
-// attachLogs puts the command's logs into the payload of its outcome event (call.done or
-// call.error; failing those, the last event), under domain.LogsKey: inline when small,
+// attachLogs puts the command's logs into the payload of its outcome event
+// (command.completed or command.failed, the last event), under domain.LogsKey: inline when small,
 // else stored in the resultstore next to the command's result and carried by reference.
 // The text is scrubbed here, before it is stored; scrubEvents scrubs the payload again.
 func (w *Worker) attachLogs(ctx context.Context, cmd *eventv1.Command, evs []*eventv1.Event, l *commandLogs, sc *scrub.Scrubber) []*eventv1.Event {
@@ -110,12 +110,6 @@ func (w *Worker) attachLogs(ctx context.Context, cmd *eventv1.Command, evs []*ev
 		return evs
 	}
 	ev := evs[len(evs)-1]
-	for i := len(evs) - 1; i >= 0; i-- {
-		if t := evs[i].GetType(); t == domain.EventCallDone || t == domain.EventCallError {
-			ev = evs[i]
-			break
-		}
-	}
 	payload := map[string]json.RawMessage{}
 	if p := ev.GetPayloadJson(); len(p) > 0 {
 		if err := json.Unmarshal(p, &payload); err != nil {

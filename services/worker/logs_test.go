@@ -47,19 +47,19 @@ func TestStepLogsTravelInTheOutcomeEvent(t *testing.T) {
 	t.Parallel()
 	w := logsWorker()
 	evs := w.Execute(context.Background(), pythonCmd("import sys\nprint('hello from the step')\nprint('a warning', file=sys.stderr)\nresult = {'n': 1}\n"))
-	require.Len(t, evs, 3)
-	require.Nil(t, evs[1].GetError())
-	logs := logsOf(t, evs, domain.EventCallDone)
+	require.Len(t, evs, 1, "one outcome event")
+	require.Nil(t, evs[0].GetError())
+	logs := logsOf(t, evs, domain.EventCommandCompleted)
 	require.Equal(t, []domain.LogText{
 		{Tool: "python", Stream: "stdout", Text: "hello from the step\n", Bytes: 20},
 		{Tool: "python", Stream: "stderr", Text: "a warning\n", Bytes: 10},
 	}, logs.Entries)
-	require.JSONEq(t, `{"n":1}`, string(evs[1].GetResultJson()), "the result is unchanged")
+	require.JSONEq(t, `{"n":1}`, string(evs[0].GetResultJson()), "the result is unchanged")
 
-	// A failing step keeps what it printed before it failed, on call.error.
+	// A failing step keeps what it printed before it failed, on command.failed.
 	evs = w.Execute(context.Background(), pythonCmd("print('about to fail')\nraise ValueError('boom')\n"))
-	require.Equal(t, domain.EventCommandFailed, evs[2].GetType())
-	logs = logsOf(t, evs, domain.EventCallError)
+	require.Equal(t, domain.EventCommandFailed, evs[0].GetType())
+	logs = logsOf(t, evs, domain.EventCommandFailed)
 	require.Equal(t, "about to fail\n", logs.Entries[0].Text)
 
 	// A tool that writes nothing adds no payload.
@@ -83,8 +83,8 @@ func TestStepLogsNeverHoldAResolvedSecret(t *testing.T) {
 	cmd := pythonCmd("")
 	cmd.Tools = []*eventv1.ToolCall{{Kind: "echo", Label: "login", ConfigJson: []byte(`{}`)}, {Kind: "python", Label: "talk", ConfigJson: cfg}}
 	evs := w.Execute(context.Background(), cmd)
-	require.Nil(t, evs[1].GetError(), "%v", evs[1].GetError())
-	logs := logsOf(t, evs, domain.EventCallDone)
+	require.Nil(t, evs[0].GetError(), "%v", evs[0].GetError())
+	logs := logsOf(t, evs, domain.EventCommandCompleted)
 	// Over the inline budget and with no resultstore: the end of each stream travels inline.
 	require.Len(t, logs.Entries, 1)
 	e := logs.Entries[0]

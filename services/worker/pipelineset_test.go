@@ -12,7 +12,7 @@ import (
 
 // TestPipelineItemSetFlowsToLaterItems: a pipeline item's set: is rendered against its
 // result; the following items read each value by its bare name (in their config and
-// input), and the step's call.done carries it to ctx for later steps.
+// input), and the step's command.completed carries it to ctx for later steps.
 func TestPipelineItemSetFlowsToLaterItems(t *testing.T) {
 	w := testWorker()
 	w.tools["noop"] = tools.Noop{}
