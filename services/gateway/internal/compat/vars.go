@@ -172,6 +172,9 @@ func variableList(raw json.RawMessage, set *apiv1.SetExecutionVariablesRequest, 
 		if it.SourceStep != "" && it.SourceStep != set.SourceStep {
 			return status.Errorf(codes.InvalidArgument, "%s.source_step: one request sets variables of one source step (here %q)", field, set.SourceStep)
 		}
+		if _, dup := set.Variables[*it.Name]; dup {
+			return status.Errorf(codes.InvalidArgument, "%s.var_name: %q given twice", field, *it.Name)
+		}
 		if err := put(field+".var_value", *it.Name, it.Value); err != nil {
 			return err
 		}
