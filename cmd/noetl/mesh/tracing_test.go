@@ -24,7 +24,8 @@ import (
 // tracing into one in-memory exporter and checks that the execution is one trace: it is
 // rooted at the gateway's StartExecution, every span about the execution belongs to it,
 // no span's parent is missing, and it holds each service's spans, chained gateway ->
-// orchestrator -> materializer -> worker -> materializer -> orchestrator (next decision).
+// orchestrator -> materializer -> worker -> materializer -> orchestrator (next decision),
+// with no statebuilder span (decisions fold the events the notices carry).
 func TestOneExecutionIsOneConnectedTrace(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	pg := testkit.StartPostgres(t)
@@ -57,9 +58,12 @@ func TestOneExecutionIsOneConnectedTrace(t *testing.T) {
 	root := tr.root
 	require.Equal(t, "gateway", service(root))
 	require.Equal(t, "noetl.api.v1.ExecutionService/StartExecution", root.Name)
-	for _, svc := range []string{"gateway", "orchestrator", "materializer", "worker", "statebuilder"} {
+	for _, svc := range []string{"gateway", "orchestrator", "materializer", "worker"} {
 		require.NotEmpty(t, tr.byService[svc], "the trace holds %s spans", svc)
 	}
+	// The decisions advance the orchestrator's cached state with the events the commit
+	// notices carry: none reads the statebuilder.
+	require.Empty(t, tr.byService["statebuilder"], "a decision read the state from the statebuilder")
 
 	// Each step ran in a worker span named after it, with its tool's span beneath, and
 	// carries the execution's attributes.
