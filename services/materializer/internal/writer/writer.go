@@ -157,7 +157,10 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	if len(evs) == 0 {
 		return res, nil // and the cursor stays: a batch without events moves it by itself
 	}
-	commitTime := now().UTC()
+	// To the microsecond, as Postgres keeps it: the commit time a notice's events carry is
+	// then the one a read of the log gives, so a state folded from either decides alike (a
+	// retry's due time derives from it).
+	commitTime := now().UTC().Truncate(time.Microsecond)
 	// Group by execution, keeping each execution's arrival order.
 	order := make([]int, len(evs))
 	for i := range order {
