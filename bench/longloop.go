@@ -356,37 +356,31 @@ func wait(ctx context.Context, exe apiv1.ExecutionServiceClient, id string) (*ap
 func iterationLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, n int) ([]float64, map[string][]float64, int, error) {
 	issued, started, done := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
 	var enter time.Time
-	events, token := 0, ""
-	for {
-		page, err := exe.ListExecutionEvents(ctx, &apiv1.ListExecutionEventsRequest{ExecutionId: id, PageSize: 1000, PageToken: token})
-		if err != nil {
-			return nil, nil, 0, err
+	events := 0
+	err := readLog(ctx, exe, id, &shed{}, func(ev *apiv1.Event) {
+		events++
+		i := ev.GetIteration().GetIndex()
+		if ev.GetType() == evStepEnter {
+			enter = ev.GetCommitTime().AsTime()
 		}
-		for _, ev := range page.GetEvents() {
-			events++
-			i := ev.GetIteration().GetIndex()
-			if ev.GetType() == "step.enter" {
-				enter = ev.GetCommitTime().AsTime()
-			}
-			if i < 0 || int(i) >= n {
-				continue
-			}
-			switch ev.GetType() {
-			case "command.issued":
-				issued[i] = ev.GetCommitTime().AsTime()
-			case "command.started":
-				started[i] = ev.GetCommitTime().AsTime()
-			case "command.completed":
-				done[i] = ev.GetCommitTime().AsTime()
-				if started[i].IsZero() && ev.GetStartTime() != nil {
-					// A short command reports no command.started: its outcome says when it began.
-					started[i] = ev.GetStartTime().AsTime()
-				}
+		if i < 0 || int(i) >= n {
+			return
+		}
+		switch ev.GetType() {
+		case "command.issued":
+			issued[i] = ev.GetCommitTime().AsTime()
+		case "command.started":
+			started[i] = ev.GetCommitTime().AsTime()
+		case evCommandCompleted:
+			done[i] = ev.GetCommitTime().AsTime()
+			if started[i].IsZero() && ev.GetStartTime() != nil {
+				// A short command reports no command.started: its outcome says when it began.
+				started[i] = ev.GetStartTime().AsTime()
 			}
 		}
-		if token = page.GetNextPageToken(); token == "" {
-			break
-		}
+	})
+	if err != nil {
+		return nil, nil, 0, err
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	lat := make([]float64, n)

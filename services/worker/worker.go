@@ -724,16 +724,14 @@ func clip(msg string) string {
 }
 
 // failTooLarge replaces a command's outcome that could not be published by a
-// command.failed saying so.
+// command.failed saying so: the outcome's envelope (command, step, iteration, attempt,
+// times) without what made it too large.
 func failTooLarge(events []*eventv1.Event, cause error) []*eventv1.Event {
-	o := events[len(events)-1]
-	info := &eventv1.ErrorInfo{Code: "outcome_too_large", Message: clip(fmt.Sprintf("step %s: its outcome cannot be published: %v; results travel by reference, so this is an oversized error message or policy set", o.GetStep(), cause))}
-	return []*eventv1.Event{{
-		EventId: domain.EventID(o.GetCommandId(), domain.EventCommandFailed), ExecutionId: o.GetExecutionId(), Tenant: o.GetTenant(), Type: domain.EventCommandFailed,
-		Step: o.GetStep(), CommandId: o.GetCommandId(), Iteration: o.GetIteration(), Attempt: o.GetAttempt(),
-		ParentExecutionId: o.GetParentExecutionId(), CauseEventId: o.GetCauseEventId(), Producer: o.GetProducer(),
-		ProduceTime: o.GetProduceTime(), StartTime: o.GetStartTime(), Error: info,
-	}}
+	f := proto.Clone(events[len(events)-1]).(*eventv1.Event)
+	f.Type, f.EventId = domain.EventCommandFailed, domain.EventID(f.GetCommandId(), domain.EventCommandFailed)
+	f.PayloadJson, f.ResultJson, f.ResultRef = nil, nil, nil
+	f.Error = &eventv1.ErrorInfo{Code: "outcome_too_large", Message: clip(fmt.Sprintf("step %s: its outcome cannot be published: %v; results travel by reference, so this is an oversized error message or policy set", f.GetStep(), cause))}
+	return []*eventv1.Event{f}
 }
 
 // retryRequest ends a command asking the orchestrator to run it again after delay.

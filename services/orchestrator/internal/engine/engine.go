@@ -211,7 +211,7 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg, n *event
 	}
 	// Every notice's events advance the cached state, the decision's own output too, so
 	// the next decision starts from the state at this seq without a read.
-	s.states.applyCarried(n)
+	s.states.applyCarried(n, int64(len(m.Data())))
 	if !n.GetNeedsDecision() {
 		_ = m.Ack() // only this service's own decisions were committed
 		return

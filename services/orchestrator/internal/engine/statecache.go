@@ -83,7 +83,10 @@ func (c *stateCache) grew(id string, n int64) {
 // state the events do not continue gap-free (a notice this replica did not receive, a
 // batch too large to be carried) is left as it is, to be advanced from the log; one the
 // fold refuses is dropped.
-func (c *stateCache) applyCarried(n *eventv1.CommitNotice) bool {
+//
+// size is the notice's encoded size: what the state grows by is counted as that, an upper
+// bound of its events' size read off the message rather than measured event by event.
+func (c *stateCache) applyCarried(n *eventv1.CommitNotice, size int64) bool {
 	evs := n.GetEvents()
 	st := c.get(n.GetExecutionId())
 	if st == nil {
@@ -106,7 +109,6 @@ func (c *stateCache) applyCarried(n *eventv1.CommitNotice) bool {
 	if len(evs) == 0 || evs[0].GetSeq() > st.GetSeq()+1 || evs[len(evs)-1].GetSeq() != n.GetSeq() {
 		return false
 	}
-	var grown int64
 	for _, ev := range evs {
 		if ev.GetSeq() <= st.GetSeq() {
 			continue
@@ -115,8 +117,7 @@ func (c *stateCache) applyCarried(n *eventv1.CommitNotice) bool {
 			c.drop(n.GetExecutionId())
 			return false
 		}
-		grown += int64(proto.Size(ev))
 	}
-	c.grew(n.GetExecutionId(), grown)
+	c.grew(n.GetExecutionId(), size)
 	return true
 }

@@ -4,19 +4,21 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
 )
 
-// carrying is a commit notice of execution x up to the last of evs, carrying them.
-func carrying(evs ...*eventv1.Event) *eventv1.CommitNotice {
+// carried is a commit notice of execution x up to the last of evs, carrying them, and its
+// encoded size, as the engine hands them to applyCarried.
+func carried(evs ...*eventv1.Event) (*eventv1.CommitNotice, int64) {
 	n := &eventv1.CommitNotice{ExecutionId: "x", Tenant: "t", Events: evs}
 	if len(evs) > 0 {
 		n.Seq = evs[len(evs)-1].GetSeq()
 	}
-	return n
+	return n, int64(proto.Size(n))
 }
 
 func ev(seq int64, typ, step string) *eventv1.Event {
@@ -38,31 +40,31 @@ func started(t *testing.T) *sbv1.ExecutionState {
 // read from the log.
 func TestNoticeEventsAdvanceTheCachedState(t *testing.T) {
 	c := newStateCache(1 << 20)
-	require.False(t, c.applyCarried(carrying(ev(2, domain.EventStepEnter, "a"))), "nothing cached: nothing to advance")
+	require.False(t, c.applyCarried(carried(ev(2, domain.EventStepEnter, "a"))), "nothing cached: nothing to advance")
 	require.Nil(t, c.get("x"))
 
 	// The notice of an execution's start builds its state from nothing.
-	require.True(t, c.applyCarried(carrying(ev(1, domain.EventPlaybookStarted, ""))))
+	require.True(t, c.applyCarried(carried(ev(1, domain.EventPlaybookStarted, ""))))
 	require.EqualValues(t, 1, c.get("x").GetSeq())
 	require.Equal(t, "p", c.get("x").GetPlaybookPath())
 	c.drop("x")
 
 	c.put(started(t))
-	require.True(t, c.applyCarried(carrying(ev(2, domain.EventStepEnter, "a"), ev(3, domain.EventStepSkipped, "b"))))
+	require.True(t, c.applyCarried(carried(ev(2, domain.EventStepEnter, "a"), ev(3, domain.EventStepSkipped, "b"))))
 	st := c.get("x")
 	require.EqualValues(t, 3, st.GetSeq())
 	require.Equal(t, eventv1.StepStatus_STEP_STATUS_RUNNING, st.GetSteps()["a"].GetStatus())
 
 	// A redelivered notice overlapping the state: only what is new is folded.
-	require.True(t, c.applyCarried(carrying(ev(3, domain.EventStepSkipped, "b"), ev(4, domain.EventStepSkipped, "c"))))
+	require.True(t, c.applyCarried(carried(ev(3, domain.EventStepSkipped, "b"), ev(4, domain.EventStepSkipped, "c"))))
 	require.EqualValues(t, 4, c.get("x").GetSeq())
-	require.True(t, c.applyCarried(carrying(ev(2, domain.EventStepEnter, "a"))), "an old notice: the state is past it")
+	require.True(t, c.applyCarried(carried(ev(2, domain.EventStepEnter, "a"))), "an old notice: the state is past it")
 
 	// A notice after a gap (one this replica never received) changes nothing.
-	require.False(t, c.applyCarried(carrying(ev(6, domain.EventStepSkipped, "d"))))
+	require.False(t, c.applyCarried(carried(ev(6, domain.EventStepSkipped, "d"))))
 	require.EqualValues(t, 4, c.get("x").GetSeq())
 	// Nor does a notice without its events (a batch over the notice budget).
-	require.False(t, c.applyCarried(&eventv1.CommitNotice{ExecutionId: "x", Seq: 5}))
+	require.False(t, c.applyCarried(&eventv1.CommitNotice{ExecutionId: "x", Seq: 5}, 0))
 	require.NotNil(t, c.get("x"), "kept, to be advanced from the log")
 }
 
@@ -72,7 +74,7 @@ func TestAFoldErrorDropsTheCachedState(t *testing.T) {
 	c.put(started(t))
 	bad := ev(2, domain.EventStepEnter, "a")
 	bad.PayloadJson = []byte(`{not json`)
-	require.False(t, c.applyCarried(carrying(bad)))
+	require.False(t, c.applyCarried(carried(bad)))
 	require.Nil(t, c.get("x"))
 	require.Zero(t, c.bytes)
 }

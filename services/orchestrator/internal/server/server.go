@@ -183,7 +183,7 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 			return nil, status.Errorf(codes.InvalidArgument, "workload: not a JSON object: %v", err)
 		}
 	}
-	workload := Merge(cp.Playbook.Workload, over)
+	workload := domain.MergeWorkload(cp.Playbook.Workload, over)
 	// Refused before anything is published, naming the public limit.
 	if b, err := json.Marshal(workload); err == nil && len(b) > MaxWorkloadBytes {
 		return nil, status.Errorf(codes.ResourceExhausted, "workload: %d bytes (the playbook's workload merged with the request's, as JSON) exceeds the limit of %d bytes", len(b), MaxWorkloadBytes)
@@ -284,24 +284,6 @@ func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, paren
 		return "", false, status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
 	}
 	return id, false, nil
-}
-
-// Merge returns base with over merged on top, recursively for nested objects.
-func Merge(base, over map[string]any) map[string]any {
-	out := make(map[string]any, len(base)+len(over))
-	for k, v := range base {
-		out[k] = v
-	}
-	for k, v := range over {
-		if om, ok := v.(map[string]any); ok {
-			if bm, ok := out[k].(map[string]any); ok {
-				out[k] = Merge(bm, om)
-				continue
-			}
-		}
-		out[k] = v
-	}
-	return out
 }
 
 // CancelExecution publishes playbook.cancelled for a running execution.

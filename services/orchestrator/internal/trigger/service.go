@@ -521,7 +521,7 @@ func MergeWorkload(base, delivery []byte, field string) ([]byte, error) {
 		if err := json.Unmarshal(delivery, &d); err != nil || d == nil {
 			return nil, status.Errorf(codes.InvalidArgument, "%s: not a JSON object", field)
 		}
-		b = merge(b, d)
+		b = domain.MergeWorkload(b, d)
 	}
 	out, err := json.Marshal(b)
 	if err != nil {
@@ -531,23 +531,4 @@ func MergeWorkload(base, delivery []byte, field string) ([]byte, error) {
 		return nil, status.Errorf(codes.ResourceExhausted, "%s: the workload is %d bytes of JSON, over the limit of %d bytes", field, len(out), domain.MaxWorkloadBytes)
 	}
 	return out, nil
-}
-
-// merge returns base with over merged on top, recursively for nested objects, as a
-// start merges its workload over the playbook's.
-func merge(base, over map[string]any) map[string]any {
-	out := make(map[string]any, len(base)+len(over))
-	for k, v := range base {
-		out[k] = v
-	}
-	for k, v := range over {
-		if om, ok := v.(map[string]any); ok {
-			if bm, ok := out[k].(map[string]any); ok {
-				out[k] = merge(bm, om)
-				continue
-			}
-		}
-		out[k] = v
-	}
-	return out
 }
