@@ -327,6 +327,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	logsSSE := forwardCredentials(&watchSSE{open: watchLogs(exe), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()})
 	top.Handle(logsWatchRoute, logsSSE)
 	top.Handle(logsRoute, followLogs(logsSSE, mux, marshaler, restErrors))
+	// A stored table as a file (Arrow IPC or CSV), the response body itself.
+	top.Handle(exportRoute, forwardCredentials(&exportFile{res: apiv1.NewResultServiceClient(lc), mux: mux, marshaler: marshaler, errors: restErrors}))
 	// The web console under /ui/, and / sends a browser there. Its graph route reads the
 	// catalog over the loopback with the request's credentials, like every REST route.
 	top.Handle(console.Prefix, forwardCredentials(console.New(console.Config{

@@ -26,6 +26,7 @@ import (
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/grpcx"
@@ -48,8 +49,11 @@ type backend struct {
 	orchv1.UnimplementedApiKeyServiceServer
 	sbv1.UnimplementedStateServiceServer
 	orchv1.UnimplementedWatchServiceServer
+	rsv1.UnimplementedResultStoreServiceServer
 
 	keys    map[string]string // API key -> tenant
+	system  map[string]bool   // API keys of the system role (the others are admins)
+	lists   chan listCall     // ListExecutions calls that reached the statebuilder
 	waiting chan string       // a WaitExecution arrived, by tenant
 	release chan struct{}     // closed: blocked waits return
 	left    chan string       // a held watch ended because its client left, by tenant
@@ -124,7 +128,11 @@ func (b *backend) VerifyApiKey(_ context.Context, req *orchv1.VerifyApiKeyReques
 		return nil, status.Error(codes.NotFound, "no such key")
 	}
 	id, _, _ := auth.ParseAPIKey(req.GetKey())
-	return &orchv1.VerifyApiKeyResponse{Key: &orchv1.ApiKeyInfo{Id: id, Tenant: tenant, Roles: []string{auth.RoleAdmin}}}, nil
+	role := auth.RoleAdmin
+	if b.system[req.GetKey()] {
+		role = auth.RoleSystem
+	}
+	return &orchv1.VerifyApiKeyResponse{Key: &orchv1.ApiKeyInfo{Id: id, Tenant: tenant, Roles: []string{role}}}, nil
 }
 
 func (b *backend) ListPlaybooks(context.Context, *orchv1.ListPlaybooksRequest) (*orchv1.ListPlaybooksResponse, error) {
@@ -181,6 +189,8 @@ type fixture struct {
 	be     *backend
 	keyA   string
 	keyB   string
+	// keySys is a key of tenant ops with the system role.
+	keySys string
 	conns  map[string]*grpc.ClientConn
 	// grpcAddr is the gateway's gRPC address.
 	grpcAddr string
@@ -193,7 +203,10 @@ func startGateway(t *testing.T, cfg gateway.Config) *fixture {
 	require.NoError(t, err)
 	keyB, _, _, err := auth.NewAPIKey()
 	require.NoError(t, err)
-	be := &backend{keys: map[string]string{keyA: "tenant-a", keyB: "tenant-b"}, waiting: make(chan string, 100), release: make(chan struct{}), left: make(chan string, 100)}
+	keySys, _, _, err := auth.NewAPIKey()
+	require.NoError(t, err)
+	be := &backend{keys: map[string]string{keyA: "tenant-a", keyB: "tenant-b", keySys: "ops"}, system: map[string]bool{keySys: true},
+		lists: make(chan listCall, 10), waiting: make(chan string, 100), release: make(chan struct{}), left: make(chan string, 100)}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
@@ -201,6 +214,7 @@ func startGateway(t *testing.T, cfg gateway.Config) *fixture {
 	orchv1.RegisterApiKeyServiceServer(srv, be)
 	sbv1.RegisterStateServiceServer(srv, be)
 	orchv1.RegisterWatchServiceServer(srv, be)
+	rsv1.RegisterResultStoreServiceServer(srv, be)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
@@ -223,8 +237,8 @@ func startGateway(t *testing.T, cfg gateway.Config) *fixture {
 	})
 	client := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(client.CloseIdleConnections)
-	f := &fixture{t: t, http: "http://" + httpLis.Addr().String(), client: client, logs: logs, be: be, keyA: keyA, keyB: keyB, conns: map[string]*grpc.ClientConn{}, grpcAddr: grpcLis.Addr().String()}
-	for _, key := range []string{keyA, keyB} {
+	f := &fixture{t: t, http: "http://" + httpLis.Addr().String(), client: client, logs: logs, be: be, keyA: keyA, keyB: keyB, keySys: keySys, conns: map[string]*grpc.ClientConn{}, grpcAddr: grpcLis.Addr().String()}
+	for _, key := range []string{keyA, keyB, keySys} {
 		conn, err := grpcx.DialSigned(grpcLis.Addr().String(), auth.Bearer(key))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = conn.Close() })

@@ -243,7 +243,7 @@ func (s *Server) execution(ctx context.Context, id string, minSeq int64) (*apiv1
 		ExecutionId: st.GetExecutionId(), Path: st.GetPlaybookPath(), Version: st.GetPlaybookVersion(), Status: st.GetStatus(),
 		Result: jsonValue(st.GetResultJson()), Error: st.GetError(), FailedSteps: st.GetFailedSteps(), LastSeq: st.GetSeq(),
 		StartTime: st.GetStartTime(), EndTime: st.GetEndTime(), ParentExecutionId: st.GetParentExecutionId(), Steps: map[string]*apiv1.StepView{},
-		Labels: st.GetLabels(), RerunOf: st.GetRerunOf(), FromStep: st.GetFromStep(),
+		Labels: st.GetLabels(), RerunOf: st.GetRerunOf(), FromStep: st.GetFromStep(), Tenant: st.GetTenant(),
 	}
 	for name, s := range st.GetSteps() {
 		x.Steps[name] = &apiv1.StepView{Name: name, Status: s.GetStatus(), Result: jsonValue(s.GetResultJson()), ResultRef: s.GetResultRef(), Error: s.GetError(), Epoch: s.GetEpoch(), Reused: s.GetReused()}
@@ -271,16 +271,49 @@ func (s *Server) ListExecutions(ctx context.Context, req *apiv1.ListExecutionsRe
 	if err := domain.ValidateLabels("labels", req.GetLabels()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp, err := s.State.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Tenant: tenant(ctx), PageSize: req.GetPageSize(), PageToken: req.GetPageToken(), Status: req.GetStatus(), PlaybookPath: req.GetPath(),
+	scope, lctx, err := listScope(ctx, req.GetTenant())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.State.ListExecutions(lctx, &sbv1.ListExecutionsRequest{Tenant: scope, PageSize: req.GetPageSize(), PageToken: req.GetPageToken(), Status: req.GetStatus(), PlaybookPath: req.GetPath(),
 		StartedAfter: req.GetStartTimeAfter(), StartedBefore: req.GetStartTimeBefore(), Labels: req.GetLabels()})
 	if err != nil {
 		return nil, err
 	}
 	out := &apiv1.ListExecutionsResponse{NextPageToken: resp.GetNextPageToken()}
 	for _, e := range resp.GetExecutions() {
-		out.Executions = append(out.Executions, &apiv1.Execution{ExecutionId: e.GetExecutionId(), Path: e.GetPlaybookPath(), Version: e.GetPlaybookVersion(), Status: e.GetStatus(), LastSeq: e.GetLastSeq(), StartTime: e.GetStartTime(), EndTime: e.GetEndTime(), ParentExecutionId: e.GetParentExecutionId(), Labels: e.GetLabels()})
+		out.Executions = append(out.Executions, &apiv1.Execution{ExecutionId: e.GetExecutionId(), Path: e.GetPlaybookPath(), Version: e.GetPlaybookVersion(), Status: e.GetStatus(), LastSeq: e.GetLastSeq(), StartTime: e.GetStartTime(), EndTime: e.GetEndTime(), ParentExecutionId: e.GetParentExecutionId(), Labels: e.GetLabels(), Tenant: e.GetTenant()})
 	}
 	return out, nil
+}
+
+// AllTenants is the tenant of ListExecutionsRequest that lists every tenant's executions
+// (AIP-159's wildcard).
+const AllTenants = "-"
+
+// listScope decides whose executions a list shows: the caller's tenant when the request
+// names none or its own; another tenant, or every tenant (AllTenants), only for a caller
+// with the system permission, and then the statebuilder is asked as the gateway (a user
+// principal's calls are scoped to its own tenant there). It returns the statebuilder's
+// tenant filter (empty for every tenant) and the context to call it with.
+func listScope(ctx context.Context, want string) (string, context.Context, error) {
+	own := tenant(ctx)
+	if want == "" || want == own {
+		return own, ctx, nil
+	}
+	if want != AllTenants {
+		if err := auth.CheckTenant("tenant", want); err != nil {
+			return "", nil, err
+		}
+	}
+	p := auth.FromContext(ctx)
+	if p == nil || !p.Can(auth.PermSystem) {
+		return "", nil, status.Errorf(codes.PermissionDenied, "tenant: listing the executions of another tenant (%s) needs the system role; the caller's tenant is %s", want, own)
+	}
+	if want == AllTenants {
+		want = ""
+	}
+	return want, auth.ServiceCall(auth.NewContext(ctx, nil)), nil
 }
 
 // RerunExecution implements ExecutionService.

@@ -38,6 +38,7 @@ var permissions = map[string]auth.Permission{
 
 	apiv1.ResultService_GetResult_FullMethodName:           auth.PermRead,
 	apiv1.ResultService_GetResultFlightInfo_FullMethodName: auth.PermRead,
+	apiv1.ResultService_ExportResult_FullMethodName:        auth.PermRead,
 
 	apiv1.CredentialService_PutCredential_FullMethodName:    auth.PermAdmin,
 	apiv1.CredentialService_ListCredentials_FullMethodName:  auth.PermAdmin,

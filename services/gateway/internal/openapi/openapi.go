@@ -33,6 +33,21 @@ const (
 // fireTrigger is the operation of the webhook route, which also takes a signature.
 const fireTrigger = "TriggerService_FireTrigger"
 
+// rawResponses are the operations the gateway answers with something other than JSON: by
+// operation id, what the 200 response's body is, and its media types.
+var rawResponses = map[string]struct {
+	produces    []string
+	description string
+	binary      bool
+}{
+	"ResultService_ExportResult": {[]string{"application/vnd.apache.arrow.stream", "text/csv"},
+		"The table as a file (Content-Disposition: attachment): the Arrow IPC stream as stored (format arrow, the default), or CSV with a header row (format csv). A failure after the first byte cuts the response off.", true},
+	"ExecutionService_WatchExecution": {[]string{"text/event-stream"},
+		"Server-Sent Events: one event per committed event (event: its type, id: its seq, data: the Event as JSON), an event error with the status as JSON when the stream fails; 204 when there is nothing left to send.", false},
+	"ExecutionService_WatchExecutionLogs": {[]string{"text/event-stream"},
+		"Server-Sent Events: an event log per entry (data: the LogEntry as JSON; a command's last entry carries id: its event's seq) and a final event end; 204 when there is nothing left to send.", false},
+}
+
 // errorStatuses are the error answers every operation may give, by HTTP status: the code
 // each maps from and what it means.
 var errorStatuses = map[string]string{
@@ -130,6 +145,14 @@ func Document(generated []byte, version string) ([]byte, error) {
 				if s, ok := t.(string); ok {
 					used[s] = true
 				}
+			}
+			if raw, ok := rawResponses[fmt.Sprint(op["operationId"])]; ok {
+				op["produces"] = raw.produces
+				ok200 := map[string]any{"description": raw.description}
+				if raw.binary {
+					ok200["schema"] = map[string]any{"type": "string", "format": "binary"}
+				}
+				rs["200"] = ok200
 			}
 			if op["operationId"] == fireTrigger {
 				op["security"] = append(slices.Clone(anyCredential), map[string]any{SchemeWebhookSignature: []any{}})

@@ -53,6 +53,40 @@ func TestDocumentKeepsOnlyWhatThePublicAPIReaches(t *testing.T) {
 	require.ErrorContains(t, err, "openapi: the generated document")
 }
 
+// TestRawResponsesAreDescribedAsServed: the export route is documented as the file it
+// answers and the watches as Server-Sent Events, not as streams of JSON messages.
+func TestRawResponsesAreDescribedAsServed(t *testing.T) {
+	t.Parallel()
+	out, err := Document(gen.OpenAPI, "v1")
+	require.NoError(t, err)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			OperationID string                    `json:"operationId"`
+			Produces    []string                  `json:"produces"`
+			Responses   map[string]map[string]any `json:"responses"`
+		} `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(out, &doc))
+	export := doc.Paths["/v1/results/{resultId}/export"]["get"]
+	require.Equal(t, "ResultService_ExportResult", export.OperationID)
+	require.Equal(t, []string{"application/vnd.apache.arrow.stream", "text/csv"}, export.Produces)
+	require.Equal(t, map[string]any{"type": "string", "format": "binary"}, export.Responses["200"]["schema"])
+	require.Contains(t, export.Responses["404"]["$ref"], "Error404", "its errors are the API's JSON")
+	watch := doc.Paths["/v1/executions/{executionId}/events:watch"]["get"]
+	require.Equal(t, []string{"text/event-stream"}, watch.Produces)
+	require.Contains(t, watch.Responses["200"]["description"], "Server-Sent Events")
+	require.NotContains(t, watch.Responses["200"], "schema")
+	for id := range rawResponses {
+		found := false
+		for _, ops := range doc.Paths {
+			for _, op := range ops {
+				found = found || op.OperationID == id
+			}
+		}
+		require.True(t, found, "%s is an operation of the document", id)
+	}
+}
+
 func TestVersionIsNeverEmpty(t *testing.T) {
 	t.Parallel()
 	require.NotEmpty(t, Version())

@@ -29,6 +29,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ResultFormat is the file format of an exported table.
+type ResultFormat int32
+
+const (
+	// Unspecified: Apache Arrow IPC.
+	ResultFormat_RESULT_FORMAT_UNSPECIFIED ResultFormat = 0
+	// Apache Arrow IPC, the stream format (application/vnd.apache.arrow.stream).
+	ResultFormat_RESULT_FORMAT_ARROW ResultFormat = 1
+	// Comma-separated values with a header row (text/csv); a null is an empty field.
+	ResultFormat_RESULT_FORMAT_CSV ResultFormat = 2
+)
+
+// Enum value maps for ResultFormat.
+var (
+	ResultFormat_name = map[int32]string{
+		0: "RESULT_FORMAT_UNSPECIFIED",
+		1: "RESULT_FORMAT_ARROW",
+		2: "RESULT_FORMAT_CSV",
+	}
+	ResultFormat_value = map[string]int32{
+		"RESULT_FORMAT_UNSPECIFIED": 0,
+		"RESULT_FORMAT_ARROW":       1,
+		"RESULT_FORMAT_CSV":         2,
+	}
+)
+
+func (x ResultFormat) Enum() *ResultFormat {
+	p := new(ResultFormat)
+	*p = x
+	return p
+}
+
+func (x ResultFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ResultFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_noetl_api_v1_api_proto_enumTypes[0].Descriptor()
+}
+
+func (ResultFormat) Type() protoreflect.EnumType {
+	return &file_noetl_api_v1_api_proto_enumTypes[0]
+}
+
+func (x ResultFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ResultFormat.Descriptor instead.
+func (ResultFormat) EnumDescriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{0}
+}
+
 // Playbook is one registered version of a playbook.
 type Playbook struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -734,7 +787,9 @@ type Execution struct {
 	// Execution this one reruns, when it was started by RerunExecution.
 	RerunOf string `protobuf:"bytes,14,opt,name=rerun_of,json=rerunOf,proto3" json:"rerun_of,omitempty"`
 	// Step the rerun started from; empty for a plain rerun or a start.
-	FromStep      string `protobuf:"bytes,15,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"`
+	FromStep string `protobuf:"bytes,15,opt,name=from_step,json=fromStep,proto3" json:"from_step,omitempty"`
+	// Tenant the execution belongs to.
+	Tenant        string `protobuf:"bytes,16,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -870,6 +925,13 @@ func (x *Execution) GetRerunOf() string {
 func (x *Execution) GetFromStep() string {
 	if x != nil {
 		return x.FromStep
+	}
+	return ""
+}
+
+func (x *Execution) GetTenant() string {
+	if x != nil {
+		return x.Tenant
 	}
 	return ""
 }
@@ -1083,7 +1145,10 @@ type ListExecutionsRequest struct {
 	// Only executions started before this time, when set.
 	StartTimeBefore *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start_time_before,json=startTimeBefore,proto3" json:"start_time_before,omitempty"`
 	// Only executions carrying every one of these labels (key and value).
-	Labels        map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Only executions of this tenant, or "-" for those of every tenant; empty means the
+	// caller's tenant. Another tenant, or every tenant, needs the system role.
+	Tenant        string `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1165,6 +1230,13 @@ func (x *ListExecutionsRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *ListExecutionsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 // ListExecutionsResponse carries a page of executions.
@@ -1844,6 +1916,125 @@ func (x *GetResultResponse) GetTotalRows() int64 {
 	return 0
 }
 
+// ExportResultRequest names a stored table and the format to export it in.
+type ExportResultRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Result id: the last element of the result URI, or the whole URI URL-encoded.
+	ResultId string `protobuf:"bytes,1,opt,name=result_id,json=resultId,proto3" json:"result_id,omitempty"`
+	// File format; unspecified means Arrow IPC. Over REST also arrow or csv.
+	Format        ResultFormat `protobuf:"varint,2,opt,name=format,proto3,enum=noetl.api.v1.ResultFormat" json:"format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportResultRequest) Reset() {
+	*x = ExportResultRequest{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportResultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportResultRequest) ProtoMessage() {}
+
+func (x *ExportResultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportResultRequest.ProtoReflect.Descriptor instead.
+func (*ExportResultRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ExportResultRequest) GetResultId() string {
+	if x != nil {
+		return x.ResultId
+	}
+	return ""
+}
+
+func (x *ExportResultRequest) GetFormat() ResultFormat {
+	if x != nil {
+		return x.Format
+	}
+	return ResultFormat_RESULT_FORMAT_UNSPECIFIED
+}
+
+// ExportResultResponse carries the next bytes of an exported table.
+type ExportResultResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reference of the result (schema, row count, size); in the first message only.
+	Ref *v1.ResultRef `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// MIME type of the file; in the first message only.
+	ContentType string `protobuf:"bytes,2,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The next bytes of the file.
+	Chunk         []byte `protobuf:"bytes,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportResultResponse) Reset() {
+	*x = ExportResultResponse{}
+	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportResultResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportResultResponse) ProtoMessage() {}
+
+func (x *ExportResultResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportResultResponse.ProtoReflect.Descriptor instead.
+func (*ExportResultResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ExportResultResponse) GetRef() *v1.ResultRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *ExportResultResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *ExportResultResponse) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
 // GetResultFlightInfoRequest names a stored result.
 type GetResultFlightInfoRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1855,7 +2046,7 @@ type GetResultFlightInfoRequest struct {
 
 func (x *GetResultFlightInfoRequest) Reset() {
 	*x = GetResultFlightInfoRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2058,7 @@ func (x *GetResultFlightInfoRequest) String() string {
 func (*GetResultFlightInfoRequest) ProtoMessage() {}
 
 func (x *GetResultFlightInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[26]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2071,7 @@ func (x *GetResultFlightInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultFlightInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetResultFlightInfoRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetResultFlightInfoRequest) GetResultId() string {
@@ -1907,7 +2098,7 @@ type GetResultFlightInfoResponse struct {
 
 func (x *GetResultFlightInfoResponse) Reset() {
 	*x = GetResultFlightInfoResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2110,7 @@ func (x *GetResultFlightInfoResponse) String() string {
 func (*GetResultFlightInfoResponse) ProtoMessage() {}
 
 func (x *GetResultFlightInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[27]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2123,7 @@ func (x *GetResultFlightInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResultFlightInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetResultFlightInfoResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetResultFlightInfoResponse) GetRef() *v1.ResultRef {
@@ -1978,7 +2169,7 @@ type Credential struct {
 
 func (x *Credential) Reset() {
 	*x = Credential{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2181,7 @@ func (x *Credential) String() string {
 func (*Credential) ProtoMessage() {}
 
 func (x *Credential) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[28]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2194,7 @@ func (x *Credential) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credential.ProtoReflect.Descriptor instead.
 func (*Credential) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Credential) GetName() string {
@@ -2043,7 +2234,7 @@ type PutCredentialRequest struct {
 
 func (x *PutCredentialRequest) Reset() {
 	*x = PutCredentialRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2246,7 @@ func (x *PutCredentialRequest) String() string {
 func (*PutCredentialRequest) ProtoMessage() {}
 
 func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[29]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2259,7 @@ func (x *PutCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialRequest.ProtoReflect.Descriptor instead.
 func (*PutCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PutCredentialRequest) GetName() string {
@@ -2103,7 +2294,7 @@ type PutCredentialResponse struct {
 
 func (x *PutCredentialResponse) Reset() {
 	*x = PutCredentialResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2306,7 @@ func (x *PutCredentialResponse) String() string {
 func (*PutCredentialResponse) ProtoMessage() {}
 
 func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[30]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2319,7 @@ func (x *PutCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutCredentialResponse.ProtoReflect.Descriptor instead.
 func (*PutCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PutCredentialResponse) GetCredential() *Credential {
@@ -2151,7 +2342,7 @@ type ListCredentialsRequest struct {
 
 func (x *ListCredentialsRequest) Reset() {
 	*x = ListCredentialsRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2354,7 @@ func (x *ListCredentialsRequest) String() string {
 func (*ListCredentialsRequest) ProtoMessage() {}
 
 func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[31]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2367,7 @@ func (x *ListCredentialsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsRequest.ProtoReflect.Descriptor instead.
 func (*ListCredentialsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListCredentialsRequest) GetPageSize() int32 {
@@ -2206,7 +2397,7 @@ type ListCredentialsResponse struct {
 
 func (x *ListCredentialsResponse) Reset() {
 	*x = ListCredentialsResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2409,7 @@ func (x *ListCredentialsResponse) String() string {
 func (*ListCredentialsResponse) ProtoMessage() {}
 
 func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[32]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2422,7 @@ func (x *ListCredentialsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCredentialsResponse.ProtoReflect.Descriptor instead.
 func (*ListCredentialsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListCredentialsResponse) GetCredentials() []*Credential {
@@ -2259,7 +2450,7 @@ type DeleteCredentialRequest struct {
 
 func (x *DeleteCredentialRequest) Reset() {
 	*x = DeleteCredentialRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[33]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2462,7 @@ func (x *DeleteCredentialRequest) String() string {
 func (*DeleteCredentialRequest) ProtoMessage() {}
 
 func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[33]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2475,7 @@ func (x *DeleteCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteCredentialRequest) GetName() string {
@@ -2303,7 +2494,7 @@ type DeleteCredentialResponse struct {
 
 func (x *DeleteCredentialResponse) Reset() {
 	*x = DeleteCredentialResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[34]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2506,7 @@ func (x *DeleteCredentialResponse) String() string {
 func (*DeleteCredentialResponse) ProtoMessage() {}
 
 func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[34]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2519,7 @@ func (x *DeleteCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCredentialResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 // RerunExecutionRequest asks to rerun an execution.
@@ -2347,7 +2538,7 @@ type RerunExecutionRequest struct {
 
 func (x *RerunExecutionRequest) Reset() {
 	*x = RerunExecutionRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[35]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2550,7 @@ func (x *RerunExecutionRequest) String() string {
 func (*RerunExecutionRequest) ProtoMessage() {}
 
 func (x *RerunExecutionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[35]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2563,7 @@ func (x *RerunExecutionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunExecutionRequest.ProtoReflect.Descriptor instead.
 func (*RerunExecutionRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RerunExecutionRequest) GetExecutionId() string {
@@ -2411,7 +2602,7 @@ type RerunExecutionResponse struct {
 
 func (x *RerunExecutionResponse) Reset() {
 	*x = RerunExecutionResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[36]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2614,7 @@ func (x *RerunExecutionResponse) String() string {
 func (*RerunExecutionResponse) ProtoMessage() {}
 
 func (x *RerunExecutionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[36]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2627,7 @@ func (x *RerunExecutionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RerunExecutionResponse.ProtoReflect.Descriptor instead.
 func (*RerunExecutionResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RerunExecutionResponse) GetExecutionId() string {
@@ -2493,7 +2684,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[37]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2505,7 +2696,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[37]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2518,7 +2709,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LogEntry) GetStep() string {
@@ -2616,7 +2807,7 @@ type ListExecutionLogsRequest struct {
 
 func (x *ListExecutionLogsRequest) Reset() {
 	*x = ListExecutionLogsRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[38]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2819,7 @@ func (x *ListExecutionLogsRequest) String() string {
 func (*ListExecutionLogsRequest) ProtoMessage() {}
 
 func (x *ListExecutionLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[38]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2832,7 @@ func (x *ListExecutionLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionLogsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionLogsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListExecutionLogsRequest) GetExecutionId() string {
@@ -2685,7 +2876,7 @@ type ListExecutionLogsResponse struct {
 
 func (x *ListExecutionLogsResponse) Reset() {
 	*x = ListExecutionLogsResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[39]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2888,7 @@ func (x *ListExecutionLogsResponse) String() string {
 func (*ListExecutionLogsResponse) ProtoMessage() {}
 
 func (x *ListExecutionLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[39]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2901,7 @@ func (x *ListExecutionLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionLogsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionLogsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListExecutionLogsResponse) GetEntries() []*LogEntry {
@@ -2742,7 +2933,7 @@ type WatchExecutionLogsRequest struct {
 
 func (x *WatchExecutionLogsRequest) Reset() {
 	*x = WatchExecutionLogsRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[40]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2945,7 @@ func (x *WatchExecutionLogsRequest) String() string {
 func (*WatchExecutionLogsRequest) ProtoMessage() {}
 
 func (x *WatchExecutionLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[40]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2958,7 @@ func (x *WatchExecutionLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchExecutionLogsRequest.ProtoReflect.Descriptor instead.
 func (*WatchExecutionLogsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchExecutionLogsRequest) GetExecutionId() string {
@@ -2807,7 +2998,7 @@ type WatchExecutionLogsResponse struct {
 
 func (x *WatchExecutionLogsResponse) Reset() {
 	*x = WatchExecutionLogsResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[41]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +3010,7 @@ func (x *WatchExecutionLogsResponse) String() string {
 func (*WatchExecutionLogsResponse) ProtoMessage() {}
 
 func (x *WatchExecutionLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[41]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +3023,7 @@ func (x *WatchExecutionLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchExecutionLogsResponse.ProtoReflect.Descriptor instead.
 func (*WatchExecutionLogsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchExecutionLogsResponse) GetEntries() []*LogEntry {
@@ -2877,7 +3068,7 @@ type ExecutionVariable struct {
 
 func (x *ExecutionVariable) Reset() {
 	*x = ExecutionVariable{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[42]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +3080,7 @@ func (x *ExecutionVariable) String() string {
 func (*ExecutionVariable) ProtoMessage() {}
 
 func (x *ExecutionVariable) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[42]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3093,7 @@ func (x *ExecutionVariable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionVariable.ProtoReflect.Descriptor instead.
 func (*ExecutionVariable) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ExecutionVariable) GetName() string {
@@ -2958,7 +3149,7 @@ type ListExecutionVariablesRequest struct {
 
 func (x *ListExecutionVariablesRequest) Reset() {
 	*x = ListExecutionVariablesRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[43]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3161,7 @@ func (x *ListExecutionVariablesRequest) String() string {
 func (*ListExecutionVariablesRequest) ProtoMessage() {}
 
 func (x *ListExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[43]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3174,7 @@ func (x *ListExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionVariablesRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListExecutionVariablesRequest) GetExecutionId() string {
@@ -3004,7 +3195,7 @@ type ListExecutionVariablesResponse struct {
 
 func (x *ListExecutionVariablesResponse) Reset() {
 	*x = ListExecutionVariablesResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[44]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3207,7 @@ func (x *ListExecutionVariablesResponse) String() string {
 func (*ListExecutionVariablesResponse) ProtoMessage() {}
 
 func (x *ListExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[44]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3220,7 @@ func (x *ListExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionVariablesResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListExecutionVariablesResponse) GetVariables() []*ExecutionVariable {
@@ -3057,7 +3248,7 @@ type SetExecutionVariablesRequest struct {
 
 func (x *SetExecutionVariablesRequest) Reset() {
 	*x = SetExecutionVariablesRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[45]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3260,7 @@ func (x *SetExecutionVariablesRequest) String() string {
 func (*SetExecutionVariablesRequest) ProtoMessage() {}
 
 func (x *SetExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[45]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3273,7 @@ func (x *SetExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExecutionVariablesRequest.ProtoReflect.Descriptor instead.
 func (*SetExecutionVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetExecutionVariablesRequest) GetExecutionId() string {
@@ -3126,7 +3317,7 @@ type SetExecutionVariablesResponse struct {
 
 func (x *SetExecutionVariablesResponse) Reset() {
 	*x = SetExecutionVariablesResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[46]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3329,7 @@ func (x *SetExecutionVariablesResponse) String() string {
 func (*SetExecutionVariablesResponse) ProtoMessage() {}
 
 func (x *SetExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[46]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3342,7 @@ func (x *SetExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetExecutionVariablesResponse.ProtoReflect.Descriptor instead.
 func (*SetExecutionVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SetExecutionVariablesResponse) GetVariablesSet() int32 {
@@ -3181,7 +3372,7 @@ type DeleteExecutionVariablesRequest struct {
 
 func (x *DeleteExecutionVariablesRequest) Reset() {
 	*x = DeleteExecutionVariablesRequest{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[47]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3384,7 @@ func (x *DeleteExecutionVariablesRequest) String() string {
 func (*DeleteExecutionVariablesRequest) ProtoMessage() {}
 
 func (x *DeleteExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[47]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3397,7 @@ func (x *DeleteExecutionVariablesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteExecutionVariablesRequest.ProtoReflect.Descriptor instead.
 func (*DeleteExecutionVariablesRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteExecutionVariablesRequest) GetExecutionId() string {
@@ -3236,7 +3427,7 @@ type DeleteExecutionVariablesResponse struct {
 
 func (x *DeleteExecutionVariablesResponse) Reset() {
 	*x = DeleteExecutionVariablesResponse{}
-	mi := &file_noetl_api_v1_api_proto_msgTypes[48]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3439,7 @@ func (x *DeleteExecutionVariablesResponse) String() string {
 func (*DeleteExecutionVariablesResponse) ProtoMessage() {}
 
 func (x *DeleteExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_api_v1_api_proto_msgTypes[48]
+	mi := &file_noetl_api_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3452,7 @@ func (x *DeleteExecutionVariablesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteExecutionVariablesResponse.ProtoReflect.Descriptor instead.
 func (*DeleteExecutionVariablesResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_noetl_api_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeleteExecutionVariablesResponse) GetVariablesDeleted() int32 {
@@ -3331,7 +3522,7 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"result_ref\x18\x04 \x01(\v2\x19.noetl.event.v1.ResultRefR\tresultRef\x12/\n" +
 	"\x05error\x18\x05 \x01(\v2\x19.noetl.event.v1.ErrorInfoR\x05error\x12\x14\n" +
 	"\x05epoch\x18\x06 \x01(\x05R\x05epoch\x12\x16\n" +
-	"\x06reused\x18\a \x01(\bR\x06reused\"\x92\x06\n" +
+	"\x06reused\x18\a \x01(\bR\x06reused\"\xaa\x06\n" +
 	"\tExecution\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
@@ -3349,7 +3540,8 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x13parent_execution_id\x18\f \x01(\tR\x11parentExecutionId\x12;\n" +
 	"\x06labels\x18\r \x03(\v2#.noetl.api.v1.Execution.LabelsEntryR\x06labels\x12\x19\n" +
 	"\brerun_of\x18\x0e \x01(\tR\arerunOf\x12\x1b\n" +
-	"\tfrom_step\x18\x0f \x01(\tR\bfromStep\x1aP\n" +
+	"\tfrom_step\x18\x0f \x01(\tR\bfromStep\x12\x16\n" +
+	"\x06tenant\x18\x10 \x01(\tR\x06tenant\x1aP\n" +
 	"\n" +
 	"StepsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
@@ -3365,7 +3557,7 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"N\n" +
 	"\x15WaitExecutionResponse\x125\n" +
-	"\texecution\x18\x01 \x01(\v2\x17.noetl.api.v1.ExecutionR\texecution\"\xb2\x03\n" +
+	"\texecution\x18\x01 \x01(\v2\x17.noetl.api.v1.ExecutionR\texecution\"\xca\x03\n" +
 	"\x15ListExecutionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -3374,7 +3566,8 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x04path\x18\x04 \x01(\tR\x04path\x12D\n" +
 	"\x10start_time_after\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0estartTimeAfter\x12F\n" +
 	"\x11start_time_before\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0fstartTimeBefore\x12G\n" +
-	"\x06labels\x18\a \x03(\v2/.noetl.api.v1.ListExecutionsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\a \x03(\v2/.noetl.api.v1.ListExecutionsRequest.LabelsEntryR\x06labels\x12\x16\n" +
+	"\x06tenant\x18\b \x01(\tR\x06tenant\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
@@ -3430,7 +3623,14 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x03ref\x18\x01 \x01(\v2\x19.noetl.event.v1.ResultRefR\x03ref\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value\x12\x1d\n" +
 	"\n" +
-	"total_rows\x18\x03 \x01(\x03R\ttotalRows\"9\n" +
+	"total_rows\x18\x03 \x01(\x03R\ttotalRows\"f\n" +
+	"\x13ExportResultRequest\x12\x1b\n" +
+	"\tresult_id\x18\x01 \x01(\tR\bresultId\x122\n" +
+	"\x06format\x18\x02 \x01(\x0e2\x1a.noetl.api.v1.ResultFormatR\x06format\"|\n" +
+	"\x14ExportResultResponse\x12+\n" +
+	"\x03ref\x18\x01 \x01(\v2\x19.noetl.event.v1.ResultRefR\x03ref\x12!\n" +
+	"\fcontent_type\x18\x02 \x01(\tR\vcontentType\x12\x14\n" +
+	"\x05chunk\x18\x03 \x01(\fR\x05chunk\"9\n" +
 	"\x1aGetResultFlightInfoRequest\x12\x1b\n" +
 	"\tresult_id\x18\x01 \x01(\tR\bresultId\"\xbb\x01\n" +
 	"\x1bGetResultFlightInfoResponse\x12+\n" +
@@ -3534,7 +3734,11 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x05names\x18\x02 \x03(\tR\x05names\"a\n" +
 	" DeleteExecutionVariablesResponse\x12+\n" +
 	"\x11variables_deleted\x18\x01 \x01(\x05R\x10variablesDeleted\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x03R\x03seq2\xf3\x02\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq*]\n" +
+	"\fResultFormat\x12\x1d\n" +
+	"\x19RESULT_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13RESULT_FORMAT_ARROW\x10\x01\x12\x15\n" +
+	"\x11RESULT_FORMAT_CSV\x10\x022\xf3\x02\n" +
 	"\x0eCatalogService\x12{\n" +
 	"\x10RegisterPlaybook\x12%.noetl.api.v1.RegisterPlaybookRequest\x1a&.noetl.api.v1.RegisterPlaybookResponse\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/playbooks\x12s\n" +
 	"\vGetPlaybook\x12 .noetl.api.v1.GetPlaybookRequest\x1a!.noetl.api.v1.GetPlaybookResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/playbooks/{path=**}\x12o\n" +
@@ -3552,10 +3756,11 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x0eRerunExecution\x12#.noetl.api.v1.RerunExecutionRequest\x1a$.noetl.api.v1.RerunExecutionResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/executions/{execution_id}:rerun\x12\xa4\x01\n" +
 	"\x16ListExecutionVariables\x12+.noetl.api.v1.ListExecutionVariablesRequest\x1a,.noetl.api.v1.ListExecutionVariablesResponse\"/\x82\xd3\xe4\x93\x02)\x12'/v1/executions/{execution_id}/variables\x12\xa4\x01\n" +
 	"\x15SetExecutionVariables\x12*.noetl.api.v1.SetExecutionVariablesRequest\x1a+.noetl.api.v1.SetExecutionVariablesResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/executions/{execution_id}/variables\x12\xaa\x01\n" +
-	"\x18DeleteExecutionVariables\x12-.noetl.api.v1.DeleteExecutionVariablesRequest\x1a..noetl.api.v1.DeleteExecutionVariablesResponse\"/\x82\xd3\xe4\x93\x02)*'/v1/executions/{execution_id}/variables2\x93\x02\n" +
+	"\x18DeleteExecutionVariables\x12-.noetl.api.v1.DeleteExecutionVariablesRequest\x1a..noetl.api.v1.DeleteExecutionVariablesResponse\"/\x82\xd3\xe4\x93\x02)*'/v1/executions/{execution_id}/variables2\x94\x03\n" +
 	"\rResultService\x12m\n" +
 	"\tGetResult\x12\x1e.noetl.api.v1.GetResultRequest\x1a\x1f.noetl.api.v1.GetResultResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\x12\x17/v1/results/{result_id}\x12\x92\x01\n" +
-	"\x13GetResultFlightInfo\x12(.noetl.api.v1.GetResultFlightInfoRequest\x1a).noetl.api.v1.GetResultFlightInfoResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/results/{result_id}/flight2\x86\x03\n" +
+	"\x13GetResultFlightInfo\x12(.noetl.api.v1.GetResultFlightInfoRequest\x1a).noetl.api.v1.GetResultFlightInfoResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/results/{result_id}/flight\x12\x7f\n" +
+	"\fExportResult\x12!.noetl.api.v1.ExportResultRequest\x1a\".noetl.api.v1.ExportResultResponse\"&\x82\xd3\xe4\x93\x02 \x12\x1e/v1/results/{result_id}/export0\x012\x86\x03\n" +
 	"\x11CredentialService\x12t\n" +
 	"\rPutCredential\x12\".noetl.api.v1.PutCredentialRequest\x1a#.noetl.api.v1.PutCredentialResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/v1/credentials\x12w\n" +
 	"\x0fListCredentials\x12$.noetl.api.v1.ListCredentialsRequest\x1a%.noetl.api.v1.ListCredentialsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/credentials\x12\x81\x01\n" +
@@ -3574,175 +3779,183 @@ func file_noetl_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_noetl_api_v1_api_proto_rawDescData
 }
 
-var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_noetl_api_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_noetl_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_noetl_api_v1_api_proto_goTypes = []any{
-	(*Playbook)(nil),                         // 0: noetl.api.v1.Playbook
-	(*RegisterPlaybookRequest)(nil),          // 1: noetl.api.v1.RegisterPlaybookRequest
-	(*RegisterPlaybookResponse)(nil),         // 2: noetl.api.v1.RegisterPlaybookResponse
-	(*GetPlaybookRequest)(nil),               // 3: noetl.api.v1.GetPlaybookRequest
-	(*GetPlaybookResponse)(nil),              // 4: noetl.api.v1.GetPlaybookResponse
-	(*ListPlaybooksRequest)(nil),             // 5: noetl.api.v1.ListPlaybooksRequest
-	(*ListPlaybooksResponse)(nil),            // 6: noetl.api.v1.ListPlaybooksResponse
-	(*StartExecutionRequest)(nil),            // 7: noetl.api.v1.StartExecutionRequest
-	(*StartExecutionResponse)(nil),           // 8: noetl.api.v1.StartExecutionResponse
-	(*StepView)(nil),                         // 9: noetl.api.v1.StepView
-	(*Execution)(nil),                        // 10: noetl.api.v1.Execution
-	(*GetExecutionRequest)(nil),              // 11: noetl.api.v1.GetExecutionRequest
-	(*GetExecutionResponse)(nil),             // 12: noetl.api.v1.GetExecutionResponse
-	(*WaitExecutionRequest)(nil),             // 13: noetl.api.v1.WaitExecutionRequest
-	(*WaitExecutionResponse)(nil),            // 14: noetl.api.v1.WaitExecutionResponse
-	(*ListExecutionsRequest)(nil),            // 15: noetl.api.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil),           // 16: noetl.api.v1.ListExecutionsResponse
-	(*CancelExecutionRequest)(nil),           // 17: noetl.api.v1.CancelExecutionRequest
-	(*CancelExecutionResponse)(nil),          // 18: noetl.api.v1.CancelExecutionResponse
-	(*Event)(nil),                            // 19: noetl.api.v1.Event
-	(*ListExecutionEventsRequest)(nil),       // 20: noetl.api.v1.ListExecutionEventsRequest
-	(*ListExecutionEventsResponse)(nil),      // 21: noetl.api.v1.ListExecutionEventsResponse
-	(*WatchExecutionRequest)(nil),            // 22: noetl.api.v1.WatchExecutionRequest
-	(*WatchExecutionResponse)(nil),           // 23: noetl.api.v1.WatchExecutionResponse
-	(*GetResultRequest)(nil),                 // 24: noetl.api.v1.GetResultRequest
-	(*GetResultResponse)(nil),                // 25: noetl.api.v1.GetResultResponse
-	(*GetResultFlightInfoRequest)(nil),       // 26: noetl.api.v1.GetResultFlightInfoRequest
-	(*GetResultFlightInfoResponse)(nil),      // 27: noetl.api.v1.GetResultFlightInfoResponse
-	(*Credential)(nil),                       // 28: noetl.api.v1.Credential
-	(*PutCredentialRequest)(nil),             // 29: noetl.api.v1.PutCredentialRequest
-	(*PutCredentialResponse)(nil),            // 30: noetl.api.v1.PutCredentialResponse
-	(*ListCredentialsRequest)(nil),           // 31: noetl.api.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),          // 32: noetl.api.v1.ListCredentialsResponse
-	(*DeleteCredentialRequest)(nil),          // 33: noetl.api.v1.DeleteCredentialRequest
-	(*DeleteCredentialResponse)(nil),         // 34: noetl.api.v1.DeleteCredentialResponse
-	(*RerunExecutionRequest)(nil),            // 35: noetl.api.v1.RerunExecutionRequest
-	(*RerunExecutionResponse)(nil),           // 36: noetl.api.v1.RerunExecutionResponse
-	(*LogEntry)(nil),                         // 37: noetl.api.v1.LogEntry
-	(*ListExecutionLogsRequest)(nil),         // 38: noetl.api.v1.ListExecutionLogsRequest
-	(*ListExecutionLogsResponse)(nil),        // 39: noetl.api.v1.ListExecutionLogsResponse
-	(*WatchExecutionLogsRequest)(nil),        // 40: noetl.api.v1.WatchExecutionLogsRequest
-	(*WatchExecutionLogsResponse)(nil),       // 41: noetl.api.v1.WatchExecutionLogsResponse
-	(*ExecutionVariable)(nil),                // 42: noetl.api.v1.ExecutionVariable
-	(*ListExecutionVariablesRequest)(nil),    // 43: noetl.api.v1.ListExecutionVariablesRequest
-	(*ListExecutionVariablesResponse)(nil),   // 44: noetl.api.v1.ListExecutionVariablesResponse
-	(*SetExecutionVariablesRequest)(nil),     // 45: noetl.api.v1.SetExecutionVariablesRequest
-	(*SetExecutionVariablesResponse)(nil),    // 46: noetl.api.v1.SetExecutionVariablesResponse
-	(*DeleteExecutionVariablesRequest)(nil),  // 47: noetl.api.v1.DeleteExecutionVariablesRequest
-	(*DeleteExecutionVariablesResponse)(nil), // 48: noetl.api.v1.DeleteExecutionVariablesResponse
-	nil,                                      // 49: noetl.api.v1.StartExecutionRequest.LabelsEntry
-	nil,                                      // 50: noetl.api.v1.Execution.StepsEntry
-	nil,                                      // 51: noetl.api.v1.Execution.LabelsEntry
-	nil,                                      // 52: noetl.api.v1.ListExecutionsRequest.LabelsEntry
-	nil,                                      // 53: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
-	(*timestamppb.Timestamp)(nil),            // 54: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                  // 55: google.protobuf.Struct
-	(*durationpb.Duration)(nil),              // 56: google.protobuf.Duration
-	(v1.StepStatus)(0),                       // 57: noetl.event.v1.StepStatus
-	(*structpb.Value)(nil),                   // 58: google.protobuf.Value
-	(*v1.ResultRef)(nil),                     // 59: noetl.event.v1.ResultRef
-	(*v1.ErrorInfo)(nil),                     // 60: noetl.event.v1.ErrorInfo
-	(v1.ExecutionStatus)(0),                  // 61: noetl.event.v1.ExecutionStatus
-	(*v1.Iteration)(nil),                     // 62: noetl.event.v1.Iteration
+	(ResultFormat)(0),                        // 0: noetl.api.v1.ResultFormat
+	(*Playbook)(nil),                         // 1: noetl.api.v1.Playbook
+	(*RegisterPlaybookRequest)(nil),          // 2: noetl.api.v1.RegisterPlaybookRequest
+	(*RegisterPlaybookResponse)(nil),         // 3: noetl.api.v1.RegisterPlaybookResponse
+	(*GetPlaybookRequest)(nil),               // 4: noetl.api.v1.GetPlaybookRequest
+	(*GetPlaybookResponse)(nil),              // 5: noetl.api.v1.GetPlaybookResponse
+	(*ListPlaybooksRequest)(nil),             // 6: noetl.api.v1.ListPlaybooksRequest
+	(*ListPlaybooksResponse)(nil),            // 7: noetl.api.v1.ListPlaybooksResponse
+	(*StartExecutionRequest)(nil),            // 8: noetl.api.v1.StartExecutionRequest
+	(*StartExecutionResponse)(nil),           // 9: noetl.api.v1.StartExecutionResponse
+	(*StepView)(nil),                         // 10: noetl.api.v1.StepView
+	(*Execution)(nil),                        // 11: noetl.api.v1.Execution
+	(*GetExecutionRequest)(nil),              // 12: noetl.api.v1.GetExecutionRequest
+	(*GetExecutionResponse)(nil),             // 13: noetl.api.v1.GetExecutionResponse
+	(*WaitExecutionRequest)(nil),             // 14: noetl.api.v1.WaitExecutionRequest
+	(*WaitExecutionResponse)(nil),            // 15: noetl.api.v1.WaitExecutionResponse
+	(*ListExecutionsRequest)(nil),            // 16: noetl.api.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil),           // 17: noetl.api.v1.ListExecutionsResponse
+	(*CancelExecutionRequest)(nil),           // 18: noetl.api.v1.CancelExecutionRequest
+	(*CancelExecutionResponse)(nil),          // 19: noetl.api.v1.CancelExecutionResponse
+	(*Event)(nil),                            // 20: noetl.api.v1.Event
+	(*ListExecutionEventsRequest)(nil),       // 21: noetl.api.v1.ListExecutionEventsRequest
+	(*ListExecutionEventsResponse)(nil),      // 22: noetl.api.v1.ListExecutionEventsResponse
+	(*WatchExecutionRequest)(nil),            // 23: noetl.api.v1.WatchExecutionRequest
+	(*WatchExecutionResponse)(nil),           // 24: noetl.api.v1.WatchExecutionResponse
+	(*GetResultRequest)(nil),                 // 25: noetl.api.v1.GetResultRequest
+	(*GetResultResponse)(nil),                // 26: noetl.api.v1.GetResultResponse
+	(*ExportResultRequest)(nil),              // 27: noetl.api.v1.ExportResultRequest
+	(*ExportResultResponse)(nil),             // 28: noetl.api.v1.ExportResultResponse
+	(*GetResultFlightInfoRequest)(nil),       // 29: noetl.api.v1.GetResultFlightInfoRequest
+	(*GetResultFlightInfoResponse)(nil),      // 30: noetl.api.v1.GetResultFlightInfoResponse
+	(*Credential)(nil),                       // 31: noetl.api.v1.Credential
+	(*PutCredentialRequest)(nil),             // 32: noetl.api.v1.PutCredentialRequest
+	(*PutCredentialResponse)(nil),            // 33: noetl.api.v1.PutCredentialResponse
+	(*ListCredentialsRequest)(nil),           // 34: noetl.api.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),          // 35: noetl.api.v1.ListCredentialsResponse
+	(*DeleteCredentialRequest)(nil),          // 36: noetl.api.v1.DeleteCredentialRequest
+	(*DeleteCredentialResponse)(nil),         // 37: noetl.api.v1.DeleteCredentialResponse
+	(*RerunExecutionRequest)(nil),            // 38: noetl.api.v1.RerunExecutionRequest
+	(*RerunExecutionResponse)(nil),           // 39: noetl.api.v1.RerunExecutionResponse
+	(*LogEntry)(nil),                         // 40: noetl.api.v1.LogEntry
+	(*ListExecutionLogsRequest)(nil),         // 41: noetl.api.v1.ListExecutionLogsRequest
+	(*ListExecutionLogsResponse)(nil),        // 42: noetl.api.v1.ListExecutionLogsResponse
+	(*WatchExecutionLogsRequest)(nil),        // 43: noetl.api.v1.WatchExecutionLogsRequest
+	(*WatchExecutionLogsResponse)(nil),       // 44: noetl.api.v1.WatchExecutionLogsResponse
+	(*ExecutionVariable)(nil),                // 45: noetl.api.v1.ExecutionVariable
+	(*ListExecutionVariablesRequest)(nil),    // 46: noetl.api.v1.ListExecutionVariablesRequest
+	(*ListExecutionVariablesResponse)(nil),   // 47: noetl.api.v1.ListExecutionVariablesResponse
+	(*SetExecutionVariablesRequest)(nil),     // 48: noetl.api.v1.SetExecutionVariablesRequest
+	(*SetExecutionVariablesResponse)(nil),    // 49: noetl.api.v1.SetExecutionVariablesResponse
+	(*DeleteExecutionVariablesRequest)(nil),  // 50: noetl.api.v1.DeleteExecutionVariablesRequest
+	(*DeleteExecutionVariablesResponse)(nil), // 51: noetl.api.v1.DeleteExecutionVariablesResponse
+	nil,                                      // 52: noetl.api.v1.StartExecutionRequest.LabelsEntry
+	nil,                                      // 53: noetl.api.v1.Execution.StepsEntry
+	nil,                                      // 54: noetl.api.v1.Execution.LabelsEntry
+	nil,                                      // 55: noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	nil,                                      // 56: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
+	(*timestamppb.Timestamp)(nil),            // 57: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                  // 58: google.protobuf.Struct
+	(*durationpb.Duration)(nil),              // 59: google.protobuf.Duration
+	(v1.StepStatus)(0),                       // 60: noetl.event.v1.StepStatus
+	(*structpb.Value)(nil),                   // 61: google.protobuf.Value
+	(*v1.ResultRef)(nil),                     // 62: noetl.event.v1.ResultRef
+	(*v1.ErrorInfo)(nil),                     // 63: noetl.event.v1.ErrorInfo
+	(v1.ExecutionStatus)(0),                  // 64: noetl.event.v1.ExecutionStatus
+	(*v1.Iteration)(nil),                     // 65: noetl.event.v1.Iteration
 }
 var file_noetl_api_v1_api_proto_depIdxs = []int32{
-	54, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 1: noetl.api.v1.RegisterPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
-	0,  // 2: noetl.api.v1.GetPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
-	0,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
-	55, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
-	49, // 5: noetl.api.v1.StartExecutionRequest.labels:type_name -> noetl.api.v1.StartExecutionRequest.LabelsEntry
-	56, // 6: noetl.api.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	57, // 7: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	58, // 8: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	59, // 9: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	60, // 10: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	61, // 11: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	58, // 12: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	60, // 13: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	50, // 14: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	54, // 15: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	54, // 16: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
-	51, // 17: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
-	10, // 18: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	56, // 19: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	10, // 20: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	61, // 21: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	54, // 22: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
-	54, // 23: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
-	52, // 24: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
-	10, // 25: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	62, // 26: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	58, // 27: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	58, // 28: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	59, // 29: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	60, // 30: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	54, // 31: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	54, // 32: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
-	54, // 33: noetl.api.v1.Event.start_time:type_name -> google.protobuf.Timestamp
-	19, // 34: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
-	19, // 35: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
-	59, // 36: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	58, // 37: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	59, // 38: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
-	54, // 39: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
-	54, // 40: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	55, // 41: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
-	28, // 42: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
-	28, // 43: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	62, // 44: noetl.api.v1.LogEntry.iteration:type_name -> noetl.event.v1.Iteration
-	54, // 45: noetl.api.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	37, // 46: noetl.api.v1.ListExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
-	37, // 47: noetl.api.v1.WatchExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
-	58, // 48: noetl.api.v1.ExecutionVariable.value:type_name -> google.protobuf.Value
-	54, // 49: noetl.api.v1.ExecutionVariable.create_time:type_name -> google.protobuf.Timestamp
-	54, // 50: noetl.api.v1.ExecutionVariable.update_time:type_name -> google.protobuf.Timestamp
-	42, // 51: noetl.api.v1.ListExecutionVariablesResponse.variables:type_name -> noetl.api.v1.ExecutionVariable
-	53, // 52: noetl.api.v1.SetExecutionVariablesRequest.variables:type_name -> noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
-	9,  // 53: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	58, // 54: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry.value:type_name -> google.protobuf.Value
-	1,  // 55: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	3,  // 56: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	5,  // 57: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	7,  // 58: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	11, // 59: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	13, // 60: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	15, // 61: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	17, // 62: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	20, // 63: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	22, // 64: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
-	38, // 65: noetl.api.v1.ExecutionService.ListExecutionLogs:input_type -> noetl.api.v1.ListExecutionLogsRequest
-	40, // 66: noetl.api.v1.ExecutionService.WatchExecutionLogs:input_type -> noetl.api.v1.WatchExecutionLogsRequest
-	35, // 67: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
-	43, // 68: noetl.api.v1.ExecutionService.ListExecutionVariables:input_type -> noetl.api.v1.ListExecutionVariablesRequest
-	45, // 69: noetl.api.v1.ExecutionService.SetExecutionVariables:input_type -> noetl.api.v1.SetExecutionVariablesRequest
-	47, // 70: noetl.api.v1.ExecutionService.DeleteExecutionVariables:input_type -> noetl.api.v1.DeleteExecutionVariablesRequest
-	24, // 71: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	26, // 72: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
-	29, // 73: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	31, // 74: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	33, // 75: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	2,  // 76: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	4,  // 77: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	6,  // 78: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	8,  // 79: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	12, // 80: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	14, // 81: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	16, // 82: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	18, // 83: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	21, // 84: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	23, // 85: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
-	39, // 86: noetl.api.v1.ExecutionService.ListExecutionLogs:output_type -> noetl.api.v1.ListExecutionLogsResponse
-	41, // 87: noetl.api.v1.ExecutionService.WatchExecutionLogs:output_type -> noetl.api.v1.WatchExecutionLogsResponse
-	36, // 88: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
-	44, // 89: noetl.api.v1.ExecutionService.ListExecutionVariables:output_type -> noetl.api.v1.ListExecutionVariablesResponse
-	46, // 90: noetl.api.v1.ExecutionService.SetExecutionVariables:output_type -> noetl.api.v1.SetExecutionVariablesResponse
-	48, // 91: noetl.api.v1.ExecutionService.DeleteExecutionVariables:output_type -> noetl.api.v1.DeleteExecutionVariablesResponse
-	25, // 92: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	27, // 93: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
-	30, // 94: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	32, // 95: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	34, // 96: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	76, // [76:97] is the sub-list for method output_type
-	55, // [55:76] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	57, // 0: noetl.api.v1.Playbook.create_time:type_name -> google.protobuf.Timestamp
+	1,  // 1: noetl.api.v1.RegisterPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
+	1,  // 2: noetl.api.v1.GetPlaybookResponse.playbook:type_name -> noetl.api.v1.Playbook
+	1,  // 3: noetl.api.v1.ListPlaybooksResponse.playbooks:type_name -> noetl.api.v1.Playbook
+	58, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
+	52, // 5: noetl.api.v1.StartExecutionRequest.labels:type_name -> noetl.api.v1.StartExecutionRequest.LabelsEntry
+	59, // 6: noetl.api.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	60, // 7: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	61, // 8: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	62, // 9: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	63, // 10: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	64, // 11: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	61, // 12: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	63, // 13: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	53, // 14: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	57, // 15: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	57, // 16: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	54, // 17: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
+	11, // 18: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	59, // 19: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	11, // 20: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	64, // 21: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	57, // 22: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	57, // 23: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	55, // 24: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	11, // 25: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
+	65, // 26: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	61, // 27: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	61, // 28: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	62, // 29: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	63, // 30: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	57, // 31: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	57, // 32: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	57, // 33: noetl.api.v1.Event.start_time:type_name -> google.protobuf.Timestamp
+	20, // 34: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
+	20, // 35: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
+	62, // 36: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	61, // 37: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	0,  // 38: noetl.api.v1.ExportResultRequest.format:type_name -> noetl.api.v1.ResultFormat
+	62, // 39: noetl.api.v1.ExportResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	62, // 40: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
+	57, // 41: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
+	57, // 42: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	58, // 43: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	31, // 44: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
+	31, // 45: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
+	65, // 46: noetl.api.v1.LogEntry.iteration:type_name -> noetl.event.v1.Iteration
+	57, // 47: noetl.api.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	40, // 48: noetl.api.v1.ListExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
+	40, // 49: noetl.api.v1.WatchExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
+	61, // 50: noetl.api.v1.ExecutionVariable.value:type_name -> google.protobuf.Value
+	57, // 51: noetl.api.v1.ExecutionVariable.create_time:type_name -> google.protobuf.Timestamp
+	57, // 52: noetl.api.v1.ExecutionVariable.update_time:type_name -> google.protobuf.Timestamp
+	45, // 53: noetl.api.v1.ListExecutionVariablesResponse.variables:type_name -> noetl.api.v1.ExecutionVariable
+	56, // 54: noetl.api.v1.SetExecutionVariablesRequest.variables:type_name -> noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
+	10, // 55: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	61, // 56: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry.value:type_name -> google.protobuf.Value
+	2,  // 57: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	4,  // 58: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	6,  // 59: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	8,  // 60: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	12, // 61: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	14, // 62: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	16, // 63: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	18, // 64: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	21, // 65: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	23, // 66: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	41, // 67: noetl.api.v1.ExecutionService.ListExecutionLogs:input_type -> noetl.api.v1.ListExecutionLogsRequest
+	43, // 68: noetl.api.v1.ExecutionService.WatchExecutionLogs:input_type -> noetl.api.v1.WatchExecutionLogsRequest
+	38, // 69: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
+	46, // 70: noetl.api.v1.ExecutionService.ListExecutionVariables:input_type -> noetl.api.v1.ListExecutionVariablesRequest
+	48, // 71: noetl.api.v1.ExecutionService.SetExecutionVariables:input_type -> noetl.api.v1.SetExecutionVariablesRequest
+	50, // 72: noetl.api.v1.ExecutionService.DeleteExecutionVariables:input_type -> noetl.api.v1.DeleteExecutionVariablesRequest
+	25, // 73: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	29, // 74: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
+	27, // 75: noetl.api.v1.ResultService.ExportResult:input_type -> noetl.api.v1.ExportResultRequest
+	32, // 76: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	34, // 77: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	36, // 78: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	3,  // 79: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	5,  // 80: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	7,  // 81: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	9,  // 82: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	13, // 83: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	15, // 84: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	17, // 85: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	19, // 86: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	22, // 87: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	24, // 88: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	42, // 89: noetl.api.v1.ExecutionService.ListExecutionLogs:output_type -> noetl.api.v1.ListExecutionLogsResponse
+	44, // 90: noetl.api.v1.ExecutionService.WatchExecutionLogs:output_type -> noetl.api.v1.WatchExecutionLogsResponse
+	39, // 91: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
+	47, // 92: noetl.api.v1.ExecutionService.ListExecutionVariables:output_type -> noetl.api.v1.ListExecutionVariablesResponse
+	49, // 93: noetl.api.v1.ExecutionService.SetExecutionVariables:output_type -> noetl.api.v1.SetExecutionVariablesResponse
+	51, // 94: noetl.api.v1.ExecutionService.DeleteExecutionVariables:output_type -> noetl.api.v1.DeleteExecutionVariablesResponse
+	26, // 95: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	30, // 96: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
+	28, // 97: noetl.api.v1.ResultService.ExportResult:output_type -> noetl.api.v1.ExportResultResponse
+	33, // 98: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	35, // 99: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	37, // 100: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	79, // [79:101] is the sub-list for method output_type
+	57, // [57:79] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }
@@ -3755,13 +3968,14 @@ func file_noetl_api_v1_api_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_api_v1_api_proto_rawDesc), len(file_noetl_api_v1_api_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   54,
+			NumEnums:      1,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   4,
 		},
 		GoTypes:           file_noetl_api_v1_api_proto_goTypes,
 		DependencyIndexes: file_noetl_api_v1_api_proto_depIdxs,
+		EnumInfos:         file_noetl_api_v1_api_proto_enumTypes,
 		MessageInfos:      file_noetl_api_v1_api_proto_msgTypes,
 	}.Build()
 	File_noetl_api_v1_api_proto = out.File

@@ -803,6 +803,43 @@ func local_request_ResultService_GetResultFlightInfo_0(ctx context.Context, mars
 	return msg, metadata, err
 }
 
+var filter_ResultService_ExportResult_0 = &utilities.DoubleArray{Encoding: map[string]int{"result_id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_ResultService_ExportResult_0(ctx context.Context, marshaler runtime.Marshaler, client ResultServiceClient, req *http.Request, pathParams map[string]string) (ResultService_ExportResultClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq ExportResultRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["result_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "result_id")
+	}
+	protoReq.ResultId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "result_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ResultService_ExportResult_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.ExportResult(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
 func request_CredentialService_PutCredential_0(ctx context.Context, marshaler runtime.Marshaler, client CredentialServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq PutCredentialRequest
@@ -1263,6 +1300,13 @@ func RegisterResultServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 			return
 		}
 		forward_ResultService_GetResultFlightInfo_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+
+	mux.Handle(http.MethodGet, pattern_ResultService_ExportResult_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
 	})
 
 	return nil
@@ -1802,17 +1846,36 @@ func RegisterResultServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_ResultService_GetResultFlightInfo_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_ResultService_ExportResult_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/noetl.api.v1.ResultService/ExportResult", runtime.WithHTTPPathPattern("/v1/results/{result_id}/export"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ResultService_ExportResult_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ResultService_ExportResult_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
 	pattern_ResultService_GetResult_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "results", "result_id"}, ""))
 	pattern_ResultService_GetResultFlightInfo_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "results", "result_id", "flight"}, ""))
+	pattern_ResultService_ExportResult_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "results", "result_id", "export"}, ""))
 )
 
 var (
 	forward_ResultService_GetResult_0           = runtime.ForwardResponseMessage
 	forward_ResultService_GetResultFlightInfo_0 = runtime.ForwardResponseMessage
+	forward_ResultService_ExportResult_0        = runtime.ForwardResponseStream
 )
 
 // RegisterCredentialServiceHandlerFromEndpoint is same as RegisterCredentialServiceHandler but

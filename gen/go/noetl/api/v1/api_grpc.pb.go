@@ -867,6 +867,7 @@ var ExecutionService_ServiceDesc = grpc.ServiceDesc{
 const (
 	ResultService_GetResult_FullMethodName           = "/noetl.api.v1.ResultService/GetResult"
 	ResultService_GetResultFlightInfo_FullMethodName = "/noetl.api.v1.ResultService/GetResultFlightInfo"
+	ResultService_ExportResult_FullMethodName        = "/noetl.api.v1.ResultService/ExportResult"
 )
 
 // ResultServiceClient is the client API for ResultService service.
@@ -881,6 +882,12 @@ type ResultServiceClient interface {
 	// Flight: the resultstore's Flight location and a short-lived ticket, signed by the
 	// gateway and valid only for the caller's tenant, to pass to DoGet.
 	GetResultFlightInfo(ctx context.Context, in *GetResultFlightInfoRequest, opts ...grpc.CallOption) (*GetResultFlightInfoResponse, error)
+	// ExportResult streams a stored table as a file: Apache Arrow IPC (the stream format the
+	// resultstore keeps, sent as stored) or CSV. Over REST the response body is the file
+	// itself, with the format's Content-Type and an attachment file name; errors found before
+	// the first byte are the API's JSON errors. A result that is not a table is
+	// FAILED_PRECONDITION: read it as JSON with GetResult.
+	ExportResult(ctx context.Context, in *ExportResultRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportResultResponse], error)
 }
 
 type resultServiceClient struct {
@@ -911,6 +918,25 @@ func (c *resultServiceClient) GetResultFlightInfo(ctx context.Context, in *GetRe
 	return out, nil
 }
 
+func (c *resultServiceClient) ExportResult(ctx context.Context, in *ExportResultRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportResultResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ResultService_ServiceDesc.Streams[0], ResultService_ExportResult_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportResultRequest, ExportResultResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ResultService_ExportResultClient = grpc.ServerStreamingClient[ExportResultResponse]
+
 // ResultServiceServer is the server API for ResultService service.
 // All implementations must embed UnimplementedResultServiceServer
 // for forward compatibility.
@@ -923,6 +949,12 @@ type ResultServiceServer interface {
 	// Flight: the resultstore's Flight location and a short-lived ticket, signed by the
 	// gateway and valid only for the caller's tenant, to pass to DoGet.
 	GetResultFlightInfo(context.Context, *GetResultFlightInfoRequest) (*GetResultFlightInfoResponse, error)
+	// ExportResult streams a stored table as a file: Apache Arrow IPC (the stream format the
+	// resultstore keeps, sent as stored) or CSV. Over REST the response body is the file
+	// itself, with the format's Content-Type and an attachment file name; errors found before
+	// the first byte are the API's JSON errors. A result that is not a table is
+	// FAILED_PRECONDITION: read it as JSON with GetResult.
+	ExportResult(*ExportResultRequest, grpc.ServerStreamingServer[ExportResultResponse]) error
 	mustEmbedUnimplementedResultServiceServer()
 }
 
@@ -938,6 +970,9 @@ func (UnimplementedResultServiceServer) GetResult(context.Context, *GetResultReq
 }
 func (UnimplementedResultServiceServer) GetResultFlightInfo(context.Context, *GetResultFlightInfoRequest) (*GetResultFlightInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetResultFlightInfo not implemented")
+}
+func (UnimplementedResultServiceServer) ExportResult(*ExportResultRequest, grpc.ServerStreamingServer[ExportResultResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExportResult not implemented")
 }
 func (UnimplementedResultServiceServer) mustEmbedUnimplementedResultServiceServer() {}
 func (UnimplementedResultServiceServer) testEmbeddedByValue()                       {}
@@ -996,6 +1031,17 @@ func _ResultService_GetResultFlightInfo_Handler(srv interface{}, ctx context.Con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ResultService_ExportResult_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportResultRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ResultServiceServer).ExportResult(m, &grpc.GenericServerStream[ExportResultRequest, ExportResultResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ResultService_ExportResultServer = grpc.ServerStreamingServer[ExportResultResponse]
+
 // ResultService_ServiceDesc is the grpc.ServiceDesc for ResultService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1012,7 +1058,13 @@ var ResultService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ResultService_GetResultFlightInfo_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExportResult",
+			Handler:       _ResultService_ExportResult_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "noetl/api/v1/api.proto",
 }
 
