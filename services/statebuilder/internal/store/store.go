@@ -362,8 +362,22 @@ func (s *Store) listFiltered(ctx context.Context, req *sbv1.ListEventsRequest, n
 	return resp, nil
 }
 
-// ListExecutions returns executions newest first with keyset paging.
-func (s *Store) ListExecutions(ctx context.Context, req *sbv1.ListExecutionsRequest) (*sbv1.ListExecutionsResponse, error) {
+// listExecutionsSQL is the page query of ListExecutions (arguments: listArgs). Within a
+// tenant it walks the index execution_tenant_started from the page token's key, so a page
+// reads about its own rows however many executions the tenant has.
+const listExecutionsSQL = `SELECT execution_id, tenant, playbook_path, playbook_version, status, last_seq, started_at, ended_at, parent_execution_id, labels
+		FROM noetl.execution
+		WHERE ($1 = '' OR tenant = $1) AND ($2 = 0 OR status = $2) AND ($3 = '' OR playbook_path = $3)
+		  AND ($7 = '' OR parent_execution_id = $7)
+		  AND ($8::timestamptz IS NULL OR updated_at < $8)
+		  AND ($9::timestamptz IS NULL OR started_at >= $9)
+		  AND ($10::timestamptz IS NULL OR started_at < $10)
+		  AND ($11::text = '' OR labels @> $11::text::jsonb)
+		  AND (started_at, execution_id) < ($4, $5)
+		ORDER BY started_at DESC, execution_id DESC LIMIT $6`
+
+// listArgs are the arguments of listExecutionsSQL for req, and its page size.
+func listArgs(req *sbv1.ListExecutionsRequest) ([]any, int, error) {
 	n := int(req.GetPageSize())
 	if n <= 0 {
 		n = 50
@@ -377,11 +391,11 @@ func (s *Store) ListExecutions(ctx context.Context, req *sbv1.ListExecutionsRequ
 		raw, err := base64.RawURLEncoding.DecodeString(tok)
 		parts := strings.SplitN(string(raw), "|", 2)
 		if err != nil || len(parts) != 2 {
-			return nil, status.Error(codes.InvalidArgument, "page_token: malformed")
+			return nil, 0, status.Error(codes.InvalidArgument, "page_token: malformed")
 		}
 		t, err := time.Parse(time.RFC3339Nano, parts[0])
 		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, "page_token: malformed")
+			return nil, 0, status.Error(codes.InvalidArgument, "page_token: malformed")
 		}
 		afterTime, afterID = t, parts[1]
 	}
@@ -389,22 +403,21 @@ func (s *Store) ListExecutions(ctx context.Context, req *sbv1.ListExecutionsRequ
 	if len(req.GetLabels()) > 0 {
 		b, err := json.Marshal(req.GetLabels())
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		labels = string(b)
 	}
-	rows, err := s.db.Query(ctx, `SELECT execution_id, tenant, playbook_path, playbook_version, status, last_seq, started_at, ended_at, parent_execution_id, labels
-		FROM noetl.execution
-		WHERE ($1 = '' OR tenant = $1) AND ($2 = 0 OR status = $2) AND ($3 = '' OR playbook_path = $3)
-		  AND ($7 = '' OR parent_execution_id = $7)
-		  AND ($8::timestamptz IS NULL OR updated_at < $8)
-		  AND ($9::timestamptz IS NULL OR started_at >= $9)
-		  AND ($10::timestamptz IS NULL OR started_at < $10)
-		  AND ($11::text = '' OR labels @> $11::text::jsonb)
-		  AND (started_at, execution_id) < ($4, $5)
-		ORDER BY started_at DESC, execution_id DESC LIMIT $6`,
-		req.GetTenant(), int16(req.GetStatus()), req.GetPlaybookPath(), afterTime, afterIDOrMax(afterID), n, req.GetParentExecutionId(), updatedBefore(req),
-		optTime(req.GetStartedAfter()), optTime(req.GetStartedBefore()), labels)
+	return []any{req.GetTenant(), int16(req.GetStatus()), req.GetPlaybookPath(), afterTime, afterIDOrMax(afterID), n, req.GetParentExecutionId(), updatedBefore(req),
+		optTime(req.GetStartedAfter()), optTime(req.GetStartedBefore()), labels}, n, nil
+}
+
+// ListExecutions returns executions newest first with keyset paging.
+func (s *Store) ListExecutions(ctx context.Context, req *sbv1.ListExecutionsRequest) (*sbv1.ListExecutionsResponse, error) {
+	args, n, err := listArgs(req)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, listExecutionsSQL, args...)
 	if err != nil {
 		return nil, err
 	}
