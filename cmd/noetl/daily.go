@@ -26,11 +26,11 @@ type dialer func() (*client, error)
 
 func executionsCmd(dial dialer, output *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "executions", Aliases: []string{"execution", "exec"}, Short: "List and show executions"}
-	var statusName, path string
+	var statusName, path, tenantName string
 	var labels []string
 	var limit int
 	list := &cobra.Command{
-		Use:   "list [--status S] [--path P] [--label K=V]... [--limit N]",
+		Use:   "list [--status S] [--path P] [--label K=V]... [--tenant T|-] [--limit N]",
 		Short: "List executions, newest first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,14 +55,21 @@ func executionsCmd(dial dialer, output *string) *cobra.Command {
 			}
 			defer func() { _ = c.conn.Close() }()
 			l := &listing{columns: []string{"EXECUTION", "PLAYBOOK", "VERSION", "STATUS", "STARTED", "TOOK", "LABELS"}}
+			if tenantName != "" {
+				l.columns = append([]string{"EXECUTION", "TENANT"}, l.columns[1:]...)
+			}
 			token := ""
 			for len(l.items) < limit {
-				resp, err := c.exe.ListExecutions(cmd.Context(), &apiv1.ListExecutionsRequest{PageSize: int32(min(limit-len(l.items), 500)), PageToken: token, Status: st, Path: path, Labels: want})
+				resp, err := c.exe.ListExecutions(cmd.Context(), &apiv1.ListExecutionsRequest{PageSize: int32(min(limit-len(l.items), 500)), PageToken: token, Status: st, Path: path, Labels: want, Tenant: tenantName})
 				if err != nil {
 					return err
 				}
 				for _, x := range resp.GetExecutions() {
-					l.add(x, x.GetExecutionId(), x.GetPath(), strconv.FormatInt(x.GetVersion(), 10), statusWord(x.GetStatus()), when(x.GetStartTime()), took(x.GetStartTime(), x.GetEndTime()), labelText(x.GetLabels()))
+					cells := []string{x.GetExecutionId(), x.GetPath(), strconv.FormatInt(x.GetVersion(), 10), statusWord(x.GetStatus()), when(x.GetStartTime()), took(x.GetStartTime(), x.GetEndTime()), labelText(x.GetLabels())}
+					if tenantName != "" {
+						cells = append([]string{cells[0], x.GetTenant()}, cells[1:]...)
+					}
+					l.add(x, cells...)
 				}
 				if token = resp.GetNextPageToken(); token == "" {
 					break
@@ -74,6 +81,7 @@ func executionsCmd(dial dialer, output *string) *cobra.Command {
 	list.Flags().StringVar(&statusName, "status", "", "only executions with this status: running, completed, failed or cancelled")
 	list.Flags().StringVar(&path, "path", "", "only executions of this playbook path")
 	list.Flags().StringArrayVar(&labels, "label", nil, "only executions with this label key=value; repeatable (all must match)")
+	list.Flags().StringVar(&tenantName, "tenant", "", "only executions of this tenant, or - for every tenant (another tenant needs the system role; default: the key's own)")
 	list.Flags().IntVar(&limit, "limit", 50, "most executions to list")
 	get := &cobra.Command{
 		Use:   "get ID",

@@ -107,6 +107,16 @@ func TestDailyCommands(t *testing.T) {
 		require.EqualError(t, err, `--status "done": want running, completed, failed or cancelled`)
 		_, err = noetl("executions", "list", "-o", "xml")
 		require.EqualError(t, err, `--output "xml": want table, json or yaml`)
+
+		// The admin key is also a system key: it lists every tenant's, or another's.
+		out, err = noetl("executions", "list", "--tenant", "-", "-o", "table")
+		require.NoError(t, err)
+		lines = strings.Split(strings.TrimSpace(out), "\n")
+		require.Regexp(t, `^EXECUTION\s+TENANT\s+PLAYBOOK\s+`, lines[0])
+		require.Regexp(t, `^`+id+`\s+default\s+tests/daily\s+2\s+COMPLETED`, lines[1])
+		out, err = noetl("executions", "list", "--tenant", "elsewhere")
+		require.NoError(t, err)
+		require.Empty(t, out, "no execution in tenant elsewhere")
 	})
 
 	t.Run("status and events", func(t *testing.T) {

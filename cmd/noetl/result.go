@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
+	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/flight"
@@ -26,7 +28,7 @@ import (
 // maxFlightMessage is the largest Flight message (one record batch) the CLI accepts.
 const maxFlightMessage = 64 << 20
 
-func resultCmd(dial func() (*client, error)) *cobra.Command {
+func resultCmd(dial func() (*client, error), output *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "result", Short: "Read results held by reference"}
 	var format, out, pointer, location string
 	get := &cobra.Command{
@@ -78,6 +80,10 @@ func resultCmd(dial func() (*client, error)) *cobra.Command {
 		Short: "Show a stored result's reference, its Arrow Flight location and a short-lived ticket",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			format, err := outputFormat(*output, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
 			c, err := dial()
 			if err != nil {
 				return err
@@ -87,8 +93,12 @@ func resultCmd(dial func() (*client, error)) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), protojson.Format(resp))
-			return err
+			ref := resp.GetRef()
+			return printOne(cmd.OutOrStdout(), format, resp, [][2]string{
+				{"Result", ref.GetUri()}, {"Content type", ref.GetContentType()}, {"Rows", strconv.FormatInt(ref.GetRowCount(), 10)},
+				{"Size", strconv.FormatInt(ref.GetSize(), 10) + " bytes"}, {"Location", resp.GetLocation()},
+				{"Ticket", base64.StdEncoding.EncodeToString(resp.GetTicket())}, {"Expires", when(resp.GetExpireTime())},
+			})
 		},
 	}
 	cmd.AddCommand(get, info)

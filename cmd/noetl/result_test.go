@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
@@ -132,4 +133,13 @@ func TestResultCommands(t *testing.T) {
 	require.Equal(t, "grpc://"+m.FlightAddr, info["location"])
 	require.NotEmpty(t, info["ticket"])
 	require.Equal(t, "3000", info["ref"].(map[string]any)["rowCount"])
+	out, err = noetl("flight-info", table, "-o", "yaml")
+	require.NoError(t, err)
+	var infoYAML map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(out), &infoYAML), out)
+	require.Equal(t, "grpc://"+m.FlightAddr, infoYAML["location"])
+	out, err = noetl("flight-info", table, "-o", "table")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^Rows:\s+3000$`, out)
+	require.Regexp(t, `(?m)^Location:\s+grpc://`, out)
 }
