@@ -16,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -26,6 +29,8 @@ import (
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -182,6 +187,7 @@ func until(t *testing.T, ctx context.Context, what, expr string) {
 
 type fixture struct {
 	m    *mesh.Mesh
+	nats string
 	conn *grpc.ClientConn
 	cat  apiv1.CatalogServiceClient
 	exe  apiv1.ExecutionServiceClient
@@ -192,13 +198,14 @@ func startMesh(t *testing.T) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: testkit.StartPostgres(t), NATSURL: testkit.StartNATS(t)})
+	natsURL := testkit.StartNATS(t)
+	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: testkit.StartPostgres(t), NATSURL: natsURL})
 	require.NoError(t, err)
 	t.Cleanup(m.Stop)
 	conn, err := m.Dial()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return &fixture{m: m, conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn)}
+	return &fixture{m: m, nats: natsURL, conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn)}
 }
 
 func (f *fixture) register(t *testing.T, content string) {
@@ -299,6 +306,47 @@ func TestConsole(t *testing.T) {
 		require.NoError(t, err)
 	}
 	slow := f.start(t, "tests/console/slow")
+	f.register(t, testdata(t, "flaky.yaml"))
+	fw, _ := structpb.NewStruct(map[string]any{"marker": filepath.Join(t.TempDir(), "attempted")})
+	fl, err := f.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/console/flaky", Workload: fw})
+	require.NoError(t, err)
+	flaky := fl.GetExecutionId()
+
+	// Triggers: a webhook (its secret returned once) fired once, and a NATS subject.
+	trig := apiv1.NewTriggerServiceClient(f.conn)
+	hook, err := trig.CreateTrigger(ctx, &apiv1.CreateTriggerRequest{Trigger: &apiv1.Trigger{Name: "github-push", Path: "tests/console/thirty",
+		Source: &apiv1.Trigger_Webhook{Webhook: &apiv1.WebhookSource{}}}})
+	require.NoError(t, err)
+	require.NotEmpty(t, hook.GetSecret())
+	fired, err := trig.FireTrigger(ctx, &apiv1.FireTriggerRequest{Name: "github-push", DeliveryId: "d-1"})
+	require.NoError(t, err)
+	nc, err := nats.Connect(f.nats)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	require.NoError(t, err)
+	_, err = trig.CreateTrigger(ctx, &apiv1.CreateTriggerRequest{Trigger: &apiv1.Trigger{Name: "order-created", Path: "tests/console/fanout", Version: 1,
+		Source: &apiv1.Trigger_Nats{Nats: &apiv1.NatsSource{Subject: "orders.created"}}}})
+	require.NoError(t, err)
+
+	// A second tenant, acme, with an execution of its own: the admin key is also a system
+	// key, which creates acme's keys (an admin and a viewer).
+	admin := apiv1.NewAdminServiceClient(f.conn)
+	acmeKey := func(role string) string {
+		r, err := admin.CreateApiKey(ctx, &apiv1.CreateApiKeyRequest{Tenant: "acme", Roles: []string{role}, Name: "console test " + role})
+		require.NoError(t, err)
+		return r.GetSecret()
+	}
+	acmeAdmin, acmeViewer := acmeKey("admin"), acmeKey("viewer")
+	acmeConn, err := grpcx.DialSigned(f.m.GRPCAddr, auth.Bearer(acmeAdmin))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = acmeConn.Close() })
+	acme := &fixture{m: f.m, conn: acmeConn, cat: apiv1.NewCatalogServiceClient(acmeConn), exe: apiv1.NewExecutionServiceClient(acmeConn)}
+	acme.register(t, testdata(t, "thirty.yaml"))
+	acmeRun := acme.start(t, "tests/console/thirty")
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, acme.wait(t, acmeRun).GetStatus())
 
 	t.Run("routes", func(t *testing.T) {
 		// / sends a browser to the console; the assets need no key, the graph route does.
@@ -364,7 +412,9 @@ func TestConsole(t *testing.T) {
 		shots.take(t, b, "03-executions", "the executions list: filters, a running and a completed execution, paging")
 		// Filters are the API's: by status, and by a start-time range.
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions?status=completed"))
-		until(t, b, "the completed filter", `document.querySelectorAll('#executions tbody tr').length === 1 && document.querySelector('#executions tbody tr').dataset.status === 'completed'`)
+		// Completed only: the 30-step run among them, the running one not.
+		until(t, b, "the completed filter", fmt.Sprintf(`(() => { const rows = [...document.querySelectorAll('#executions tbody tr')];
+			return rows.length >= 2 && rows.every((r) => r.dataset.status === 'completed') && rows.some((r) => r.dataset.id === %q) && !rows.some((r) => r.dataset.id === %q); })()`, thirty, slow))
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions?range=custom&from=2001-01-01T00:00&to=2001-01-02T00:00"))
 		until(t, b, "an empty range", `document.querySelector('.empty-title')?.textContent.includes('No executions match')`)
 	})
@@ -381,7 +431,7 @@ func TestConsole(t *testing.T) {
 	var run string
 	step("catalog", func(t *testing.T) {
 		do(t, b, chromedp.Navigate(base+"/ui/#/catalog"))
-		until(t, b, "the catalog", `document.querySelectorAll('#playbooks tbody tr').length === 3`)
+		until(t, b, "the catalog", `document.querySelectorAll('#playbooks tbody tr').length === 4`)
 		shots.take(t, b, "05-catalog", "the catalog: the latest version of each playbook")
 		do(t, b, chromedp.Navigate(base+"/ui/#/catalog/tests/console/fanout"))
 		until(t, b, "the source", `document.querySelectorAll('.code.yaml .code-line').length > 40 && !!document.querySelector('.y-key')`)
@@ -434,6 +484,19 @@ func TestConsole(t *testing.T) {
 		shots.take(t, b, "10-timeline", "the timeline: a Gantt of the steps and the loop's iterations over wall time, waiting hatched, the slowest step marked")
 	})
 
+	step("retries in the timeline", func(t *testing.T) {
+		require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, f.wait(t, flaky).GetStatus())
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+flaky+"?tab=timeline"))
+		until(t, b, "the timeline", `document.querySelectorAll('svg.timeline .tl-row.step').length === 3`)
+		attempts := eval[[]string](t, b, `[...document.querySelectorAll('svg.timeline .tl-run')].filter((r) => r.closest('.tl-row').dataset.step === 'fetch').map((r) => r.dataset.attempt + ' ' + r.getAttribute('class'))`)
+		require.Equal(t, []string{"1 tl-run c-failed", "2 tl-run c-completed"}, attempts, "both attempts of fetch, the first failed")
+		require.Equal(t, 1, eval[int](t, b, `document.querySelectorAll('svg.timeline .tl-backoff').length`), "the backoff between them")
+		require.Equal(t, "#2", eval[string](t, b, `document.querySelector('svg.timeline .tl-attempt').textContent`))
+		shots.take(t, b, "10b-timeline-retry", "the timeline of a retried step: the failed first attempt, the backoff, the second attempt marked #2")
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+run))
+		until(t, b, "the graph", `document.querySelectorAll('svg.graph .node').length === 7`)
+	})
+
 	step("event log", func(t *testing.T) {
 		do(t, b, chromedp.Click(chromedp.CSS(`[data-tab="events"]`)))
 		until(t, b, "the events", `document.querySelectorAll('#events tr.event').length > 20`)
@@ -451,24 +514,51 @@ func TestConsole(t *testing.T) {
 		until(t, b, "the second page", `document.querySelector('[data-step="table"] [data-rows-shown]')?.dataset.rowsShown === '51-100'`)
 		first := eval[[]string](t, b, `[...document.querySelector('[data-step="table"] tbody tr').querySelectorAll('td')].map((td) => td.textContent)`)
 		require.Equal(t, []string{"51", "50", "SKU-00050", "1", "line 50 of the console test table"}, first)
-		// Download CSV reads every page and saves the table.
+		// The downloads are the gateway's export of the table: CSV, and the Arrow IPC
+		// stream as stored, fetched with the key in the Authorization header (never in a URL).
 		downloads := t.TempDir()
 		_, err := chromedp.CallBrowser(b, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads})
 		require.NoError(t, err)
+		saved := func(name string) []byte {
+			var data []byte
+			testkit.WaitFor(t, time.Minute, func() error {
+				// Chromium writes to a .crdownload file and renames it when done.
+				var err error
+				data, err = os.ReadFile(filepath.Join(downloads, name))
+				return err
+			})
+			return data
+		}
 		do(t, b, chromedp.Click(chromedp.CSS(`[data-csv="table"]`)))
-		var csv []byte
-		testkit.WaitFor(t, time.Minute, func() error {
-			csv, err = os.ReadFile(filepath.Join(downloads, "table.csv"))
-			if err == nil && !bytes.HasSuffix(csv, []byte("\r\n")) {
-				err = errors.New("still writing")
-			}
-			return err
-		})
-		lines := strings.Split(strings.TrimSuffix(string(csv), "\r\n"), "\r\n")
+		csv := saved("table.csv")
+		lines := strings.Split(strings.TrimSuffix(string(csv), "\n"), "\n")
 		require.Len(t, lines, 2001, "a header and 2,000 rows")
 		require.Equal(t, "id,sku,qty,note", lines[0])
 		require.Equal(t, "1999,SKU-01999,4,line 1999 of the console test table", lines[2000])
-		shots.take(t, b, "12-results", "the results: the execution's result as a JSON tree, a table result paged (rows 51-100 of 2,000) with a CSV download")
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-arrow="table"]`)))
+		rdr, err := ipc.NewReader(bytes.NewReader(saved("table.arrow")))
+		require.NoError(t, err, "the download is an Arrow IPC stream")
+		require.Equal(t, []string{"id", "sku", "qty", "note"}, func() (names []string) {
+			for _, fl := range rdr.Schema().Fields() {
+				names = append(names, fl.Name)
+			}
+			return names
+		}())
+		var rows int64
+		var last string
+		for rdr.Next() {
+			rec := rdr.RecordBatch()
+			rows += rec.NumRows()
+			last = rec.Column(1).ValueStr(int(rec.NumRows()) - 1)
+		}
+		require.NoError(t, rdr.Err())
+		rdr.Release()
+		require.EqualValues(t, 2000, rows)
+		require.Equal(t, "SKU-01999", last)
+		for _, u := range eval[[]string](t, b, `performance.getEntriesByType('resource').map((e) => e.name).filter((n) => n.includes('/export'))`) {
+			require.NotContains(t, u, f.m.AdminKey, "the key is never in a URL")
+		}
+		shots.take(t, b, "12-results", "the results: the execution's result as a JSON tree, a table result paged (rows 51-100 of 2,000) with its CSV and Arrow downloads")
 	})
 
 	step("rerun from a step", func(t *testing.T) {
@@ -540,26 +630,46 @@ func TestConsole(t *testing.T) {
 		shots.take(t, b, "21-schedules", "schedules: their timing, next tick and last execution, one paused from the console")
 	})
 
+	step("triggers", func(t *testing.T) {
+		do(t, b, chromedp.Navigate(base+"/ui/#/triggers"))
+		until(t, b, "the triggers", `document.querySelectorAll('#triggers tbody tr').length === 2`)
+		kinds := eval[map[string]string](t, b, `Object.fromEntries([...document.querySelectorAll('#triggers tbody tr')].map((r) => [r.dataset.name, r.dataset.kind]))`)
+		require.Equal(t, map[string]string{"github-push": "webhook", "order-created": "nats"}, kinds)
+		require.Contains(t, eval[string](t, b, `document.querySelector('tr[data-name="order-created"] td.source').textContent`), "orders.created in stream ORDERS")
+		require.Contains(t, eval[string](t, b, `document.querySelector('tr[data-name="github-push"] td.source').textContent`), "POST /v1/triggers/github-push")
+		require.Equal(t, fired.GetExecutionId(), eval[string](t, b, `document.querySelector('tr[data-name="github-push"] [data-last]').dataset.last`), "the last delivery's execution")
+		require.Contains(t, eval[string](t, b, `document.querySelector('tr[data-name="order-created"] td.last').textContent`), "never fired")
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-deliveries="github-push"]`)))
+		until(t, b, "its deliveries", fmt.Sprintf(`document.querySelectorAll('#executions tbody tr').length === 1 && !!document.querySelector('tr[data-id="%s"]')`, fired.GetExecutionId()))
+		do(t, b, chromedp.Navigate(base+"/ui/#/triggers"))
+		until(t, b, "the triggers", `document.querySelectorAll('#triggers tbody tr').length === 2`)
+		page := eval[string](t, b, `document.documentElement.outerHTML`)
+		require.NotContains(t, page, hook.GetSecret(), "a webhook's secret is never shown")
+		shots.take(t, b, "22-triggers", "triggers: a webhook fired once (its last execution linked) and a NATS subject, what each starts; no secret")
+	})
+
 	step("credentials and API", func(t *testing.T) {
 		do(t, b, chromedp.Navigate(base+"/ui/#/credentials"))
 		until(t, b, "the credentials", `document.querySelectorAll('#credentials tbody tr').length === 2`)
 		require.NotContains(t, eval[string](t, b, `document.body.innerText`), "s3cret")
-		shots.take(t, b, "22-credentials", "credentials: names and types only")
+		shots.take(t, b, "23-credentials", "credentials: names and types only")
 		do(t, b, chromedp.Navigate(base+"/ui/#/api"))
 		until(t, b, "the routes", `document.querySelectorAll('#api .api-route').length > 15`)
 		require.Equal(t, 1, eval[int](t, b, `document.querySelectorAll('#api .api-route[data-method="get"][data-path="/v1/executions"]').length`))
+		require.Contains(t, eval[string](t, b, `document.querySelector('#api .api-route[data-path="/v1/results/{resultId}/export"] .api-raw').textContent`), "application/vnd.apache.arrow.stream or text/csv",
+			"the export route is described as the file it sends")
 		do(t, b, chromedp.Click(chromedp.CSS(`#api .api-route[data-method="get"][data-path="/v1/executions"] summary`)))
-		shots.take(t, b, "23-api", "the API page: /openapi.json's routes by service, one opened to its parameters and response")
+		shots.take(t, b, "24-api", "the API page: /openapi.json's routes by service, one opened to its parameters and response")
 	})
 
 	step("narrow screen", func(t *testing.T) {
 		do(t, b, chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+"/ui/#/executions"))
 		until(t, b, "the list", `document.querySelectorAll('#executions tbody tr').length >= 3`)
 		require.LessOrEqual(t, eval[int](t, b, `document.documentElement.scrollWidth`), 390, "the page does not scroll sideways (tables scroll in their box)")
-		shots.take(t, b, "24-executions-narrow", "the executions list on a 390-pixel-wide screen")
+		shots.take(t, b, "25-executions-narrow", "the executions list on a 390-pixel-wide screen")
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+run))
 		until(t, b, "the graph", `document.querySelectorAll('svg.graph .node').length === 7`)
-		shots.take(t, b, "25-graph-narrow", "an execution's page on a 390-pixel-wide screen, its graph fitted")
+		shots.take(t, b, "26-graph-narrow", "an execution's page on a 390-pixel-wide screen, its graph fitted")
 	})
 
 	step("step logs", func(t *testing.T) {
@@ -575,16 +685,48 @@ func TestConsole(t *testing.T) {
 		setValue(t, b, "#log-step", "")
 		until(t, b, "every step's logs", `location.hash.includes('tab=logs') && !location.hash.includes('logstep=side')`)
 		require.Equal(t, []string{"side"}, eval[[]string](t, b, `[...document.querySelectorAll('.step-logs')].map((s) => s.dataset.step)`), "only the step that printed has logs")
-		shots.take(t, b, "26-step-logs", "the step logs of an execution, per step: a python step's stdout and stderr")
+		shots.take(t, b, "27-step-logs", "the step logs of an execution, per step: a python step's stdout and stderr")
 
 		// A running execution's logs follow it: the first step's line shows while the second runs.
 		live := f.start(t, "tests/console/slow")
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+live+"?tab=logs"))
 		until(t, b, "the first step's line, live", `document.querySelector('.step-logs[data-step="start"] .log-text')?.textContent === "hello from the console's python step\n"`)
 		require.Equal(t, "running", eval[string](t, b, `document.querySelector('#exec-status').dataset.status`))
-		shots.take(t, b, "27-step-logs-live", "the step logs of a running execution, followed live: the first step's line while the second runs")
+		shots.take(t, b, "28-step-logs-live", "the step logs of a running execution, followed live: the first step's line while the second runs")
 		_, err := f.exe.CancelExecution(ctx, &apiv1.CancelExecutionRequest{ExecutionId: live, Reason: "test"})
 		require.NoError(t, err)
+	})
+
+	step("tenant filter", func(t *testing.T) {
+		// A system key lists every tenant's executions, or one tenant's.
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions"))
+		until(t, b, "the tenant control", `!document.querySelector('#tenant-field').classList.contains('hidden')`)
+		require.Zero(t, eval[int](t, b, fmt.Sprintf(`document.querySelectorAll('tr[data-id="%s"]').length`, acmeRun)), "its own tenant by default")
+		eval[bool](t, b, `(() => { const s = document.querySelector('#f-tenant'); s.value = '-'; s.dispatchEvent(new Event('change')); return true; })()`)
+		until(t, b, "every tenant's executions", fmt.Sprintf(`document.querySelector('tr[data-id="%s"]')?.dataset.tenant === 'acme' && document.querySelector('tr[data-id="%s"]')?.dataset.tenant === 'default'`, acmeRun, thirty))
+		require.Contains(t, eval[string](t, b, `location.hash`), "tenant=-")
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions?tenant=acme"))
+		until(t, b, "acme's executions", fmt.Sprintf(`document.querySelectorAll('#executions tbody tr').length === 1 && !!document.querySelector('tr[data-id="%s"]')`, acmeRun))
+		require.Equal(t, "acme", eval[string](t, b, `document.querySelector('#f-tenant').value`))
+		require.Equal(t, "acme", eval[string](t, b, `document.querySelector('#executions tbody td[data-tenant]').textContent`))
+		shots.take(t, b, "29-executions-by-tenant", "a system key's executions list filtered by tenant (acme), the tenant column shown")
+		// Another tenant's execution opens only with that tenant's key: the page says so.
+		do(t, b, chromedp.Click(chromedp.CSS(fmt.Sprintf(`tr[data-id="%s"] a[href^="#/executions/"]`, acmeRun))))
+		until(t, b, "the notice", `document.querySelector('.alert.warn')?.textContent.includes('belongs to tenant acme')`)
+
+		// A viewer of acme sees no tenant control, and a tenant in the link is refused with
+		// the API's message.
+		eval[bool](t, b, `sessionStorage.clear(), true`)
+		do(t, b, chromedp.Navigate(base+"/ui/#/login"), chromedp.WaitVisible(chromedp.CSS("#token")))
+		setValue(t, b, "#token", acmeViewer)
+		do(t, b, chromedp.Click(chromedp.CSS("#sign-in")))
+		until(t, b, "acme's list", fmt.Sprintf(`!!document.querySelector('tr[data-id="%s"]')`, acmeRun))
+		until(t, b, "the role known", `sessionStorage.getItem('noetl.console.system') === '0'`)
+		require.True(t, eval[bool](t, b, `document.querySelector('#tenant-field').classList.contains('hidden')`), "no tenant control without the system role")
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions?tenant=-"))
+		until(t, b, "the refusal", `document.querySelector('.alert.error')?.dataset.code === 'PERMISSION_DENIED'`)
+		require.Contains(t, eval[string](t, b, `document.querySelector('.alert.error .alert-msg').textContent`), "needs the system role")
+		shots.take(t, b, "30-tenant-refused", "a viewer key asking for every tenant's executions: refused with the API's message")
 	})
 
 	require.Empty(t, problems(), "the pages logged no error and threw no exception")

@@ -4,16 +4,23 @@
 
 const TOKEN = 'noetl.console.token';
 const OPEN = 'noetl.console.open';
+const SYSTEM = 'noetl.console.system';
+const TENANTS = 'noetl.console.tenants';
 
 export const auth = {
   token() { return sessionStorage.getItem(TOKEN) || ''; },
   /** open tells that the gateway answered without credentials (authentication is off). */
   open() { return sessionStorage.getItem(OPEN) === '1'; },
-  set(token) { sessionStorage.setItem(TOKEN, token); sessionStorage.removeItem(OPEN); },
-  setOpen() { sessionStorage.removeItem(TOKEN); sessionStorage.setItem(OPEN, '1'); },
-  clear() { sessionStorage.removeItem(TOKEN); sessionStorage.removeItem(OPEN); },
+  set(token) { forget(); sessionStorage.setItem(TOKEN, token); },
+  setOpen() { forget(); sessionStorage.setItem(OPEN, '1'); },
+  clear() { forget(); },
   signedIn() { return this.token() !== '' || this.open(); },
 };
+
+/** forget drops the credential and what was learnt about it. */
+function forget() {
+  for (const k of [TOKEN, OPEN, SYSTEM, TENANTS]) sessionStorage.removeItem(k);
+}
 
 // gRPC code numbers to names, as the API's error bodies carry numbers.
 const CODES = ['OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS',
@@ -104,6 +111,71 @@ export async function api(path, opts = {}) {
   }
   if (res.status === 204) return {};
   return res.json();
+}
+
+/**
+ * systemCaller tells whether the caller may list the executions of every tenant (the
+ * system role): asked once per key, with a one-row list of every tenant's executions.
+ */
+export async function systemCaller(signal) {
+  const known = sessionStorage.getItem(SYSTEM);
+  if (known) return known === '1';
+  let yes = false;
+  try {
+    await api('/v1/executions', {query: {pageSize: 1, tenant: '-'}, signal, quiet: true});
+    yes = true;
+  } catch (e) {
+    if (!(e instanceof ApiError) || e.httpStatus !== 403) return false; // not known: ask again later
+  }
+  sessionStorage.setItem(SYSTEM, yes ? '1' : '0');
+  return yes;
+}
+
+/** tenantsSeen are the tenants a system caller's lists have shown, sorted; add adds some. */
+export const tenantsSeen = {
+  list() { try { return JSON.parse(sessionStorage.getItem(TENANTS) || '[]'); } catch { return []; } },
+  add(names) {
+    const all = [...new Set([...this.list(), ...names.filter(Boolean)])].sort().slice(0, 200);
+    sessionStorage.setItem(TENANTS, JSON.stringify(all));
+  },
+};
+
+/**
+ * fetchFile downloads a file route of the API (GET, the key in the Authorization header,
+ * never in the URL) and returns it as a Blob; progress(n) gets the bytes read so far. A
+ * refusal throws an ApiError carrying the API's message.
+ */
+export async function fetchFile(path, opts = {}) {
+  let res;
+  try {
+    res = await fetch(path + query(opts.query), {headers: headers({Accept: opts.accept || '*/*'}), signal: opts.signal});
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new ApiError(0, null, `The gateway did not answer (${e.message}).`);
+  }
+  if (!res.ok) {
+    const err = await errorOf(res);
+    if (res.status === 401) onUnauthenticated(err);
+    throw err;
+  }
+  const type = res.headers.get('Content-Type') || 'application/octet-stream';
+  const reader = res.body.getReader();
+  const parts = [];
+  let n = 0;
+  for (;;) {
+    let r;
+    try {
+      r = await reader.read();
+    } catch (e) {
+      if (e.name === 'AbortError') throw e;
+      throw new ApiError(0, null, `The download broke off after ${n} bytes (${e.message}).`);
+    }
+    if (r.done) break;
+    parts.push(r.value);
+    n += r.value.length;
+    if (opts.progress) opts.progress(n);
+  }
+  return new Blob(parts, {type});
 }
 
 /** probe calls path with the given token (or none) and returns the response status. */

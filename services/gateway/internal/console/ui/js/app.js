@@ -11,12 +11,14 @@ import * as execution from './views/execution.js';
 import * as catalog from './views/catalog.js';
 import * as credentials from './views/credentials.js';
 import * as schedules from './views/schedules.js';
+import * as triggers from './views/triggers.js';
 import * as apidoc from './views/apidoc.js';
 
 const NAV = [
   ['executions', 'Executions'],
   ['catalog', 'Catalog'],
   ['schedules', 'Schedules'],
+  ['triggers', 'Triggers'],
   ['credentials', 'Credentials'],
   ['api', 'API'],
 ];
@@ -98,6 +100,7 @@ async function render() {
         break;
       case 'catalog': page = catalog; break;
       case 'schedules': page = schedules; break;
+      case 'triggers': page = triggers; break;
       case 'credentials': page = credentials; break;
       case 'api': page = apidoc; break;
       default:

@@ -150,9 +150,9 @@ export function copyButton(text, label = 'Copy') {
   return b;
 }
 
-/** download saves text as a file. */
-export function download(name, text, type) {
-  const url = URL.createObjectURL(new Blob([text], {type}));
+/** download saves data (text or a Blob) as a file. */
+export function download(name, data, type) {
+  const url = URL.createObjectURL(data instanceof Blob ? data : new Blob([data], {type}));
   const a = h('a', {href: url, download: name, class: 'hidden'});
   document.body.append(a);
   a.click();

@@ -61,7 +61,9 @@ function route(method, path, op, defs) {
           h('td', {}, p.in), h('td', {class: 'mono'}, typeOf(p)), h('td', {class: 'pre'}, firstPara(p.description)))))))
         : null,
       body ? schema('Request body', body.schema, defs) : null,
-      ok ? schema('Response', ok.schema, defs) : null));
+      // A route answering a file or an event stream says what it sends, not JSON fields.
+      ok && op.produces ? h('div', {class: 'api-raw'}, h('h4', {}, 'Response', h('span', {class: 'muted'}, ' ' + op.produces.join(' or '))), h('p', {}, ok.description))
+        : ok ? schema('Response', ok.schema, defs) : null));
 }
 
 function firstSentence(s) {

@@ -4,7 +4,7 @@
 // that ends with logs reloads the step logs.
 
 import {h, mount, badge, execStatus, stepStatus, when, fullTime, duration, ms, tabs, spinner, empty, throttle, copyButton, bytes, count, download} from '../dom.js';
-import {api, watch, resultId, iterationOf, TERMINAL} from '../api.js';
+import {api, fetchFile, watch, resultId, iterationOf, TERMINAL} from '../api.js';
 import {errorBox, notice, confirmDialog, card, labelChips} from '../ui.js';
 import {drawGraph, legend, zoomable} from '../graph.js';
 import {model, drawTimeline, legendTimeline} from '../timeline.js';
@@ -33,7 +33,9 @@ export async function render(root, route, app) {
     x = (await api(`/v1/executions/${encodeURIComponent(id)}`, {signal})).execution;
   } catch (e) {
     if (e.name === 'AbortError') return;
+    const tenant = route.query.get('tenant');
     mount(root, h('div', {class: 'page-head'}, h('h1', {}, 'Execution'), h('span', {class: 'mono muted'}, id)), errorBox(e, 'the execution could not be read'),
+      tenant && e.code === 'NOT_FOUND' ? notice(`This execution belongs to tenant ${tenant}. A key reads the executions of its own tenant: the system role lists every tenant's, but opening one takes a key of that tenant.`, 'warn') : null,
       h('p', {}, h('a', {href: '#/executions'}, '← All executions')));
     return () => controller.abort();
   }
@@ -326,7 +328,7 @@ export async function render(root, route, app) {
   }
 
   // refCard shows a result held by reference: its size and, for a table, a page of its
-  // rows with a CSV download; other results load as JSON on demand.
+  // rows with downloads as CSV and Arrow; other results load as JSON on demand.
   function refCard(step, ref) {
     const rid = resultId(ref.uri);
     const rows = Number(ref.rowCount) || 0;
@@ -344,19 +346,25 @@ export async function render(root, route, app) {
           if (e.name !== 'AbortError') mount(box, errorBox(e, 'the rows could not be read'));
         }
       };
-      const csv = h('button', {type: 'button', class: 'btn small', dataset: {csv: step}, onclick: async () => {
-        csv.disabled = true;
-        try {
-          const text = await allRowsCSV(rid, rows, (n) => { csv.textContent = `Downloading… ${Math.round(100 * n / rows)}%`; });
-          download(`${step}.csv`, text, 'text/csv');
-        } catch (e) {
-          mount(box, errorBox(e, 'the CSV could not be made'));
-        } finally {
-          csv.disabled = false; csv.textContent = 'Download CSV';
-        }
-      }}, 'Download CSV');
+      // The table as a file, from the gateway's export route: CSV, or the Arrow IPC
+      // stream as stored (for pandas, polars, DuckDB).
+      const file = (format, label, ext) => {
+        const b = h('button', {type: 'button', class: 'btn small', dataset: {[format]: step}, title: `Download all ${count(rows)} rows as ${label}`, onclick: async () => {
+          b.disabled = true;
+          try {
+            const blob = await fetchFile(`/v1/results/${encodeURIComponent(rid)}/export`, {query: {format}, signal,
+              progress: (n) => { b.textContent = `Downloading… ${bytes(n)}`; }});
+            download(`${step}.${ext}`, blob);
+          } catch (e) {
+            if (e.name !== 'AbortError') mount(box, errorBox(e, `the ${label} download failed`));
+          } finally {
+            b.disabled = false; b.textContent = label;
+          }
+        }}, label);
+        return b;
+      };
       page();
-      return h('div', {class: 'ref'}, h('div', {class: 'ref-head'}, meta, csv), box);
+      return h('div', {class: 'ref'}, h('div', {class: 'ref-head'}, meta, h('div', {class: 'ref-actions'}, file('csv', 'CSV', 'csv'), file('arrow', 'Arrow', 'arrow'))), box);
     }
     const load = h('button', {type: 'button', class: 'btn small', onclick: async () => {
       mount(box, spinner());
@@ -368,20 +376,6 @@ export async function render(root, route, app) {
       }
     }}, 'Load the result');
     return h('div', {class: 'ref'}, h('div', {class: 'ref-head'}, meta, load), box);
-  }
-
-  async function allRowsCSV(rid, total, progress) {
-    const out = [];
-    let cols = null;
-    for (let offset = 0; offset < total; offset += 10_000) {
-      const r = await api(`/v1/results/${encodeURIComponent(rid)}`, {query: {offset, limit: 10_000}, signal});
-      const v = r.value || {};
-      if (!cols) { cols = columnNames(v); out.push(cols.map(csvCell).join(',')); }
-      for (const row of v.rows || []) out.push(cols.map((c, i) => csvCell(Array.isArray(row) ? row[i] : row[c])).join(','));
-      progress(Math.min(total, offset + 10_000));
-      if (!(v.rows || []).length) break;
-    }
-    return out.join('\r\n') + '\r\n';
   }
 
   // The step logs: what each command's tools wrote (stdout, stderr, diagnostics), read from
@@ -504,12 +498,6 @@ function columnNames(v) {
   return first && typeof first === 'object' && !Array.isArray(first) ? Object.keys(first) : [];
 }
 
-function csvCell(v) {
-  if (v === null || v === undefined) return '';
-  const s = typeof v === 'object' ? JSON.stringify(v) : String(v);
-  return /[",\r\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
-}
-
 function cell(v) {
   if (v === null || v === undefined) return h('span', {class: 'j-null'}, 'null');
   if (typeof v === 'object') return h('span', {class: 'mono small'}, JSON.stringify(v));
@@ -521,10 +509,12 @@ function table(page, total, offset, go) {
   const cols = columnNames(page);
   const rows = page.rows || [];
   const last = offset + rows.length;
+  // A column of numbers is right-aligned, its header too.
+  const numeric = (k, c) => rows.length > 0 && rows.every((r) => { const v = Array.isArray(r) ? r[k] : r[c]; return v === null || v === undefined || typeof v === 'number'; });
   return h('div', {class: 'result-table'},
     h('div', {class: 'table-wrap'},
       h('table', {class: 'table data', dataset: {offset}},
-        h('thead', {}, h('tr', {}, h('th', {class: 'num'}, '#'), cols.map((c) => h('th', {}, c)))),
+        h('thead', {}, h('tr', {}, h('th', {class: 'num'}, '#'), cols.map((c, k) => h('th', {class: numeric(k, c) ? 'num' : ''}, c)))),
         h('tbody', {}, rows.map((r, i) => h('tr', {}, h('td', {class: 'num muted'}, offset + i + 1),
           cols.map((c, k) => h('td', {class: typeof (Array.isArray(r) ? r[k] : r[c]) === 'number' ? 'num' : ''}, cell(Array.isArray(r) ? r[k] : r[c])))))))),
     h('div', {class: 'pager'},

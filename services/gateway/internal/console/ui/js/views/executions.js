@@ -1,10 +1,10 @@
-// Executions: a page of the list, newest first, filtered by status, playbook path, labels
-// and a start-time range (all the API's filters, so paging stays a keyset scan however
-// many executions there are). Running rows are followed live: a few over the watch stream,
+// Executions: a page of the list, newest first, filtered by status, playbook path, labels,
+// a start-time range and, for a caller with the system role, the tenant (all the API's
+// filters, so paging stays a keyset scan however many executions there are). Running rows are followed live: a few over the watch stream,
 // the rest by refreshing the page while any of them runs.
 
 import {h, mount, badge, execStatus, EXEC_ENUM, when, fullTime, duration, ms, ago, empty, spinner} from '../dom.js';
-import {api, watch, TERMINAL} from '../api.js';
+import {api, watch, systemCaller, tenantsSeen, TERMINAL} from '../api.js';
 import {errorBox, Pager, parseLabels, labelChips} from '../ui.js';
 
 const PAGE = 50;
@@ -24,7 +24,7 @@ function localInput(t) {
 
 export async function render(root, route, app) {
   const q = route.query;
-  const filters = {status: q.get('status') || '', path: q.get('path') || '', labels: q.get('labels') || '', range: q.get('range') || '', from: q.get('from') || '', to: q.get('to') || ''};
+  const filters = {status: q.get('status') || '', path: q.get('path') || '', labels: q.get('labels') || '', range: q.get('range') || '', from: q.get('from') || '', to: q.get('to') || '', tenant: q.get('tenant') || ''};
   const controller = new AbortController();
   const watched = new Map(); // execution id -> AbortController
   let timer = null;
@@ -46,9 +46,28 @@ export async function render(root, route, app) {
   const toIn = h('input', {class: 'input', id: 'f-to', type: 'datetime-local', value: filters.to, 'aria-label': 'Started before'});
   const custom = h('span', {class: ['custom-range', filters.range !== 'custom' && 'hidden']}, fromIn, h('span', {class: 'muted'}, 'to'), toIn);
 
+  // The tenant: a system caller's own (the default), every tenant, one seen before, or
+  // another named. Only a caller the API lets list other tenants sees the control.
+  const tenantSel = h('select', {class: 'input', id: 'f-tenant', 'aria-label': 'Tenant'});
+  const tenantIn = h('input', {class: 'input mono', id: 'f-tenant-name', type: 'search', placeholder: 'tenant name', value: '', 'aria-label': 'Tenant name'});
+  const tenantField = h('label', {class: 'field hidden', id: 'tenant-field'}, h('span', {class: 'label'}, 'Tenant'), h('span', {class: 'tenant-pick'}, tenantSel, tenantIn));
+  const fillTenants = () => {
+    const seen = tenantsSeen.list().filter((n) => n !== '-');
+    if (filters.tenant && filters.tenant !== '-' && !seen.includes(filters.tenant)) seen.push(filters.tenant);
+    mount(tenantSel, h('option', {value: '', selected: !filters.tenant}, 'My tenant'), h('option', {value: '-', selected: filters.tenant === '-'}, 'Every tenant'),
+      seen.sort().map((n) => h('option', {value: n, selected: filters.tenant === n}, n)), h('option', {value: '?'}, 'Another…'));
+    tenantIn.classList.add('hidden');
+  };
+  tenantSel.addEventListener('change', () => {
+    if (tenantSel.value === '?') { tenantIn.classList.remove('hidden'); tenantIn.focus(); return; }
+    apply();
+  });
+  tenantIn.addEventListener('change', () => apply());
+
   const apply = () => {
     const f = {status: statusSel.value, path: pathIn.value.trim(), labels: labelsIn.value.trim(), range: rangeSel.value};
     if (f.range === 'custom') { f.from = fromIn.value; f.to = toIn.value; }
+    f.tenant = tenantSel.value === '?' ? tenantIn.value.trim() : tenantSel.value;
     app.go(app.link(['executions'], f));
   };
   statusSel.addEventListener('change', apply);
@@ -70,14 +89,24 @@ export async function render(root, route, app) {
     h('label', {class: 'field'}, h('span', {class: 'label'}, 'Labels'), labelsIn),
     h('label', {class: 'field'}, h('span', {class: 'label'}, 'Started'), rangeSel),
     custom,
+    tenantField,
     h('div', {class: 'field actions'}, h('button', {type: 'submit', class: 'btn primary'}, 'Apply'),
-      (filters.status || filters.path || filters.labels || filters.range) ? h('a', {class: 'btn ghost', href: '#/executions'}, 'Clear') : null));
+      (filters.status || filters.path || filters.labels || filters.range || filters.tenant) ? h('a', {class: 'btn ghost', href: '#/executions'}, 'Clear') : null));
 
   mount(root,
     h('div', {class: 'page-head'}, h('h1', {}, 'Executions'), counter,
       h('div', {class: 'spacer'}),
       h('a', {class: 'btn', href: '#/catalog'}, 'Start a run')),
     form, body);
+
+  // A tenant named in the link is shown even before the API is asked (and refused, for a
+  // caller without the system role, with the API's message).
+  if (filters.tenant) { fillTenants(); tenantField.classList.remove('hidden'); }
+  systemCaller(controller.signal).then((yes) => {
+    if (!yes) return;
+    fillTenants();
+    tenantField.classList.remove('hidden');
+  }).catch(() => {});
 
   // Offer the catalog's paths as the path filter's suggestions.
   api('/v1/playbooks', {query: {pageSize: 500}, signal: controller.signal}).then((r) => {
@@ -103,7 +132,7 @@ export async function render(root, route, app) {
       // Labels filter as labels[key]=value, every one of them required.
       const labels = Object.fromEntries(Object.entries(parseLabels(filters.labels)).map(([k, v]) => [`labels[${k}]`, v]));
       resp = await api('/v1/executions', {signal: controller.signal, query: {
-        pageSize: PAGE, pageToken: pager.token, status: EXEC_ENUM[filters.status] || '', path: filters.path, ...labels, ...range()}});
+        pageSize: PAGE, pageToken: pager.token, status: EXEC_ENUM[filters.status] || '', path: filters.path, tenant: filters.tenant, ...labels, ...range()}});
     } catch (e) {
       if (e.name === 'AbortError') return;
       mount(body, errorBox(e, 'the executions could not be listed'));
@@ -111,6 +140,7 @@ export async function render(root, route, app) {
     }
     pager.next = resp.nextPageToken || '';
     rows = resp.executions || [];
+    if (filters.tenant) tenantsSeen.add(rows.map((x) => x.tenant));
     draw();
     follow();
   }
@@ -127,6 +157,7 @@ export async function render(root, route, app) {
         h('table', {class: 'table executions', id: 'executions'},
           h('thead', {}, h('tr', {},
             h('th', {}, 'Status'), h('th', {}, 'Execution'), h('th', {}, 'Playbook'), h('th', {}, 'Started'),
+            filters.tenant ? h('th', {}, 'Tenant') : null,
             h('th', {class: 'num'}, 'Duration'), h('th', {}, 'Labels'), h('th', {}, 'Origin'))),
           h('tbody', {}, rows.map(row)))),
       pager.view());
@@ -134,9 +165,11 @@ export async function render(root, route, app) {
 
   function row(x) {
     const status = execStatus(x.status);
-    const href = '#/executions/' + encodeURIComponent(x.executionId);
+    // A row of a tenant list carries its tenant to the execution's page, which reads the
+    // key's own tenant only and says so when the execution is another's.
+    const href = app.link(['executions', x.executionId], {tenant: filters.tenant ? x.tenant : ''});
     const end = x.endTime ? ms(x.endTime) : Date.now();
-    return h('tr', {class: ['row-link', 'st-' + status], dataset: {id: x.executionId, status}, onclick: (e) => {
+    return h('tr', {class: ['row-link', 'st-' + status], dataset: {id: x.executionId, status, tenant: x.tenant || ''}, onclick: (e) => {
       if (e.target.closest('a')) return;
       app.go(href);
     }},
@@ -145,6 +178,7 @@ export async function render(root, route, app) {
     h('td', {}, h('a', {href: app.link(['catalog', ...x.path.split('/')], {version: x.version}), class: 'mono'}, x.path),
       h('span', {class: 'muted'}, ' v' + x.version)),
     h('td', {title: fullTime(x.startTime)}, when(x.startTime), h('span', {class: 'muted small'}, ' · ' + ago(x.startTime))),
+    filters.tenant ? h('td', {class: 'mono', dataset: {tenant: x.tenant || ''}}, x.tenant || '') : null,
     h('td', {class: 'num'}, duration(end - ms(x.startTime))),
     h('td', {}, labelChips(x.labels, 3)),
     h('td', {class: 'small'}, origin(x)));
