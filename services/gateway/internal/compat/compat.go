@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sort"
 	"strconv"
@@ -305,8 +306,10 @@ func parseCatalogID(raw json.RawMessage) (string, int64, error) {
 }
 
 // execute handles POST /api/execute {path | catalog_id, version?, payload | args |
-// parameters | workload, labels?, idempotency_key? | dedup.key?}. labels (an object of
-// strings) is this engine's addition: NoETL's request has no field for them.
+// parameters | workload, labels? | metadata?, idempotency_key? | dedup.key?}. labels (an
+// object of strings) is this engine's addition: NoETL's request has no field for them;
+// metadata, an object of strings too, is taken as labels as well (labels win a key both
+// give), for clients that tag their starts that way.
 func (h *handler) execute(w http.ResponseWriter, r *http.Request) {
 	var raw json.RawMessage
 	if err := decode(r, &raw, false); err != nil {
@@ -344,6 +347,7 @@ func startedOf(path string, resp *apiv1.StartExecutionResponse) started {
 func parseStart(raw json.RawMessage, prefix string) (*apiv1.StartExecutionRequest, error) {
 	var req struct {
 		Labels         json.RawMessage `json:"labels"`
+		Metadata       json.RawMessage `json:"metadata"`
 		Path           string          `json:"path"`
 		CatalogID      json.RawMessage `json:"catalog_id"`
 		Version        json.RawMessage `json:"version"`
@@ -405,10 +409,21 @@ func parseStart(raw json.RawMessage, prefix string) (*apiv1.StartExecutionReques
 		return nil, status.Errorf(codes.InvalidArgument, "%s%s: give only one of payload, args, parameters and workload", prefix, given[1])
 	}
 	var labels map[string]string
-	if len(req.Labels) > 0 && string(req.Labels) != "null" {
-		if err := json.Unmarshal(req.Labels, &labels); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "%slabels: must be a JSON object of strings", prefix)
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"metadata", req.Metadata}, {"labels", req.Labels}} {
+		if len(f.raw) == 0 || string(f.raw) == "null" {
+			continue
 		}
+		var m map[string]string
+		if err := json.Unmarshal(f.raw, &m); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%s%s: must be a JSON object of strings", prefix, f.name)
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		maps.Copy(labels, m)
 	}
 	key := req.IdempotencyKey
 	if req.Dedup != nil && req.Dedup.Key != "" {

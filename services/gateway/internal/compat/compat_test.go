@@ -64,6 +64,8 @@ func TestExecuteAcceptsNoETLRequestShapes(t *testing.T) {
 		{`{"path": "a/b", "version": 2, "workload": {"y": [1]}}`, "a/b", 2, `{"y":[1]}`},
 		{`{"path": "a/b", "version": "latest", "payload": null}`, "a/b", 0, ``},
 		{`{"path": "a/b", "labels": {"team": "data"}}`, "a/b", 0, ``},
+		{`{"path": "a/b", "metadata": {"team": "data"}}`, "a/b", 0, ``},
+		{`{"path": "a/b", "metadata": {"team": "ops", "env": "prod"}, "labels": {"team": "data"}}`, "a/b", 0, ``},
 	}
 	for _, tc := range cases {
 		f := &fake{}
@@ -72,8 +74,13 @@ func TestExecuteAcceptsNoETLRequestShapes(t *testing.T) {
 		require.Equal(t, map[string]any{"execution_id": "e1", "status": "RUNNING", "path": tc.path, "version": "4", "catalog_id": tc.path + "@4"}, out)
 		require.Equal(t, tc.path, f.start.GetPath())
 		require.Equal(t, tc.version, f.start.GetVersion(), tc.body)
-		if strings.Contains(tc.body, "labels") {
-			require.Equal(t, map[string]string{"team": "data"}, f.start.GetLabels())
+		switch {
+		case strings.Contains(tc.body, "env"):
+			require.Equal(t, map[string]string{"team": "data", "env": "prod"}, f.start.GetLabels(), "labels win a key metadata gives too")
+		case strings.Contains(tc.body, "labels"), strings.Contains(tc.body, "metadata"):
+			require.Equal(t, map[string]string{"team": "data"}, f.start.GetLabels(), tc.body)
+		default:
+			require.Empty(t, f.start.GetLabels(), tc.body)
 		}
 		if tc.workload == "" {
 			require.Nil(t, f.start.GetWorkload())
@@ -91,6 +98,7 @@ func TestExecuteAcceptsNoETLRequestShapes(t *testing.T) {
 		`{"catalog_id": "a@x"}`:                    "catalog_id:",
 		`{"path": 7}`:                              "path:",
 		`{"path": "a", "labels": {"n": 1}}`:        "labels:",
+		`{"path": "a", "metadata": ["x"]}`:         "metadata:",
 		`{"path": "a", "payload": {"x": 1}`:        "body:",
 		``:                                         "body:",
 	} {
