@@ -434,7 +434,7 @@ func (l *loop) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte
 		if err != nil {
 			continue
 		}
-		out = append(out, natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), l.cfg.Partitions), MsgID: c.GetCommandId(), Data: b,
+		out = append(out, natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), c.GetCommandId(), l.cfg.Partitions), MsgID: c.GetCommandId(), Data: b,
 			Header: spans.header(spans.byEventID[c.GetIssuedEventId()])})
 	}
 	for _, n := range res.Notices {

@@ -82,9 +82,27 @@ func PartitionEventSubject(p int) string { return fmt.Sprintf(prefixEvents+"%d",
 // CommittedAll matches every commit notice.
 const CommittedAll = prefixCommitted + ">"
 
-// CommandSubject is the subject a command for pool is published on.
-func CommandSubject(pool, executionID string, partitions int) string {
-	return fmt.Sprintf(prefixCommands+"%s.%d", pool, Partition(executionID, partitions))
+// CommandSubject is the subject a command for pool is published on:
+// noetl.commands.<pool>.<partition>.<command id>. The command id as the last token lets
+// the reconciler ask the stream whether it still holds one command (CommandQueued).
+func CommandSubject(pool, executionID, commandID string, partitions int) string {
+	return fmt.Sprintf(prefixCommands+"%s.%d.%s", pool, Partition(executionID, partitions), commandID)
+}
+
+// CommandQueued reports whether the commands stream still holds the message of a
+// command: queued for its pool, or delivered to a worker that has not acked it (the
+// stream removes a command when its worker acks it, after the worker has published the
+// command's outcome). The subject is CommandSubject's, so one lookup answers.
+func CommandQueued(ctx context.Context, commands jetstream.Stream, subject string) (bool, error) {
+	_, err := commands.GetLastMsgForSubject(ctx, subject)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	default:
+		return false, err
+	}
 }
 
 // CommittedSubject is the subject commit notices of an execution are published on. The

@@ -81,7 +81,7 @@ func TestLagMonitorReportsABacklogNobodyConsumes(t *testing.T) {
 	})
 	require.NoError(t, err)
 	for i := range 10 {
-		_, err := js.Publish(ctx, natsx.CommandSubject("blue", fmt.Sprint(i), 4), []byte("cmd"))
+		_, err := js.Publish(ctx, natsx.CommandSubject("blue", fmt.Sprint(i), "c"+fmt.Sprint(i), 4), []byte("cmd"))
 		require.NoError(t, err)
 	}
 	reg := prometheus.NewRegistry()
@@ -229,4 +229,37 @@ func TestOversizedMessagesAreRefusedAndCounted(t *testing.T) {
 	require.ErrorIs(t, err, natsx.ErrMessageTooLarge)
 	require.Contains(t, err.Error(), "noetl.events.0")
 	require.Equal(t, before+1, testutil.ToFloat64(natsx.RefusedTooLarge))
+}
+
+// TestCommandQueuedUntilItsWorkerAcks follows one command through the commands stream: held
+// while queued and while a worker holds it unacked, gone once acked.
+func TestCommandQueuedUntilItsWorkerAcks(t *testing.T) {
+	_, js := connect(t)
+	ctx := context.Background()
+	cons, err := js.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{
+		Durable: "worker-amber", FilterSubject: natsx.PoolSubjects("amber"), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	require.NoError(t, err)
+	stream, err := js.Stream(ctx, natsx.StreamCommands)
+	require.NoError(t, err)
+	subject := natsx.CommandSubject("amber", "x1", "c1", 4)
+	queued := func() bool {
+		q, err := natsx.CommandQueued(ctx, stream, subject)
+		require.NoError(t, err)
+		return q
+	}
+	require.False(t, queued(), "never published")
+	_, err = js.Publish(ctx, subject, []byte("cmd"))
+	require.NoError(t, err)
+	require.True(t, queued(), "queued for the pool")
+	other, err := natsx.CommandQueued(ctx, stream, natsx.CommandSubject("amber", "x1", "c2", 4))
+	require.NoError(t, err)
+	require.False(t, other, "another command of the same execution")
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	m := <-batch.Messages()
+	require.NotNil(t, m)
+	require.True(t, queued(), "delivered, not acked: the stream redelivers it if the worker dies")
+	require.NoError(t, m.DoubleAck(ctx))
+	require.False(t, queued(), "acked: the work queue removed it")
 }

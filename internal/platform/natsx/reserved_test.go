@@ -22,7 +22,7 @@ func TestReservedNames(t *testing.T) {
 	require.False(t, ReservedBucket("orders"))
 	require.True(t, ReservedConsumer("noetl-trigger-abc"))
 	require.False(t, ReservedConsumer("billing"))
-	for _, s := range []string{EventSubject("x", 4), CommandSubject("shared", "x", 4), CommittedSubject("x", 4), CancelSubject("x"), "NOETL.anything", "$JS.API.STREAM.DELETE.ORDERS", "$KV.noetl_sessions.k", "_INBOX.abc"} {
+	for _, s := range []string{EventSubject("x", 4), CommandSubject("shared", "x", "c1", 4), CommittedSubject("x", 4), CancelSubject("x"), "NOETL.anything", "$JS.API.STREAM.DELETE.ORDERS", "$KV.noetl_sessions.k", "_INBOX.abc"} {
 		require.True(t, ReservedSubject(s), s)
 	}
 	for _, s := range []string{"orders.created", "noetlx.a", "tenant.noetl.a"} {

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
@@ -485,89 +484,6 @@ func (e *Engine) RunTimers(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// Reconcile re-drives executions whose log has not grown for StaleAfter: it decides again
-// (covering a lost commit notice) and re-publishes committed commands that no worker has
-// started (covering a lost command). Any number of replicas may run it: decisions are
-// deterministic and command publishes are deduplicated by id.
-func (e *Engine) Reconcile(ctx context.Context) error {
-	t := time.NewTicker(e.cfg.ReconcileEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if err := e.reconcileOnce(ctx); err != nil && ctx.Err() == nil {
-			e.log.Warn("reconcile", slog.String("error", err.Error()))
-		}
-	}
-}
-
-func (e *Engine) reconcileOnce(ctx context.Context) error {
-	before := timestamppb.New(time.Now().Add(-e.cfg.StaleAfter))
-	token := ""
-	for {
-		resp, err := e.state.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Status: eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, UpdatedBefore: before, PageSize: 500, PageToken: token})
-		if err != nil {
-			return err
-		}
-		for _, x := range resp.GetExecutions() {
-			if err := e.redrive(ctx, x.GetExecutionId()); err != nil {
-				e.log.Warn("re-drive failed", slog.String("execution_id", x.GetExecutionId()), slog.String("error", err.Error()))
-			}
-		}
-		if token = resp.GetNextPageToken(); token == "" {
-			return nil
-		}
-	}
-}
-
-func (e *Engine) redrive(ctx context.Context, id string) (err error) {
-	ctx, span := e.cfg.Tracer.Start(ctx, "redrive", trace.WithAttributes(telemetry.AttrExecutionID.String(id)))
-	defer func() {
-		telemetry.ErrorStatus(span, err)
-		span.End()
-	}()
-	if _, err := e.Drive(ctx, id, 0); err != nil {
-		return err
-	}
-	e.redrives.WithLabelValues("decide").Inc()
-	resp, err := e.state.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id})
-	if err != nil {
-		return err
-	}
-	st := resp.GetState()
-	cp, err := e.catalog.Compiled(ctx, st.GetTenant(), st.GetPlaybookPath(), st.GetPlaybookVersion())
-	if err != nil {
-		return err
-	}
-	cmds, err := decide.StalledCommands(cp, st)
-	if err != nil || len(cmds) == 0 {
-		return err
-	}
-	wrapped := make([]*eventv1.Event, len(cmds))
-	for i, c := range cmds {
-		wrapped[i] = &eventv1.Event{Command: c}
-	}
-	if err := e.offloadContexts(ctx, wrapped); err != nil {
-		return err
-	}
-	msgs := make([]natsx.Message, 0, len(cmds))
-	for _, c := range cmds {
-		b, err := proto.Marshal(c)
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), e.cfg.Partitions), MsgID: c.GetCommandId(), Data: b})
-	}
-	if err := natsx.PublishAll(ctx, e.js, msgs); err != nil {
-		return err
-	}
-	e.redrives.WithLabelValues("republish").Add(float64(len(cmds)))
-	return nil
 }
 
 // inlineContextMax is the largest render context a command carries inline; a larger one is

@@ -187,7 +187,7 @@ func TestNATSRefusesThePlatformsNames(t *testing.T) {
 		{"operation": "js_stream_info", "stream": natsx.StreamCommands},
 		{"operation": "js_get_msg", "stream": natsx.StreamEvents, "seq": 1},
 		{"operation": "js_consume", "stream": natsx.StreamCommitted},
-		{"operation": "js_publish", "subject": natsx.CommandSubject("shared", "x1", 16), "data": "forged"},
+		{"operation": "js_publish", "subject": natsx.CommandSubject("shared", "x1", "c1", 16), "data": "forged"},
 		{"operation": "js_publish", "subject": "$JS.API.STREAM.DELETE.NOETL_EVENTS"},
 		{"operation": "kv_put", "bucket": "noetl_sessions", "key": "k", "value": "v"},
 		{"operation": "object_get", "bucket": "NOETL_blobs", "name": "x"},
