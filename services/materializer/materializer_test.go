@@ -51,8 +51,8 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// replica is a running materializer.
-type replica struct {
+// running is a running materializer replica.
+type running struct {
 	admin  string
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -60,13 +60,13 @@ type replica struct {
 
 // start runs a materializer with cfg (Postgres, NATS and admin address filled in) until
 // the test ends or stop is called.
-func (e *env) start(t *testing.T, cfg Config) *replica {
+func (e *env) start(t *testing.T, cfg Config) *running {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	cfg.PostgresURL, cfg.NATSURL, cfg.AdminListener = e.pg, e.nats, lis
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &replica{admin: "http://" + lis.Addr().String(), cancel: cancel, done: make(chan struct{})}
+	r := &running{admin: "http://" + lis.Addr().String(), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		if err := Run(ctx, cfg, slog.New(slog.DiscardHandler)); err != nil && ctx.Err() == nil {
@@ -78,13 +78,13 @@ func (e *env) start(t *testing.T, cfg Config) *replica {
 }
 
 // stop stops the replica gracefully and waits for it.
-func (r *replica) stop() {
+func (r *running) stop() {
 	r.cancel()
 	<-r.done
 }
 
 // metric reads an unlabelled metric from the replica's /metrics.
-func (r *replica) metric(t *testing.T, name string) float64 {
+func (r *running) metric(t *testing.T, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(r.admin + "/metrics")
 	require.NoError(t, err)
@@ -200,7 +200,7 @@ func TestCursorsReachTheLastEvent(t *testing.T) {
 	require.NoError(t, err)
 	testkit.WaitFor(t, 10*time.Second, func() error {
 		for p := range parts {
-			last, err := stream.GetLastMsgForSubject(ctx, partitionSubject(p))
+			last, err := stream.GetLastMsgForSubject(ctx, natsx.PartitionEventSubject(p))
 			require.NoError(t, err)
 			var seq int64
 			require.NoError(t, e.db.QueryRow(ctx, `SELECT stream_seq FROM noetl.materializer_partition WHERE consumer = 'materializer' AND partition = $1`, p).Scan(&seq))
@@ -269,7 +269,7 @@ func TestTwoOwnersOfOnePartitionKeepTheLogIdentical(t *testing.T) {
 	require.Equal(t, want, got, "the log of two owners differs from the clean run's")
 
 	// Both replicas read every message: each accounts for all of them.
-	for name, r := range map[string]*replica{"a": a, "b": b} {
+	for name, r := range map[string]*running{"a": a, "b": b} {
 		testkit.WaitFor(t, 30*time.Second, func() error {
 			n := r.metric(t, "noetl_materializer_events_committed_total") + r.metric(t, "noetl_materializer_dedupe_hits_total") +
 				r.metric(t, "noetl_materializer_rejected_total")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -15,58 +14,14 @@ import (
 
 	"github.com/noetl/noetl/internal/testkit"
 	"github.com/noetl/noetl/services/materializer/internal/lease"
+	"github.com/noetl/noetl/services/materializer/internal/replica"
 )
-
-// idOf is the default replica id a process of pid and start time would choose on this host.
-func idOf(t *testing.T, pid int, start uint64) string {
-	t.Helper()
-	host, err := os.Hostname()
-	require.NoError(t, err)
-	_, ns := selfIncarnation()
-	return fmt.Sprintf("%s-%d-abcdef.%d.%d", host, pid, start, ns)
-}
-
-func TestReplicaIncarnation(t *testing.T) {
-	if _, ns := selfIncarnation(); ns == 0 {
-		t.Skip("this system does not expose process start times and pid namespaces (/proc)")
-	}
-	id := defaultReplicaID()
-	inc, ok := parseIncarnation(id)
-	require.True(t, ok, id)
-	require.Equal(t, os.Getpid(), inc.pid)
-	require.False(t, predecessorGone(id), "this process is alive")
-
-	// A child that has exited is gone; a live one is not, unless its pid was reused (another
-	// start time); another host's or an explicit id can never be proven gone.
-	live := exec.Command("cat")
-	stdin, err := live.StdinPipe()
-	require.NoError(t, err)
-	require.NoError(t, live.Start())
-	start, alive := processStart(live.Process.Pid)
-	require.True(t, alive)
-	require.False(t, predecessorGone(idOf(t, live.Process.Pid, start)))
-	require.True(t, predecessorGone(idOf(t, live.Process.Pid, start+1)), "a reused pid")
-	require.NoError(t, stdin.Close())
-	require.NoError(t, live.Wait())
-	require.True(t, predecessorGone(idOf(t, live.Process.Pid, start)), "an exited process")
-
-	require.False(t, predecessorGone(strings.Replace(idOf(t, live.Process.Pid, start), mustHost(t), "elsewhere", 1)))
-	require.False(t, predecessorGone("materializer-0"))
-	_, ok = parseIncarnation("materializer-0")
-	require.False(t, ok)
-}
-
-func mustHost(t *testing.T) string {
-	h, err := os.Hostname()
-	require.NoError(t, err)
-	return h
-}
 
 // TestRestartedReplicaTakesItsPartitionsBackAtOnce: a replica killed -9 leaves leases that
 // last another ten minutes; its successor on the same host (a new default id) proves it
 // gone and owns every partition at once, and is not ready until it holds a lease.
 func TestRestartedReplicaTakesItsPartitionsBackAtOnce(t *testing.T) {
-	if _, ns := selfIncarnation(); ns == 0 {
+	if !replica.Supported() {
 		t.Skip("this system does not expose process start times and pid namespaces (/proc)")
 	}
 	t.Parallel()
@@ -74,7 +29,7 @@ func TestRestartedReplicaTakesItsPartitionsBackAtOnce(t *testing.T) {
 	const parts, ttl = 8, 10 * time.Minute
 	dead := exec.Command("true")
 	require.NoError(t, dead.Run())
-	ghostID := idOf(t, dead.Process.Pid, 1)
+	ghostID := replica.Of(dead.Process.Pid, 1)
 	ghost := &lease.Table{DB: e.db, Group: "materializer", Replica: ghostID, Partitions: parts, TTL: ttl}
 	require.NoError(t, ghost.Init(context.Background()))
 	_, _, err := ghost.Renew(context.Background())
@@ -143,7 +98,7 @@ func TestNotReadyWithoutALease(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, func() error { return ready(r) })
 }
 
-func ready(r *replica) error {
+func ready(r *running) error {
 	resp, err := http.Get(r.admin + "/readyz")
 	if err != nil {
 		return err
@@ -155,7 +110,7 @@ func ready(r *replica) error {
 	return nil
 }
 
-func readyzBody(t *testing.T, r *replica) string {
+func readyzBody(t *testing.T, r *running) string {
 	t.Helper()
 	resp, err := http.Get(r.admin + "/readyz")
 	require.NoError(t, err)

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package materializer
+package replica
 
 // selfIncarnation cannot be read off this system: default replica ids carry zeros, and
 // no predecessor is ever proven gone (leases expire instead).

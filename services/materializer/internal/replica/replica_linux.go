@@ -1,4 +1,4 @@
-package materializer
+package replica
 
 import (
 	"bytes"
