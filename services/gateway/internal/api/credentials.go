@@ -9,28 +9,13 @@ import (
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	"github.com/noetl/noetl/internal/domain"
 )
 
-// Credential limits, checked before forwarding.
-const (
-	MaxCredentialName  = 128
-	MaxCredentialType  = 64
-	MaxCredentialBytes = 64 << 10
-)
-
-// validCredentialName returns an InvalidArgument error naming the field unless name is 1 to
-// MaxCredentialName characters of A-Z, a-z, 0-9, '_', '.' and '-'.
+// validCredentialName is domain.CheckCredentialName as an InvalidArgument status.
 func validCredentialName(name string) error {
-	if name == "" {
-		return status.Error(codes.InvalidArgument, "name: required")
-	}
-	if len(name) > MaxCredentialName {
-		return status.Errorf(codes.InvalidArgument, "name: %d characters exceeds the limit of %d", len(name), MaxCredentialName)
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
-			return status.Errorf(codes.InvalidArgument, "name: %q may hold only letters, digits, '_', '.' and '-'", name)
-		}
+	if err := domain.CheckCredentialName(name); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return nil
 }
@@ -38,11 +23,8 @@ func validCredentialName(name string) error {
 // PutCredential implements CredentialService. The data is forwarded to the orchestrator,
 // which seals it; no error message quotes it.
 func (s *Server) PutCredential(ctx context.Context, req *apiv1.PutCredentialRequest) (*apiv1.PutCredentialResponse, error) {
-	if err := validCredentialName(req.GetName()); err != nil {
-		return nil, err
-	}
-	if len(req.GetType()) > MaxCredentialType {
-		return nil, status.Errorf(codes.InvalidArgument, "type: %d characters exceeds the limit of %d", len(req.GetType()), MaxCredentialType)
+	if err := domain.CheckCredential(req.GetName(), req.GetType(), 0); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if req.GetData() == nil {
 		return nil, status.Error(codes.InvalidArgument, "data: required")
@@ -51,8 +33,8 @@ func (s *Server) PutCredential(ctx context.Context, req *apiv1.PutCredentialRequ
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, "data: must be a JSON object")
 	}
-	if len(data) > MaxCredentialBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "data: %d bytes exceeds the limit of %d", len(data), MaxCredentialBytes)
+	if err := domain.CheckCredential(req.GetName(), req.GetType(), len(data)); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp, err := s.Credentials.PutCredential(ctx, &orchv1.PutCredentialRequest{Tenant: tenant(ctx), Name: req.GetName(), Type: req.GetType(), DataJson: data})
 	if err != nil {

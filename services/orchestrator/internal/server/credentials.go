@@ -11,35 +11,19 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
-)
-
-// Credential limits. Names are also path segments and template keys
-// (`{{ keychain.<name>.x }}`), hence the narrow alphabet.
-const (
-	MaxCredentialName  = 128
-	MaxCredentialType  = 64
-	MaxCredentialBytes = 64 << 10
 )
 
 // errNoKey is returned by the credential RPCs that need the encryption key when none is
 // configured.
 var errNoKey = status.Error(codes.FailedPrecondition, "NOETL_ENCRYPTION_KEY is not set")
 
-// ValidCredentialName returns an InvalidArgument error naming the field unless name is 1 to
-// MaxCredentialName characters of A-Z, a-z, 0-9, '_', '.' and '-'.
+// ValidCredentialName is domain.CheckCredentialName as an InvalidArgument status.
 func ValidCredentialName(name string) error {
-	if name == "" {
-		return status.Error(codes.InvalidArgument, "name: required")
-	}
-	if len(name) > MaxCredentialName {
-		return status.Errorf(codes.InvalidArgument, "name: %d characters exceeds the limit of %d", len(name), MaxCredentialName)
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
-			return status.Errorf(codes.InvalidArgument, "name: %q may hold only letters, digits, '_', '.' and '-'", name)
-		}
+	if err := domain.CheckCredentialName(name); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return nil
 }
@@ -47,14 +31,8 @@ func ValidCredentialName(name string) error {
 // PutCredential seals a credential's data and stores it, replacing any credential of the
 // same name.
 func (s *Server) PutCredential(ctx context.Context, req *orchv1.PutCredentialRequest) (*orchv1.PutCredentialResponse, error) {
-	if err := ValidCredentialName(req.GetName()); err != nil {
-		return nil, err
-	}
-	if len(req.GetType()) > MaxCredentialType {
-		return nil, status.Errorf(codes.InvalidArgument, "type: %d characters exceeds the limit of %d", len(req.GetType()), MaxCredentialType)
-	}
-	if len(req.GetDataJson()) > MaxCredentialBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "data: %d bytes exceeds the limit of %d", len(req.GetDataJson()), MaxCredentialBytes)
+	if err := domain.CheckCredential(req.GetName(), req.GetType(), len(req.GetDataJson())); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	// Error texts never quote the data: it is secret.
 	data := bytes.TrimSpace(req.GetDataJson())

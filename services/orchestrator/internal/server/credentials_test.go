@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/testkit"
@@ -41,7 +42,7 @@ func TestCredentialsNeedTheKeyAndNeverEchoData(t *testing.T) {
 	}
 	_, err = s.PutCredential(ctx, &orchv1.PutCredentialRequest{Name: "bad name", DataJson: []byte(`{}`)})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
-	_, err = s.PutCredential(ctx, &orchv1.PutCredentialRequest{Name: "pg", DataJson: make([]byte, MaxCredentialBytes+1)})
+	_, err = s.PutCredential(ctx, &orchv1.PutCredentialRequest{Name: "pg", DataJson: make([]byte, domain.MaxCredentialBytes+1)})
 	require.ErrorContains(t, err, "exceeds the limit")
 }
 

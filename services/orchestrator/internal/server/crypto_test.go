@@ -60,13 +60,3 @@ func TestParseKeyWantsThirtyTwoBytesAndHidesTheKey(t *testing.T) {
 	_, err = NewSealer(key[:31])
 	require.Error(t, err)
 }
-
-func TestValidCredentialName(t *testing.T) {
-	t.Parallel()
-	for _, ok := range []string{"pg_local", "a", "A.b-c_9", string(bytes.Repeat([]byte("x"), MaxCredentialName))} {
-		require.NoError(t, ValidCredentialName(ok), ok)
-	}
-	for _, bad := range []string{"", "a b", "a/b", "é", "x{", string(bytes.Repeat([]byte("x"), MaxCredentialName+1))} {
-		require.ErrorContains(t, ValidCredentialName(bad), "name:", bad)
-	}
-}
