@@ -311,6 +311,11 @@ func TestConsole(t *testing.T) {
 	fl, err := f.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/console/flaky", Workload: fw})
 	require.NoError(t, err)
 	flaky := fl.GetExecutionId()
+	// The same playbook failing every attempt: its marker cannot be created.
+	bw, _ := structpb.NewStruct(map[string]any{"marker": filepath.Join(t.TempDir(), "no-such-dir", "attempted")})
+	bf, err := f.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/console/flaky", Workload: bw})
+	require.NoError(t, err)
+	broken := bf.GetExecutionId()
 
 	// Triggers: a webhook (its secret returned once) fired once, and a NATS subject.
 	trig := apiv1.NewTriggerServiceClient(f.conn)
@@ -493,6 +498,21 @@ func TestConsole(t *testing.T) {
 		require.Equal(t, 1, eval[int](t, b, `document.querySelectorAll('svg.timeline .tl-backoff').length`), "the backoff between them")
 		require.Equal(t, "#2", eval[string](t, b, `document.querySelector('svg.timeline .tl-attempt').textContent`))
 		shots.take(t, b, "10b-timeline-retry", "the timeline of a retried step: the failed first attempt, the backoff, the second attempt marked #2")
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+run))
+		until(t, b, "the graph", `document.querySelectorAll('svg.graph .node').length === 7`)
+	})
+
+	step("a failed execution", func(t *testing.T) {
+		require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, f.wait(t, broken).GetStatus())
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+broken))
+		until(t, b, "the failed graph", `document.querySelector('#exec-status')?.dataset.status === 'failed' && document.querySelector('[data-step="fetch"]')?.dataset.status === 'failed'`)
+		require.Equal(t, "pending", eval[string](t, b, `document.querySelector('[data-step="end"]').dataset.status`), "never reached")
+		require.Contains(t, eval[string](t, b, `document.querySelector('.exec-head .alert.error').textContent`), "No such file or directory", "the step's error, as the tool reported it")
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-step="fetch"]`)))
+		until(t, b, "the step panel", `document.querySelector('#step-panel h2')?.textContent === 'fetch'`)
+		shots.take(t, b, "10c-failed", "a failed execution: the failed step red, the step after it pending, the error in the header and the step's panel")
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-tab="timeline"]`)))
+		until(t, b, "three failed attempts", `document.querySelectorAll('svg.timeline .tl-run.c-failed').length === 3`)
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions/"+run))
 		until(t, b, "the graph", `document.querySelectorAll('svg.graph .node').length === 7`)
 	})

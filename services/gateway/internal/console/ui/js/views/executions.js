@@ -174,7 +174,7 @@ export async function render(root, route, app) {
       app.go(href);
     }},
     h('td', {}, badge(status)),
-    h('td', {class: 'mono'}, h('a', {href}, x.executionId)),
+    h('td', {class: 'mono'}, h('a', {href, title: x.executionId}, x.executionId)),
     h('td', {}, h('a', {href: app.link(['catalog', ...x.path.split('/')], {version: x.version}), class: 'mono'}, x.path),
       h('span', {class: 'muted'}, ' v' + x.version)),
     h('td', {title: fullTime(x.startTime)}, when(x.startTime), h('span', {class: 'muted small'}, ' · ' + ago(x.startTime))),
