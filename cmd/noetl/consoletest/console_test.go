@@ -420,6 +420,21 @@ func TestConsole(t *testing.T) {
 		// Completed only: the 30-step run among them, the running one not.
 		until(t, b, "the completed filter", fmt.Sprintf(`(() => { const rows = [...document.querySelectorAll('#executions tbody tr')];
 			return rows.length >= 2 && rows.every((r) => r.dataset.status === 'completed') && rows.some((r) => r.dataset.id === %q) && !rows.some((r) => r.dataset.id === %q); })()`, thirty, slow))
+		// Paging: the API's keyset tokens, two rows a page here.
+		ids := func() string {
+			return eval[string](t, b, `[...document.querySelectorAll('#executions tbody tr')].map((r) => r.dataset.id).join(' ')`)
+		}
+		do(t, b, chromedp.Navigate(base+"/ui/#/executions?size=2"))
+		until(t, b, "a page of two", `document.querySelectorAll('#executions tbody tr').length === 2 && document.querySelector('#f-size').value === '2'`)
+		first := ids()
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-pager="next"]`)))
+		until(t, b, "the second page", fmt.Sprintf(`document.querySelector('.pager .muted')?.textContent === 'page 2' && document.querySelectorAll('#executions tbody tr').length === 2 && [...document.querySelectorAll('#executions tbody tr')].map((r) => r.dataset.id).join(' ') !== %q`, first))
+		second := ids()
+		for _, id := range strings.Fields(second) {
+			require.NotContains(t, first, id, "a page holds no row of the one before")
+		}
+		do(t, b, chromedp.Click(chromedp.CSS(`[data-pager="prev"]`)))
+		until(t, b, "back to the first page", fmt.Sprintf(`[...document.querySelectorAll('#executions tbody tr')].map((r) => r.dataset.id).join(' ') === %q`, first))
 		do(t, b, chromedp.Navigate(base+"/ui/#/executions?range=custom&from=2001-01-01T00:00&to=2001-01-02T00:00"))
 		until(t, b, "an empty range", `document.querySelector('.empty-title')?.textContent.includes('No executions match')`)
 	})
@@ -661,6 +676,7 @@ func TestConsole(t *testing.T) {
 		require.Contains(t, eval[string](t, b, `document.querySelector('tr[data-name="order-created"] td.last').textContent`), "never fired")
 		do(t, b, chromedp.Click(chromedp.CSS(`[data-deliveries="github-push"]`)))
 		until(t, b, "its deliveries", fmt.Sprintf(`document.querySelectorAll('#executions tbody tr').length === 1 && !!document.querySelector('tr[data-id="%s"]')`, fired.GetExecutionId()))
+		require.Equal(t, "trigger github-push", eval[string](t, b, `document.querySelector('#executions [data-origin="trigger"]').textContent`), "the list names the trigger as its origin")
 		do(t, b, chromedp.Navigate(base+"/ui/#/triggers"))
 		until(t, b, "the triggers", `document.querySelectorAll('#triggers tbody tr').length === 2`)
 		page := eval[string](t, b, `document.documentElement.outerHTML`)

@@ -8,6 +8,8 @@ import {api, watch, systemCaller, tenantsSeen, TERMINAL} from '../api.js';
 import {errorBox, Pager, parseLabels, labelChips} from '../ui.js';
 
 const PAGE = 50;
+// Page sizes offered; a link may ask for any from 1 to the API's 500 (size=N).
+const SIZES = [25, 50, 100, 200];
 // Watch streams a page opens at most (a browser keeps about six connections per origin).
 const WATCHED = 3;
 const REFRESH = 4000;
@@ -32,6 +34,7 @@ export async function render(root, route, app) {
 
   const body = h('div', {class: 'list-body'}, spinner());
   const pager = new Pager(() => load());
+  const size = Math.min(500, Math.max(1, parseInt(q.get('size'), 10) || PAGE));
   const counter = h('span', {class: 'muted'});
 
   const statusSel = h('select', {class: 'input', id: 'f-status', 'aria-label': 'Status'},
@@ -68,6 +71,7 @@ export async function render(root, route, app) {
     const f = {status: statusSel.value, path: pathIn.value.trim(), labels: labelsIn.value.trim(), range: rangeSel.value};
     if (f.range === 'custom') { f.from = fromIn.value; f.to = toIn.value; }
     f.tenant = tenantSel.value === '?' ? tenantIn.value.trim() : tenantSel.value;
+    if (size !== PAGE) f.size = size;
     app.go(app.link(['executions'], f));
   };
   statusSel.addEventListener('change', apply);
@@ -132,7 +136,7 @@ export async function render(root, route, app) {
       // Labels filter as labels[key]=value, every one of them required.
       const labels = Object.fromEntries(Object.entries(parseLabels(filters.labels)).map(([k, v]) => [`labels[${k}]`, v]));
       resp = await api('/v1/executions', {signal: controller.signal, query: {
-        pageSize: PAGE, pageToken: pager.token, status: EXEC_ENUM[filters.status] || '', path: filters.path, tenant: filters.tenant, ...labels, ...range()}});
+        pageSize: size, pageToken: pager.token, status: EXEC_ENUM[filters.status] || '', path: filters.path, tenant: filters.tenant, ...labels, ...range()}});
     } catch (e) {
       if (e.name === 'AbortError') return;
       mount(body, errorBox(e, 'the executions could not be listed'));
@@ -160,7 +164,18 @@ export async function render(root, route, app) {
             filters.tenant ? h('th', {}, 'Tenant') : null,
             h('th', {class: 'num'}, 'Duration'), h('th', {}, 'Labels'), h('th', {}, 'Origin'))),
           h('tbody', {}, rows.map(row)))),
-      pager.view());
+      h('div', {class: 'list-foot'}, pager.view(), sizePick()));
+  }
+
+  // sizePick chooses the rows per page (kept in the link as size).
+  function sizePick() {
+    const sel = h('select', {class: 'input', id: 'f-size', 'aria-label': 'Rows per page'},
+      [...new Set([...SIZES, size])].sort((a, b) => a - b).map((n) => h('option', {value: String(n), selected: n === size}, `${n} per page`)));
+    sel.addEventListener('change', () => {
+      const f = Object.fromEntries(Object.entries(filters).filter(([, v]) => v));
+      app.go(app.link(['executions'], {...f, size: Number(sel.value) === PAGE ? '' : sel.value}));
+    });
+    return sel;
   }
 
   function row(x) {
@@ -220,10 +235,14 @@ export async function render(root, route, app) {
   return () => { controller.abort(); clearTimeout(timer); for (const c of watched.values()) c.abort(); };
 }
 
-/** origin says where an execution comes from: a parent's sub-playbook step, or a rerun. */
+/** origin says where an execution comes from: a rerun, a parent's sub-playbook step, a trigger or a schedule. */
 function origin(x) {
   const to = (id) => h('a', {class: 'mono', href: '#/executions/' + encodeURIComponent(id), title: id}, id.slice(0, 8) + '…');
   if (x.rerunOf) return h('span', {}, 'rerun of ', to(x.rerunOf), x.fromStep ? [' from ', h('span', {class: 'mono'}, x.fromStep)] : '');
   if (x.parentExecutionId) return h('span', {}, 'child of ', to(x.parentExecutionId));
+  // Schedules and triggers label the executions they start with their name.
+  const l = x.labels || {};
+  if (l.trigger) return h('span', {dataset: {origin: 'trigger'}}, 'trigger ', h('a', {class: 'mono', href: '#/triggers'}, l.trigger));
+  if (l.schedule) return h('span', {dataset: {origin: 'schedule'}}, 'schedule ', h('a', {class: 'mono', href: '#/schedules'}, l.schedule));
   return '';
 }
