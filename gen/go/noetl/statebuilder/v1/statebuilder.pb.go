@@ -420,7 +420,9 @@ type StepState struct {
 	HeldDropped int32 `protobuf:"varint,18,opt,name=held_dropped,json=heldDropped,proto3" json:"held_dropped,omitempty"`
 	// Whether the step's result was reused from the execution this one reruns: the step
 	// is completed and routed from the start, and never ran here.
-	Reused        bool `protobuf:"varint,19,opt,name=reused,proto3" json:"reused,omitempty"`
+	Reused bool `protobuf:"varint,19,opt,name=reused,proto3" json:"reused,omitempty"`
+	// Cursor loop state of the current epoch; unset for steps without a cursor loop.
+	Cursor        *CursorState `protobuf:"bytes,20,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +590,438 @@ func (x *StepState) GetReused() bool {
 	return false
 }
 
+func (x *StepState) GetCursor() *CursorState {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+// CursorState tracks a cursor loop (loop.cursor) in its current epoch: its claim slots,
+// the frame each slot holds, and the counts its result summarises.
+type CursorState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name the body binds the row (or the frame's rows) to.
+	Iterator string `protobuf:"bytes,1,opt,name=iterator,proto3" json:"iterator,omitempty"`
+	// Whether each row of a frame is a body command of its own (process: row); otherwise a
+	// frame is one body command with every row (process: frame).
+	PerRow bool `protobuf:"varint,2,opt,name=per_row,json=perRow,proto3" json:"per_row,omitempty"`
+	// Attempts a row or frame gets before it counts as failed (frame.max_attempts).
+	MaxAttempts int32 `protobuf:"varint,3,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	// Seconds a body attempt holds its frame before the frame is issued again
+	// (frame.lease_seconds); zero: no lease.
+	LeaseSeconds int32 `protobuf:"varint,4,opt,name=lease_seconds,json=leaseSeconds,proto3" json:"lease_seconds,omitempty"`
+	// The claim slots (max_in_flight of them), by index.
+	Slots []*CursorSlot `protobuf:"bytes,5,rep,name=slots,proto3" json:"slots,omitempty"`
+	// Claims answered.
+	Claims int32 `protobuf:"varint,6,opt,name=claims,proto3" json:"claims,omitempty"`
+	// Claims that returned rows.
+	Frames int32 `protobuf:"varint,7,opt,name=frames,proto3" json:"frames,omitempty"`
+	// Rows claimed.
+	Claimed int64 `protobuf:"varint,8,opt,name=claimed,proto3" json:"claimed,omitempty"`
+	// Rows whose body completed.
+	Processed int64 `protobuf:"varint,9,opt,name=processed,proto3" json:"processed,omitempty"`
+	// Rows whose body failed on every attempt.
+	Failed int64 `protobuf:"varint,10,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Body commands issued.
+	Attempts int32 `protobuf:"varint,11,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// Body commands issued again, after a lease ran out or a failure.
+	Reissued int32 `protobuf:"varint,12,opt,name=reissued,proto3" json:"reissued,omitempty"`
+	// The last body failure, when a row or frame failed.
+	LastError     *v1.ErrorInfo `protobuf:"bytes,13,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CursorState) Reset() {
+	*x = CursorState{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorState) ProtoMessage() {}
+
+func (x *CursorState) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorState.ProtoReflect.Descriptor instead.
+func (*CursorState) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CursorState) GetIterator() string {
+	if x != nil {
+		return x.Iterator
+	}
+	return ""
+}
+
+func (x *CursorState) GetPerRow() bool {
+	if x != nil {
+		return x.PerRow
+	}
+	return false
+}
+
+func (x *CursorState) GetMaxAttempts() int32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *CursorState) GetLeaseSeconds() int32 {
+	if x != nil {
+		return x.LeaseSeconds
+	}
+	return 0
+}
+
+func (x *CursorState) GetSlots() []*CursorSlot {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *CursorState) GetClaims() int32 {
+	if x != nil {
+		return x.Claims
+	}
+	return 0
+}
+
+func (x *CursorState) GetFrames() int32 {
+	if x != nil {
+		return x.Frames
+	}
+	return 0
+}
+
+func (x *CursorState) GetClaimed() int64 {
+	if x != nil {
+		return x.Claimed
+	}
+	return 0
+}
+
+func (x *CursorState) GetProcessed() int64 {
+	if x != nil {
+		return x.Processed
+	}
+	return 0
+}
+
+func (x *CursorState) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *CursorState) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *CursorState) GetReissued() int32 {
+	if x != nil {
+		return x.Reissued
+	}
+	return 0
+}
+
+func (x *CursorState) GetLastError() *v1.ErrorInfo {
+	if x != nil {
+		return x.LastError
+	}
+	return nil
+}
+
+// CursorSlot is one claim slot of a cursor loop: it claims, processes the frame it got,
+// and claims again until a claim returns no rows.
+type CursorSlot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sequence number of the slot's latest claim (1 for its first; 0 before it).
+	Claim int32 `protobuf:"varint,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	// Id of the slot's claim command while it waits for its answer; empty otherwise.
+	ClaimCommandId string `protobuf:"bytes,2,opt,name=claim_command_id,json=claimCommandId,proto3" json:"claim_command_id,omitempty"`
+	// Whether the slot's latest claim returned no rows: the slot claims no more.
+	Drained bool `protobuf:"varint,3,opt,name=drained,proto3" json:"drained,omitempty"`
+	// The frame the slot is processing; unset when none.
+	Frame         *CursorFrame `protobuf:"bytes,4,opt,name=frame,proto3" json:"frame,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CursorSlot) Reset() {
+	*x = CursorSlot{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorSlot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorSlot) ProtoMessage() {}
+
+func (x *CursorSlot) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorSlot.ProtoReflect.Descriptor instead.
+func (*CursorSlot) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CursorSlot) GetClaim() int32 {
+	if x != nil {
+		return x.Claim
+	}
+	return 0
+}
+
+func (x *CursorSlot) GetClaimCommandId() string {
+	if x != nil {
+		return x.ClaimCommandId
+	}
+	return ""
+}
+
+func (x *CursorSlot) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
+func (x *CursorSlot) GetFrame() *CursorFrame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+// CursorFrame is the rows one claim returned, while their bodies run.
+type CursorFrame struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sequence number of the claim that returned it, within its slot.
+	Claim int32 `protobuf:"varint,1,opt,name=claim,proto3" json:"claim,omitempty"`
+	// The rows, one JSON text each, when the claim's result travelled inline.
+	RowsJson [][]byte `protobuf:"bytes,2,rep,name=rows_json,json=rowsJson,proto3" json:"rows_json,omitempty"`
+	// The claim's result, when it travelled by reference; the orchestrator loads the rows.
+	RowsRef *v1.ResultRef `protobuf:"bytes,3,opt,name=rows_ref,json=rowsRef,proto3" json:"rows_ref,omitempty"`
+	// Number of rows.
+	Rows int32 `protobuf:"varint,4,opt,name=rows,proto3" json:"rows,omitempty"`
+	// The body units: one per row (per_row), or one for the frame. Empty until known (a
+	// claim by reference that did not say how many rows it holds).
+	Units []*CursorUnit `protobuf:"bytes,5,rep,name=units,proto3" json:"units,omitempty"`
+	// Id of the event that answered the claim: the cause of the frame's first bodies.
+	ClaimEventId string `protobuf:"bytes,6,opt,name=claim_event_id,json=claimEventId,proto3" json:"claim_event_id,omitempty"`
+	// Commit time of that event: the first attempts' leases count from it.
+	ClaimedTime   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=claimed_time,json=claimedTime,proto3" json:"claimed_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CursorFrame) Reset() {
+	*x = CursorFrame{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorFrame) ProtoMessage() {}
+
+func (x *CursorFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorFrame.ProtoReflect.Descriptor instead.
+func (*CursorFrame) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CursorFrame) GetClaim() int32 {
+	if x != nil {
+		return x.Claim
+	}
+	return 0
+}
+
+func (x *CursorFrame) GetRowsJson() [][]byte {
+	if x != nil {
+		return x.RowsJson
+	}
+	return nil
+}
+
+func (x *CursorFrame) GetRowsRef() *v1.ResultRef {
+	if x != nil {
+		return x.RowsRef
+	}
+	return nil
+}
+
+func (x *CursorFrame) GetRows() int32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *CursorFrame) GetUnits() []*CursorUnit {
+	if x != nil {
+		return x.Units
+	}
+	return nil
+}
+
+func (x *CursorFrame) GetClaimEventId() string {
+	if x != nil {
+		return x.ClaimEventId
+	}
+	return ""
+}
+
+func (x *CursorFrame) GetClaimedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ClaimedTime
+	}
+	return nil
+}
+
+// CursorUnit is one body command's target (a row, or a whole frame) and its attempts.
+type CursorUnit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempt of the body command in flight (0: none issued yet).
+	Attempt int32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Whether a body attempt completed.
+	Done bool `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	// Whether every attempt failed (or ran out its lease).
+	Failed bool `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	// Commit time the next attempt's lease counts from (the claim's answer, a lease
+	// expiry or a failure).
+	LeaseFrom *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=lease_from,json=leaseFrom,proto3" json:"lease_from,omitempty"`
+	// Whether the attempt in flight is over (its lease ran out or it failed) and the next
+	// one is due.
+	Due bool `protobuf:"varint,5,opt,name=due,proto3" json:"due,omitempty"`
+	// Id of the event that made the next attempt due: its cause.
+	DueEventId    string `protobuf:"bytes,6,opt,name=due_event_id,json=dueEventId,proto3" json:"due_event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CursorUnit) Reset() {
+	*x = CursorUnit{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorUnit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorUnit) ProtoMessage() {}
+
+func (x *CursorUnit) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorUnit.ProtoReflect.Descriptor instead.
+func (*CursorUnit) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CursorUnit) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *CursorUnit) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *CursorUnit) GetFailed() bool {
+	if x != nil {
+		return x.Failed
+	}
+	return false
+}
+
+func (x *CursorUnit) GetLeaseFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseFrom
+	}
+	return nil
+}
+
+func (x *CursorUnit) GetDue() bool {
+	if x != nil {
+		return x.Due
+	}
+	return false
+}
+
+func (x *CursorUnit) GetDueEventId() string {
+	if x != nil {
+		return x.DueEventId
+	}
+	return ""
+}
+
 // RetryState is a retry waiting on its durable timer.
 type RetryState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -609,7 +1043,7 @@ type RetryState struct {
 
 func (x *RetryState) Reset() {
 	*x = RetryState{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +1055,7 @@ func (x *RetryState) String() string {
 func (*RetryState) ProtoMessage() {}
 
 func (x *RetryState) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[3]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +1068,7 @@ func (x *RetryState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryState.ProtoReflect.Descriptor instead.
 func (*RetryState) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{3}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RetryState) GetNextAttempt() int32 {
@@ -715,7 +1149,7 @@ type LoopState struct {
 
 func (x *LoopState) Reset() {
 	*x = LoopState{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +1161,7 @@ func (x *LoopState) String() string {
 func (*LoopState) ProtoMessage() {}
 
 func (x *LoopState) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[4]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +1174,7 @@ func (x *LoopState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoopState.ProtoReflect.Descriptor instead.
 func (*LoopState) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{4}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LoopState) GetItemsJson() [][]byte {
@@ -828,7 +1262,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1274,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[5]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1287,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{5}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetStateRequest) GetExecutionId() string {
@@ -888,7 +1322,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1334,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[6]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1347,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{6}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetStateResponse) GetState() *ExecutionState {
@@ -947,7 +1381,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1393,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[7]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1406,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{7}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListEventsRequest) GetExecutionId() string {
@@ -1037,7 +1471,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1483,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[8]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1496,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{8}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListEventsResponse) GetEvents() []*v1.Event {
@@ -1108,7 +1542,7 @@ type ExecutionSummary struct {
 
 func (x *ExecutionSummary) Reset() {
 	*x = ExecutionSummary{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1554,7 @@ func (x *ExecutionSummary) String() string {
 func (*ExecutionSummary) ProtoMessage() {}
 
 func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[9]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1567,7 @@ func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionSummary.ProtoReflect.Descriptor instead.
 func (*ExecutionSummary) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{9}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecutionSummary) GetExecutionId() string {
@@ -1235,7 +1669,7 @@ type ListExecutionsRequest struct {
 
 func (x *ListExecutionsRequest) Reset() {
 	*x = ListExecutionsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1681,7 @@ func (x *ListExecutionsRequest) String() string {
 func (*ListExecutionsRequest) ProtoMessage() {}
 
 func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[10]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1694,7 @@ func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{10}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListExecutionsRequest) GetTenant() string {
@@ -1346,7 +1780,7 @@ type ListExecutionsResponse struct {
 
 func (x *ListExecutionsResponse) Reset() {
 	*x = ListExecutionsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1792,7 @@ func (x *ListExecutionsResponse) String() string {
 func (*ListExecutionsResponse) ProtoMessage() {}
 
 func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1805,7 @@ func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{11}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListExecutionsResponse) GetExecutions() []*ExecutionSummary {
@@ -1407,7 +1841,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1853,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1866,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{12}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Timer) GetExecutionId() string {
@@ -1481,7 +1915,7 @@ type ListDueTimersRequest struct {
 
 func (x *ListDueTimersRequest) Reset() {
 	*x = ListDueTimersRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1927,7 @@ func (x *ListDueTimersRequest) String() string {
 func (*ListDueTimersRequest) ProtoMessage() {}
 
 func (x *ListDueTimersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1940,7 @@ func (x *ListDueTimersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDueTimersRequest.ProtoReflect.Descriptor instead.
 func (*ListDueTimersRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{13}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListDueTimersRequest) GetLimit() int32 {
@@ -1529,7 +1963,7 @@ type ListDueTimersResponse struct {
 
 func (x *ListDueTimersResponse) Reset() {
 	*x = ListDueTimersResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1975,7 @@ func (x *ListDueTimersResponse) String() string {
 func (*ListDueTimersResponse) ProtoMessage() {}
 
 func (x *ListDueTimersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1988,7 @@ func (x *ListDueTimersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDueTimersResponse.ProtoReflect.Descriptor instead.
 func (*ListDueTimersResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{14}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListDueTimersResponse) GetTimers() []*Timer {
@@ -1625,7 +2059,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\vcreate_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xb4\x05\n" +
+	"updateTime\"\xf0\x05\n" +
 	"\tStepState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12\x14\n" +
@@ -1650,7 +2084,48 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\n" +
 	"held_bytes\x18\x11 \x01(\x03R\theldBytes\x12!\n" +
 	"\fheld_dropped\x18\x12 \x01(\x05R\vheldDropped\x12\x16\n" +
-	"\x06reused\x18\x13 \x01(\bR\x06reused\"\xea\x01\n" +
+	"\x06reused\x18\x13 \x01(\bR\x06reused\x12:\n" +
+	"\x06cursor\x18\x14 \x01(\v2\".noetl.statebuilder.v1.CursorStateR\x06cursor\"\xb5\x03\n" +
+	"\vCursorState\x12\x1a\n" +
+	"\biterator\x18\x01 \x01(\tR\biterator\x12\x17\n" +
+	"\aper_row\x18\x02 \x01(\bR\x06perRow\x12!\n" +
+	"\fmax_attempts\x18\x03 \x01(\x05R\vmaxAttempts\x12#\n" +
+	"\rlease_seconds\x18\x04 \x01(\x05R\fleaseSeconds\x127\n" +
+	"\x05slots\x18\x05 \x03(\v2!.noetl.statebuilder.v1.CursorSlotR\x05slots\x12\x16\n" +
+	"\x06claims\x18\x06 \x01(\x05R\x06claims\x12\x16\n" +
+	"\x06frames\x18\a \x01(\x05R\x06frames\x12\x18\n" +
+	"\aclaimed\x18\b \x01(\x03R\aclaimed\x12\x1c\n" +
+	"\tprocessed\x18\t \x01(\x03R\tprocessed\x12\x16\n" +
+	"\x06failed\x18\n" +
+	" \x01(\x03R\x06failed\x12\x1a\n" +
+	"\battempts\x18\v \x01(\x05R\battempts\x12\x1a\n" +
+	"\breissued\x18\f \x01(\x05R\breissued\x128\n" +
+	"\n" +
+	"last_error\x18\r \x01(\v2\x19.noetl.event.v1.ErrorInfoR\tlastError\"\xa0\x01\n" +
+	"\n" +
+	"CursorSlot\x12\x14\n" +
+	"\x05claim\x18\x01 \x01(\x05R\x05claim\x12(\n" +
+	"\x10claim_command_id\x18\x02 \x01(\tR\x0eclaimCommandId\x12\x18\n" +
+	"\adrained\x18\x03 \x01(\bR\adrained\x128\n" +
+	"\x05frame\x18\x04 \x01(\v2\".noetl.statebuilder.v1.CursorFrameR\x05frame\"\xa8\x02\n" +
+	"\vCursorFrame\x12\x14\n" +
+	"\x05claim\x18\x01 \x01(\x05R\x05claim\x12\x1b\n" +
+	"\trows_json\x18\x02 \x03(\fR\browsJson\x124\n" +
+	"\brows_ref\x18\x03 \x01(\v2\x19.noetl.event.v1.ResultRefR\arowsRef\x12\x12\n" +
+	"\x04rows\x18\x04 \x01(\x05R\x04rows\x127\n" +
+	"\x05units\x18\x05 \x03(\v2!.noetl.statebuilder.v1.CursorUnitR\x05units\x12$\n" +
+	"\x0eclaim_event_id\x18\x06 \x01(\tR\fclaimEventId\x12=\n" +
+	"\fclaimed_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vclaimedTime\"\xc1\x01\n" +
+	"\n" +
+	"CursorUnit\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\bR\x04done\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\bR\x06failed\x129\n" +
+	"\n" +
+	"lease_from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tleaseFrom\x12\x10\n" +
+	"\x03due\x18\x05 \x01(\bR\x03due\x12 \n" +
+	"\fdue_event_id\x18\x06 \x01(\tR\n" +
+	"dueEventId\"\xea\x01\n" +
 	"\n" +
 	"RetryState\x12!\n" +
 	"\fnext_attempt\x18\x01 \x01(\x05R\vnextAttempt\x12#\n" +
@@ -1758,84 +2233,96 @@ func file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP() []byte {
 	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescData
 }
 
-var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_noetl_statebuilder_v1_statebuilder_proto_goTypes = []any{
 	(*ExecutionState)(nil),         // 0: noetl.statebuilder.v1.ExecutionState
 	(*Variable)(nil),               // 1: noetl.statebuilder.v1.Variable
 	(*StepState)(nil),              // 2: noetl.statebuilder.v1.StepState
-	(*RetryState)(nil),             // 3: noetl.statebuilder.v1.RetryState
-	(*LoopState)(nil),              // 4: noetl.statebuilder.v1.LoopState
-	(*GetStateRequest)(nil),        // 5: noetl.statebuilder.v1.GetStateRequest
-	(*GetStateResponse)(nil),       // 6: noetl.statebuilder.v1.GetStateResponse
-	(*ListEventsRequest)(nil),      // 7: noetl.statebuilder.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 8: noetl.statebuilder.v1.ListEventsResponse
-	(*ExecutionSummary)(nil),       // 9: noetl.statebuilder.v1.ExecutionSummary
-	(*ListExecutionsRequest)(nil),  // 10: noetl.statebuilder.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil), // 11: noetl.statebuilder.v1.ListExecutionsResponse
-	(*Timer)(nil),                  // 12: noetl.statebuilder.v1.Timer
-	(*ListDueTimersRequest)(nil),   // 13: noetl.statebuilder.v1.ListDueTimersRequest
-	(*ListDueTimersResponse)(nil),  // 14: noetl.statebuilder.v1.ListDueTimersResponse
-	nil,                            // 15: noetl.statebuilder.v1.ExecutionState.StepsEntry
-	nil,                            // 16: noetl.statebuilder.v1.ExecutionState.LabelsEntry
-	nil,                            // 17: noetl.statebuilder.v1.ExecutionState.VarsEntry
-	nil,                            // 18: noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	nil,                            // 19: noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
-	(v1.ExecutionStatus)(0),        // 20: noetl.event.v1.ExecutionStatus
-	(*v1.ErrorInfo)(nil),           // 21: noetl.event.v1.ErrorInfo
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
-	(v1.StepStatus)(0),             // 23: noetl.event.v1.StepStatus
-	(*v1.ResultRef)(nil),           // 24: noetl.event.v1.ResultRef
-	(*v1.Event)(nil),               // 25: noetl.event.v1.Event
+	(*CursorState)(nil),            // 3: noetl.statebuilder.v1.CursorState
+	(*CursorSlot)(nil),             // 4: noetl.statebuilder.v1.CursorSlot
+	(*CursorFrame)(nil),            // 5: noetl.statebuilder.v1.CursorFrame
+	(*CursorUnit)(nil),             // 6: noetl.statebuilder.v1.CursorUnit
+	(*RetryState)(nil),             // 7: noetl.statebuilder.v1.RetryState
+	(*LoopState)(nil),              // 8: noetl.statebuilder.v1.LoopState
+	(*GetStateRequest)(nil),        // 9: noetl.statebuilder.v1.GetStateRequest
+	(*GetStateResponse)(nil),       // 10: noetl.statebuilder.v1.GetStateResponse
+	(*ListEventsRequest)(nil),      // 11: noetl.statebuilder.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),     // 12: noetl.statebuilder.v1.ListEventsResponse
+	(*ExecutionSummary)(nil),       // 13: noetl.statebuilder.v1.ExecutionSummary
+	(*ListExecutionsRequest)(nil),  // 14: noetl.statebuilder.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil), // 15: noetl.statebuilder.v1.ListExecutionsResponse
+	(*Timer)(nil),                  // 16: noetl.statebuilder.v1.Timer
+	(*ListDueTimersRequest)(nil),   // 17: noetl.statebuilder.v1.ListDueTimersRequest
+	(*ListDueTimersResponse)(nil),  // 18: noetl.statebuilder.v1.ListDueTimersResponse
+	nil,                            // 19: noetl.statebuilder.v1.ExecutionState.StepsEntry
+	nil,                            // 20: noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	nil,                            // 21: noetl.statebuilder.v1.ExecutionState.VarsEntry
+	nil,                            // 22: noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	nil,                            // 23: noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	(v1.ExecutionStatus)(0),        // 24: noetl.event.v1.ExecutionStatus
+	(*v1.ErrorInfo)(nil),           // 25: noetl.event.v1.ErrorInfo
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(v1.StepStatus)(0),             // 27: noetl.event.v1.StepStatus
+	(*v1.ResultRef)(nil),           // 28: noetl.event.v1.ResultRef
+	(*v1.Event)(nil),               // 29: noetl.event.v1.Event
 }
 var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
-	20, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
-	15, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
-	21, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
-	22, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
-	22, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
-	16, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
-	22, // 6: noetl.statebuilder.v1.ExecutionState.deadline:type_name -> google.protobuf.Timestamp
-	17, // 7: noetl.statebuilder.v1.ExecutionState.vars:type_name -> noetl.statebuilder.v1.ExecutionState.VarsEntry
-	22, // 8: noetl.statebuilder.v1.Variable.create_time:type_name -> google.protobuf.Timestamp
-	22, // 9: noetl.statebuilder.v1.Variable.update_time:type_name -> google.protobuf.Timestamp
-	23, // 10: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
-	24, // 11: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
-	21, // 12: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
-	4,  // 13: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
-	3,  // 14: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
-	25, // 15: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
-	22, // 16: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
-	24, // 17: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
-	0,  // 18: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	25, // 19: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	20, // 20: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	22, // 21: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	22, // 22: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	18, // 23: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	20, // 24: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	22, // 25: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	22, // 26: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
-	22, // 27: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
-	19, // 28: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
-	9,  // 29: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	22, // 30: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	12, // 31: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	22, // 32: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	2,  // 33: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	1,  // 34: noetl.statebuilder.v1.ExecutionState.VarsEntry.value:type_name -> noetl.statebuilder.v1.Variable
-	5,  // 35: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	7,  // 36: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	10, // 37: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	13, // 38: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	6,  // 39: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	8,  // 40: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	11, // 41: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	14, // 42: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	39, // [39:43] is the sub-list for method output_type
-	35, // [35:39] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	24, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
+	19, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
+	25, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
+	26, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
+	26, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
+	20, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	26, // 6: noetl.statebuilder.v1.ExecutionState.deadline:type_name -> google.protobuf.Timestamp
+	21, // 7: noetl.statebuilder.v1.ExecutionState.vars:type_name -> noetl.statebuilder.v1.ExecutionState.VarsEntry
+	26, // 8: noetl.statebuilder.v1.Variable.create_time:type_name -> google.protobuf.Timestamp
+	26, // 9: noetl.statebuilder.v1.Variable.update_time:type_name -> google.protobuf.Timestamp
+	27, // 10: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
+	28, // 11: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
+	25, // 12: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
+	8,  // 13: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
+	7,  // 14: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
+	29, // 15: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
+	3,  // 16: noetl.statebuilder.v1.StepState.cursor:type_name -> noetl.statebuilder.v1.CursorState
+	4,  // 17: noetl.statebuilder.v1.CursorState.slots:type_name -> noetl.statebuilder.v1.CursorSlot
+	25, // 18: noetl.statebuilder.v1.CursorState.last_error:type_name -> noetl.event.v1.ErrorInfo
+	5,  // 19: noetl.statebuilder.v1.CursorSlot.frame:type_name -> noetl.statebuilder.v1.CursorFrame
+	28, // 20: noetl.statebuilder.v1.CursorFrame.rows_ref:type_name -> noetl.event.v1.ResultRef
+	6,  // 21: noetl.statebuilder.v1.CursorFrame.units:type_name -> noetl.statebuilder.v1.CursorUnit
+	26, // 22: noetl.statebuilder.v1.CursorFrame.claimed_time:type_name -> google.protobuf.Timestamp
+	26, // 23: noetl.statebuilder.v1.CursorUnit.lease_from:type_name -> google.protobuf.Timestamp
+	26, // 24: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
+	28, // 25: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
+	0,  // 26: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	29, // 27: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	24, // 28: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	26, // 29: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	26, // 30: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	22, // 31: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	24, // 32: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	26, // 33: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	26, // 34: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
+	26, // 35: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
+	23, // 36: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	13, // 37: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	26, // 38: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	16, // 39: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	26, // 40: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	2,  // 41: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	1,  // 42: noetl.statebuilder.v1.ExecutionState.VarsEntry.value:type_name -> noetl.statebuilder.v1.Variable
+	9,  // 43: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	11, // 44: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	14, // 45: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	17, // 46: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	10, // 47: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	12, // 48: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	15, // 49: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	18, // 50: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	47, // [47:51] is the sub-list for method output_type
+	43, // [43:47] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
@@ -1849,7 +2336,7 @@ func file_noetl_statebuilder_v1_statebuilder_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc), len(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
