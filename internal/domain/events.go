@@ -109,6 +109,8 @@ type EnterPayload struct {
 	Epoch int32 `json:"epoch"`
 	// Loop is set when the step loops over a collection.
 	Loop *LoopPayload `json:"loop,omitempty"`
+	// Cursor is set when the step drains a cursor (cursor.go).
+	Cursor *CursorPayload `json:"cursor,omitempty"`
 }
 
 // LoopPayload carries a loop step's rendered collection: inline (Items), or by reference
@@ -125,6 +127,8 @@ type LoopPayload struct {
 // ExitPayload is the payload of step.exit: the arcs that fired.
 type ExitPayload struct {
 	Fired []string `json:"fired,omitempty"`
+	// CursorDrained marks the exit of a cursor loop whose claims all returned no rows.
+	CursorDrained bool `json:"__cursor_drained,omitempty"`
 }
 
 // CtxPayload is the payload of ctx.updated.

@@ -61,7 +61,7 @@ func early(s *sbv1.StepState, ev *eventv1.Event) bool {
 	switch {
 	case epoch > s.GetEpoch():
 		return true
-	case epoch < s.GetEpoch() || s.GetLoop() != nil:
+	case epoch < s.GetEpoch() || s.GetLoop() != nil || s.GetCursor() != nil:
 		return false // a late event of an older epoch, or a loop's (issued with its enter)
 	}
 	return ev.GetCommandId() != s.GetCommandId() && ev.GetAttempt() > s.GetAttempt()
@@ -122,6 +122,9 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		hold(step(), ev)
 		return nil
 	}
+	if s := st.Steps[ev.GetStep()]; s.GetCursor() != nil && cursorEvent(ev.GetType()) {
+		return applyCursor(st, s, ev) // cursor.go
+	}
 	switch ev.GetType() {
 	case EventPlaybookStarted:
 		var p StartedPayload
@@ -169,6 +172,10 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.Error = nil
 		s.Loop = nil
 		s.Retry = nil
+		s.Cursor = nil
+		if p.Cursor != nil {
+			s.Cursor = newCursorState(p.Cursor)
+		}
 		if p.Loop != nil {
 			s.Loop = newLoopState(p.Loop)
 			s.Loop.EnterSeq = ev.GetSeq()

@@ -32,6 +32,25 @@ func CommandID(executionID, step string, epoch, index, attempt int32) string {
 	return "c" + hash(executionID, step, itoa(epoch), itoa(index), itoa(attempt))
 }
 
+// CursorClaimID derives the id of a cursor loop's claim command: execution, step, loop
+// epoch, claim slot and the claim's sequence number within the slot.
+func CursorClaimID(executionID, step string, epoch, slot, claim int32) string {
+	return "c" + hash(executionID, step, itoa(epoch), "claim", itoa(slot), itoa(claim))
+}
+
+// CursorBodyID derives the id of a cursor loop's body command: execution, step, loop
+// epoch, claim slot, the claim that returned the frame, the unit (row index, or 0 for a
+// frame processed whole) and the attempt.
+func CursorBodyID(executionID, step string, epoch, slot, claim, unit, attempt int32) string {
+	return "c" + hash(executionID, step, itoa(epoch), "body", itoa(slot), itoa(claim), itoa(unit), itoa(attempt))
+}
+
+// CursorLeaseTimerID is the id of the durable timer that ends the lease of body command
+// bodyID (of unit of slot): its slot and unit first, so the fold finds the unit.
+func CursorLeaseTimerID(slot, unit int32, bodyID string) string {
+	return cursorLeasePrefix + itoa(slot) + ":" + itoa(unit) + ":" + bodyID
+}
+
 // EventID derives an event's id from its cause (a command id, or the id of the committed
 // event whose decision produced it) and its type.
 func EventID(cause, eventType string) string {

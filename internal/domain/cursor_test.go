@@ -1,0 +1,67 @@
+package domain
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+)
+
+func TestClaimRowsCountsRowsInlineAndByReference(t *testing.T) {
+	cases := []struct {
+		name   string
+		result string
+		ref    *eventv1.ResultRef
+		n      int
+		err    string
+	}{
+		{name: "postgres result", result: `{"rows":[{"id":1},{"id":2}],"row_count":2,"columns":["id"]}`, n: 2},
+		{name: "no rows", result: `{"rows":[],"row_count":0}`, n: 0},
+		{name: "null rows", result: `{"rows":null}`, n: 0},
+		{name: "a list", result: `[{"id":1}]`, n: 1},
+		{name: "null", result: `null`, n: 0},
+		{name: "an object without rows", result: `{"id":1}`, err: "without a rows list (keys: id)"},
+		{name: "a number", result: `3`, err: "not rows"},
+		{name: "by reference with a row count", ref: &eventv1.ResultRef{Uri: "u", RowCount: 40}, n: 40},
+		{name: "by reference, count in the summary", ref: &eventv1.ResultRef{Uri: "u", ExtractedJson: []byte(`{"row_count":7,"rows":{"_summary":"array"}}`)}, n: 7},
+		// A claim by reference is never read as empty: its rows are loaded to count them.
+		{name: "by reference without a count", ref: &eventv1.ResultRef{Uri: "u", ExtractedJson: []byte(`{"rows":{"_summary":"array"}}`)}, n: -1},
+		{name: "by reference, summary says zero", ref: &eventv1.ResultRef{Uri: "u", ExtractedJson: []byte(`{"row_count":0}`)}, n: -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n, rows, ref, err := ClaimRows([]byte(tc.result), tc.ref)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.n, n)
+			if tc.ref != nil {
+				require.Equal(t, tc.ref, ref)
+				require.Nil(t, rows)
+			} else {
+				require.Len(t, rows, n)
+			}
+		})
+	}
+}
+
+func TestCursorIndexAndLeaseTimerRoundTrip(t *testing.T) {
+	for _, slot := range []int32{0, 1, 255} {
+		for _, unit := range []int32{-1, 0, 9_999} {
+			s, u := cursorUnpack(CursorIndex(slot, unit))
+			require.Equal(t, [2]int32{slot, unit}, [2]int32{s, u})
+			body := CursorBodyID("x", "step", 1, slot, 3, max(unit, 0), 2)
+			s, u, id, ok := parseLeaseTimer(CursorLeaseTimerID(slot, unit, body))
+			require.True(t, ok)
+			require.Equal(t, [2]int32{slot, unit}, [2]int32{s, u})
+			require.Equal(t, body, id)
+		}
+	}
+	_, _, _, ok := parseLeaseTimer("t123")
+	require.False(t, ok, "a retry timer is not a lease")
+	require.NotEqual(t, CursorClaimID("x", "s", 1, 0, 1), CursorBodyID("x", "s", 1, 0, 1, 0, 1))
+	require.NotEqual(t, CursorClaimID("x", "s", 1, 0, 1), CommandID("x", "s", 1, 0, 1))
+}
