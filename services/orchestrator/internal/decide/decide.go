@@ -126,6 +126,9 @@ type Inputs struct {
 	// defaults); the playbook's executor.spec.policy.limits may only lower them
 	// (EffectiveLimits).
 	Limits Limits
+	// ClaimRows maps the reference URI of a cursor claim's result to its rows (see
+	// NeededClaimRows).
+	ClaimRows map[string][]json.RawMessage
 }
 
 // ErrCollectionMissing is returned when a decision needs a loop collection held by
@@ -304,6 +307,9 @@ func (d *decider) run() error {
 		}
 	}
 	if err := d.advanceLoops(); err != nil {
+		return err
+	}
+	if err := d.advanceCursors(); err != nil { // cursor.go
 		return err
 	}
 	if err := d.advanceRetries(); err != nil {
@@ -729,7 +735,7 @@ func (d *decider) skip(dst, cause string) error {
 // exit emits step.exit for a step routed to fired; ref, when set, is the result of a loop
 // whose list of results is held by reference.
 func (d *decider) exit(name, cause string, fired []string, ref *eventv1.ResultRef) error {
-	payload, err := json.Marshal(domain.ExitPayload{Fired: fired})
+	payload, err := json.Marshal(domain.ExitPayload{Fired: fired, CursorDrained: d.cursorDrained(name)})
 	if err != nil {
 		return err
 	}
@@ -784,6 +790,9 @@ func (d *decider) enter(name, cause string) error {
 		return err
 	}
 	enterID := domain.EventID(domain.StepEnterCause(exec, name, epoch), domain.EventStepEnter)
+	if ps.Loop != nil && ps.Loop.Cursor != nil {
+		return d.enterCursor(ps, epoch, enterID, cause) // cursor.go
+	}
 	enter := domain.EnterPayload{Epoch: epoch}
 	if ps.Loop != nil {
 		items, err := d.collection(ps)

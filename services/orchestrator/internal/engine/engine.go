@@ -328,6 +328,9 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 	if in.LoopResults, err = e.loopResultsFor(ctx, st, decide.NeededLoopResults(st)); err != nil {
 		return 0, err
 	}
+	if in.ClaimRows, err = e.claimRowsFor(ctx, st.GetTenant(), decide.NeededClaimRows(st)); err != nil { // cursor.go
+		return 0, err
+	}
 	in.Limits = e.cfg.Limits.For(st.GetTenant())
 	events, err := decide.DecideWith(cp, st, in)
 	if err != nil {
