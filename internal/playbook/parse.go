@@ -558,10 +558,14 @@ func (b *builder) loop(n *yaml.Node, step string) *Loop {
 		b.errorf(spec, step, "loop.spec", "must be a mapping, not %s", kindName(spec))
 		spec = nil
 	}
-	if c := value(n, "cursor"); !isNull(c) {
-		b.errorf(c, step, "loop.cursor", "cursor loops are not supported")
-	}
-	if k, in := lookup(n, "in"); isNull(in) {
+	cursorNode := value(n, "cursor")
+	if k, in := lookup(n, "in"); !isNull(cursorNode) {
+		if !isNull(in) {
+			b.errorf(k, step, "loop.in", "in and cursor are mutually exclusive: a loop runs over a collection (in) or drains a cursor (cursor), not both")
+		}
+		l.Cursor = b.cursor(cursorNode, spec, step)
+		l.Mode = LoopCursor
+	} else if isNull(in) {
 		at := n
 		if k != nil {
 			at = k
@@ -587,13 +591,20 @@ func (b *builder) loop(n *yaml.Node, step string) *Loop {
 	}
 	if !isNull(modeNode) {
 		if s, ok := b.str(modeNode, step, modeField); ok {
-			switch s {
-			case LoopSequential, LoopParallel:
+			switch {
+			case l.Cursor != nil && s != LoopCursor:
+				b.errorf(modeNode, step, modeField, "a loop with cursor: runs in mode cursor, not %q", s)
+			case s == LoopSequential, s == LoopParallel:
 				l.Mode = s
-			case "cursor":
-				b.errorf(modeNode, step, modeField, "cursor loops are not supported")
+			case s == LoopCursor:
+				if l.Cursor == nil && !isNull(cursorNode) {
+					break // the cursor itself is in error
+				}
+				if l.Cursor == nil {
+					b.errorf(modeNode, step, modeField, "mode cursor needs a loop.cursor: {kind: postgres, auth, claim}")
+				}
 			default:
-				b.errorf(modeNode, step, modeField, "unknown loop mode %q (want sequential or parallel)", s)
+				b.errorf(modeNode, step, modeField, "unknown loop mode %q (want sequential, parallel or cursor)", s)
 			}
 		}
 	}
@@ -606,6 +617,7 @@ func (b *builder) loop(n *yaml.Node, step string) *Loop {
 			l.MaxInFlightExpr = mifNode.Value
 		} else if i, ok := b.nonNegInt(mifNode, step, mifField); ok {
 			l.MaxInFlight = i
+			b.checkCursorSlots(mifNode, l, step, mifField)
 		}
 	}
 	return l

@@ -167,6 +167,9 @@ type Loop struct {
 	// MaxInFlightExpr is the template of max_in_flight when it is not a
 	// literal number, "" otherwise.
 	MaxInFlightExpr string
+	// Cursor is the work queue a cursor loop drains (mode cursor); nil for a loop over a
+	// collection (cursor.go).
+	Cursor *Cursor
 }
 
 // Next holds a step's routing.
@@ -202,6 +205,7 @@ const (
 const (
 	LoopSequential = "sequential"
 	LoopParallel   = "parallel"
+	LoopCursor     = "cursor"
 )
 
 // Policy actions.

@@ -1,0 +1,188 @@
+package playbook
+
+import (
+	"go.yaml.in/yaml/v3"
+)
+
+// Cursor is the work queue a cursor loop drains: loop.cursor with the loop's
+// spec.frame. The orchestrator runs the claim on up to max_in_flight slots; each
+// claim's rows form a frame, whose bodies (the step's tool, the row or the frame bound
+// to the iterator) run before the slot claims again, until a claim returns no rows.
+type Cursor struct {
+	// Kind is the claim's tool kind (postgres).
+	Kind string
+	// Claim is the claim's SQL: one statement returning the rows of one frame (none once
+	// the queue is drained).
+	Claim string
+	// Config is the claim command's tool configuration: the cursor's keys other than
+	// kind, claim and options, the options mapping merged in, and command set to Claim.
+	Config map[string]any
+	// Frame holds the spec.frame settings.
+	Frame Frame
+}
+
+// Frame is a cursor loop's spec.frame.
+type Frame struct {
+	// MaxRows is the most rows one claim should return; the claim reads it as
+	// {{ cursor.max_rows }} (default 1).
+	MaxRows int
+	// LeaseSeconds is how long a body attempt holds its frame: once it is over without
+	// an outcome, the frame's body is issued again (default 300; 0 in the document: the
+	// default).
+	LeaseSeconds int
+	// HeartbeatSeconds is accepted and kept; workers do not send heartbeats yet.
+	HeartbeatSeconds int
+	// MaxAttempts is how many body attempts a row (or frame) gets (default 3).
+	MaxAttempts int
+	// Process is row (a body command per row, the default) or frame (one body command
+	// per frame, with the frame's rows bound to the iterator as a list).
+	Process string
+}
+
+// Cursor defaults and bounds.
+const (
+	// CursorDefaultMaxRows is a frame's default max_rows.
+	CursorDefaultMaxRows = 1
+	// CursorDefaultLeaseSeconds is a frame's default lease_seconds.
+	CursorDefaultLeaseSeconds = 300
+	// CursorDefaultMaxAttempts is a frame's default max_attempts.
+	CursorDefaultMaxAttempts = 3
+	// CursorMaxSlots bounds a cursor loop's max_in_flight.
+	CursorMaxSlots = 256
+	// CursorMaxRows bounds a frame's max_rows.
+	CursorMaxRows = 10_000
+	// ProcessRow and ProcessFrame are the values of frame.process.
+	ProcessRow   = "row"
+	ProcessFrame = "frame"
+)
+
+// cursorFrameKeys are the keys of loop.spec.frame.
+var cursorFrameKeys = map[string]bool{
+	"max_rows": true, "max_seconds": true, "max_bytes": true, "lease_seconds": true,
+	"heartbeat_seconds": true, "row_concurrency": true, "process": true, "max_attempts": true,
+}
+
+// cursor parses loop.cursor (n) and the loop's spec.frame.
+func (b *builder) cursor(n, spec *yaml.Node, step string) *Cursor {
+	if n.Kind != yaml.MappingNode {
+		b.errorf(n, step, "loop.cursor", "must be a mapping, not %s", kindName(n))
+		return nil
+	}
+	c := &Cursor{Kind: "postgres", Frame: Frame{MaxRows: CursorDefaultMaxRows, LeaseSeconds: CursorDefaultLeaseSeconds, MaxAttempts: CursorDefaultMaxAttempts, Process: ProcessRow}}
+	ok := true
+	if kn := value(n, "kind"); !isNull(kn) {
+		if s, good := b.str(kn, step, "loop.cursor.kind"); good && s != "postgres" {
+			b.errorf(kn, step, "loop.cursor.kind", "unknown cursor kind %q (want postgres)", s)
+			ok = false
+		}
+	}
+	if cn := value(n, "claim"); isNull(cn) {
+		b.errorf(n, step, "loop.cursor.claim", "a cursor needs a claim: SQL returning the rows of one frame")
+		ok = false
+	} else if s, good := b.str(cn, step, "loop.cursor.claim"); !good {
+		ok = false
+	} else if s == "" {
+		b.errorf(cn, step, "loop.cursor.claim", "the claim SQL is empty")
+		ok = false
+	} else {
+		c.Claim = s
+	}
+	cfg := map[string]any{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key := n.Content[i].Value
+		switch key {
+		case "kind", "claim", "options":
+		default:
+			cfg[key] = toValue(n.Content[i+1])
+		}
+	}
+	if opts := b.mapping(value(n, "options"), step, "loop.cursor.options"); opts != nil {
+		for key, v := range opts {
+			if key != "kind" && key != "command" && key != "query" {
+				cfg[key] = v
+			}
+		}
+	}
+	cfg["command"] = c.Claim
+	t := &Tool{Kind: c.Kind, Config: cfg}
+	b.sqlTool(n, t, step, "loop.cursor")
+	c.Config = t.Config
+	if !isNull(spec) {
+		if f := value(spec, "frame"); !isNull(f) {
+			ok = b.frame(f, step, &c.Frame) && ok
+		}
+	}
+	if !ok {
+		return nil
+	}
+	return c
+}
+
+// frame parses loop.spec.frame into f.
+func (b *builder) frame(n *yaml.Node, step string, f *Frame) bool {
+	if n.Kind != yaml.MappingNode {
+		b.errorf(n, step, "loop.spec.frame", "must be a mapping, not %s", kindName(n))
+		return false
+	}
+	ok := true
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, v := n.Content[i].Value, n.Content[i+1]
+		field := "loop.spec.frame." + key
+		if !cursorFrameKeys[key] {
+			b.errorf(n.Content[i], step, field, "unknown frame field %q (want max_rows, lease_seconds, heartbeat_seconds, max_attempts, process, max_seconds, max_bytes, row_concurrency)", key)
+			ok = false
+			continue
+		}
+		if isNull(v) {
+			continue
+		}
+		if key == "process" {
+			s, good := b.str(v, step, field)
+			switch {
+			case !good:
+				ok = false
+			case s == ProcessRow, s == ProcessFrame:
+				f.Process = s
+			default:
+				b.errorf(v, step, field, "unknown process %q (want row or frame)", s)
+				ok = false
+			}
+			continue
+		}
+		num, good := b.nonNegInt(v, step, field)
+		if !good {
+			ok = false
+			continue
+		}
+		switch key {
+		case "max_rows":
+			if num < 1 || num > CursorMaxRows {
+				b.errorf(v, step, field, "must be between 1 and %d", CursorMaxRows)
+				ok = false
+				continue
+			}
+			f.MaxRows = num
+		case "lease_seconds":
+			if num > 0 {
+				f.LeaseSeconds = num
+			}
+		case "heartbeat_seconds":
+			f.HeartbeatSeconds = num
+		case "max_attempts":
+			if num < 1 {
+				b.errorf(v, step, field, "must be at least 1")
+				ok = false
+				continue
+			}
+			f.MaxAttempts = num
+		}
+	}
+	return ok
+}
+
+// checkCursorSlots bounds a cursor loop's literal max_in_flight.
+func (b *builder) checkCursorSlots(n *yaml.Node, l *Loop, step, field string) {
+	if l.Cursor != nil && l.MaxInFlight > CursorMaxSlots {
+		b.errorf(n, step, field, "a cursor loop runs at most %d claim slots", CursorMaxSlots)
+	}
+}
