@@ -231,6 +231,30 @@ func cases() []expectation {
 			require.Equal(t, 4, count(t, `SELECT count(*) FROM public.user_profile_results WHERE execution_id = $1 AND profile_score > 0`, r.id), "scores upserted")
 		}},
 		{file: "postgres_test.yaml", status: completed},
+		{file: "engine.cursor_drain.yaml", status: completed, check: func(t *testing.T, r run) {
+			sum := r.stepResult("drain")
+			require.Equal(t, true, sum["drained"], "%v", sum)
+			require.EqualValues(t, 200, sum["claimed"], "%v", sum)
+			require.EqualValues(t, 200, sum["processed"], "%v", sum)
+			require.EqualValues(t, 0, sum["failed"], "%v", sum)
+			require.EqualValues(t, 200, sum["attempts"], "one body per row: %v", sum)
+			rows, _ := r.stepResult("check")["rows"].([]any)
+			require.Equal(t, []any{map[string]any{"effects": 200.0, "unclaimed": 0.0}}, rows, "each row recorded once, none left")
+			byRef := 0
+			for _, ev := range r.events {
+				if ev["type"] == "command.completed" && ev["step"] == "drain" && ev["resultRef"] != nil {
+					byRef++
+				}
+			}
+			require.Positive(t, byRef, "full claims (80 KB) travel by reference")
+			var exit map[string]any
+			for _, ev := range r.events {
+				if ev["type"] == "step.exit" && ev["step"] == "drain" {
+					exit = ev
+				}
+			}
+			require.Contains(t, fmt.Sprint(exit), "__cursor_drained", "the loop ends with a drain exit: %v", exit)
+		}},
 		{file: "broken_sql.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
 			failed, _ := r.exec["failedSteps"].([]any)
 			require.Equal(t, []any{"verify_pg_data"}, failed)
