@@ -128,6 +128,9 @@ func (q *queue) decide() []*eventv1.Event {
 	}
 	evs, err := DecideWith(q.s.c, q.s.st, in)
 	require.NoError(q.s.t, err)
+	again, err := DecideWith(q.s.c, q.s.st, in)
+	require.NoError(q.s.t, err)
+	require.Equal(q.s.t, ids(evs), ids(again), "deciding again on the same state yields the same events")
 	q.s.apply(evs...)
 	return evs
 }
