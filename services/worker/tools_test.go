@@ -25,8 +25,7 @@ func TestToolTableIsTheKindsRegistrationAccepts(t *testing.T) {
 	} {
 		t.Run(tc.pool, func(t *testing.T) {
 			t.Parallel()
-			w := &Worker{cfg: Config{Pool: tc.pool}}
-			table, closeTools := w.toolTable(tools.EgressPublic, nil, nil)
+			table, _, closeTools := toolTable(Config{Pool: tc.pool}, tools.EgressPublic, nil, nil, nil)
 			defer closeTools()
 			require.ElementsMatch(t, tc.want, slices.Collect(maps.Keys(table)))
 			for k := range table {
@@ -49,8 +48,7 @@ func TestShellRunsOnlyWhereEnabled(t *testing.T) {
 		{"shared", true, true},
 		{"system", false, true},
 	} {
-		w := &Worker{cfg: Config{Pool: tc.pool, Shell: tc.shell}}
-		table, closeTools := w.toolTable(tools.EgressPublic, nil, nil)
+		table, _, closeTools := toolTable(Config{Pool: tc.pool, Shell: tc.shell}, tools.EgressPublic, nil, nil, nil)
 		closeTools()
 		require.Equal(t, tc.on, table["shell"].(*tools.Shell).Enabled, "pool %s, NOETL_WORKER_SHELL=%v", tc.pool, tc.shell)
 	}

@@ -27,6 +27,7 @@ import (
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/failpoint"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/telemetry"
@@ -350,7 +351,7 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 	if err := e.offloadContexts(ctx, events); err != nil {
 		return 0, err
 	}
-	if err := Publish(ctx, e.js, e.cfg.Partitions, events); err != nil {
+	if err := eventbus.Publish(ctx, e.js, e.cfg.Partitions, events); err != nil {
 		if !errors.Is(err, natsx.ErrMessageTooLarge) {
 			return 0, err
 		}
@@ -366,7 +367,7 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 			Error:             &eventv1.ErrorInfo{Code: "message_too_large", Message: "the next decision cannot be published: " + err.Error()},
 			Producer:          "orchestrator",
 		}
-		if err := Publish(ctx, e.js, e.cfg.Partitions, []*eventv1.Event{failed}); err != nil {
+		if err := eventbus.Publish(ctx, e.js, e.cfg.Partitions, []*eventv1.Event{failed}); err != nil {
 			return 0, err
 		}
 		e.decisions.WithLabelValues("too_large").Inc()
@@ -404,35 +405,6 @@ func annotate(ctx context.Context, events []*eventv1.Event) {
 	}
 }
 
-// Publish publishes events of one execution in order, each with its id as Nats-Msg-Id.
-// The trace of ctx travels with them.
-func Publish(ctx context.Context, js jetstream.JetStream, partitions int, events []*eventv1.Event) error {
-	_, err := publish(ctx, js, partitions, events, false)
-	return err
-}
-
-// PublishNew publishes one event as Publish does and reports whether NOETL_EVENTS already
-// held it (an event of the same id within the stream's duplicate window): then no consumer
-// sees it again, and no commit notice follows.
-func PublishNew(ctx context.Context, js jetstream.JetStream, partitions int, ev *eventv1.Event) (duplicate bool, err error) {
-	return publish(ctx, js, partitions, []*eventv1.Event{ev}, true)
-}
-
-func publish(ctx context.Context, js jetstream.JetStream, partitions int, events []*eventv1.Event, one bool) (bool, error) {
-	msgs := make([]natsx.Message, 0, len(events))
-	for _, ev := range events {
-		b, err := proto.Marshal(ev)
-		if err != nil {
-			return false, err
-		}
-		msgs = append(msgs, natsx.Message{Subject: natsx.EventSubject(ev.GetExecutionId(), partitions), MsgID: ev.GetEventId(), Data: b})
-	}
-	if one && len(msgs) == 1 {
-		return natsx.PublishNew(ctx, js, msgs[0])
-	}
-	return false, natsx.PublishAll(ctx, js, msgs)
-}
-
 // RunTimers fires durable timers: it asks the statebuilder for due timers, publishes a
 // timer.fired event for each (ids are deterministic, so replicas firing the same timer
 // produce one event), then sleeps until the next due time. It re-checks at least every
@@ -454,7 +426,7 @@ func (e *Engine) RunTimers(ctx context.Context) error {
 					EventId: domain.EventID(t.GetTimerId(), domain.EventTimerFired), ExecutionId: t.GetExecutionId(), Tenant: t.GetTenant(),
 					Type: domain.EventTimerFired, Step: t.GetStep(), PayloadJson: payload, Producer: "orchestrator",
 				}
-				if err := Publish(ctx, e.js, e.cfg.Partitions, []*eventv1.Event{ev}); err != nil {
+				if err := eventbus.Publish(ctx, e.js, e.cfg.Partitions, []*eventv1.Event{ev}); err != nil {
 					e.log.Warn("fire timer", slog.String("execution_id", t.GetExecutionId()), slog.String("error", err.Error()))
 					continue
 				}

@@ -22,11 +22,11 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
-	"github.com/noetl/noetl/services/orchestrator/internal/engine"
 	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 )
 
@@ -262,7 +262,7 @@ func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, paren
 	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
 		return "", false, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
-	duplicate, err := engine.PublishNew(ctx, s.JS, s.Partitions, ev)
+	duplicate, err := eventbus.PublishNew(ctx, s.JS, s.Partitions, ev)
 	if err != nil {
 		if errors.Is(err, natsx.ErrMessageTooLarge) {
 			return "", false, tooLarge()
@@ -316,7 +316,7 @@ func (s *Server) CancelExecution(ctx context.Context, req *orchv1.CancelExecutio
 		Producer:          "orchestrator",
 		ProduceTime:       timestamppb.Now(),
 	}
-	if err := engine.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
+	if err := eventbus.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "publish cancel: %v", err)
 	}
 	s.cancelChildren(ctx, st.GetTenant(), st.GetExecutionId(), reason)

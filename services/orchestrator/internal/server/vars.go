@@ -16,8 +16,8 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/platform/natsx"
-	"github.com/noetl/noetl/services/orchestrator/internal/engine"
 )
 
 // UpdateExecutionVariables writes an execution's variables as one vars.updated event and
@@ -155,7 +155,7 @@ func (s *Server) publishCommitted(ctx context.Context, st *sbv1.ExecutionState, 
 	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
 		return 0, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
-	if err := engine.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
+	if err := eventbus.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
 		return 0, status.Errorf(codes.Unavailable, "publish %s: %v", ev.GetType(), err)
 	}
 	timeout := s.StartTimeout

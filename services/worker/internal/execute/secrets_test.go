@@ -1,4 +1,4 @@
-package worker
+package execute
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/services/worker/internal/scrub"
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
 
@@ -22,18 +23,18 @@ func (leakTool) Run(context.Context, *tools.Call) (any, error) {
 // The secrets tool's step result names the fields with masks only, and every value it
 // fetched, secret-named or not, is masked wherever else the command's events carry it.
 func TestSecretsToolMasksEveryFetchedValue(t *testing.T) {
-	w := testWorker()
+	ex := testExecutor()
 	resolve := func(context.Context, string) (string, map[string]any, error) {
 		return "postgres", map[string]any{"host": "db-SENTINEL.internal", "user": "svc-SENTINEL", "password": "pw-SENTINEL-1"}, nil
 	}
-	w.tools["secrets"] = &tools.Secrets{Resolve: resolve, Register: registerSecret}
-	w.tools["leak"] = leakTool{}
+	ex.Tools["secrets"] = &tools.Secrets{Resolve: resolve, Register: scrub.Register}
+	ex.Tools["leak"] = leakTool{}
 	cmd := &eventv1.Command{CommandId: "c1", ExecutionId: "x1", Tenant: "t", Step: "s", PlaybookPath: "p",
 		Tools: []*eventv1.ToolCall{
 			{Kind: "secrets", Label: "creds", ConfigJson: []byte(`{"auth": "pg_main"}`)},
 			{Kind: "leak", Label: "use", ConfigJson: []byte(`{}`)},
 		}}
-	evs := w.Execute(context.Background(), cmd)
+	evs := ex.Execute(context.Background(), cmd)
 	require.Len(t, evs, 1)
 	done := evs[0]
 	require.Nil(t, done.GetError())

@@ -1,4 +1,4 @@
-package worker
+package execute
 
 import (
 	"context"
@@ -15,11 +15,11 @@ import (
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
 
-func logsWorker() *Worker {
-	w := testWorker()
-	w.log = slog.New(slog.DiscardHandler)
-	w.tools["python"] = &tools.Python{}
-	return w
+func logsExecutor() *Executor {
+	ex := testExecutor()
+	ex.Log = slog.New(slog.DiscardHandler)
+	ex.Tools["python"] = &tools.Python{}
+	return ex
 }
 
 func pythonCmd(code string) *eventv1.Command {
@@ -45,8 +45,8 @@ func logsOf(t *testing.T, evs []*eventv1.Event, typ string) domain.CommandLogs {
 
 func TestStepLogsTravelInTheOutcomeEvent(t *testing.T) {
 	t.Parallel()
-	w := logsWorker()
-	evs := w.Execute(context.Background(), pythonCmd("import sys\nprint('hello from the step')\nprint('a warning', file=sys.stderr)\nresult = {'n': 1}\n"))
+	ex := logsExecutor()
+	evs := ex.Execute(context.Background(), pythonCmd("import sys\nprint('hello from the step')\nprint('a warning', file=sys.stderr)\nresult = {'n': 1}\n"))
 	require.Len(t, evs, 1, "one outcome event")
 	require.Nil(t, evs[0].GetError())
 	logs := logsOf(t, evs, domain.EventCommandCompleted)
@@ -57,13 +57,13 @@ func TestStepLogsTravelInTheOutcomeEvent(t *testing.T) {
 	require.JSONEq(t, `{"n":1}`, string(evs[0].GetResultJson()), "the result is unchanged")
 
 	// A failing step keeps what it printed before it failed, on command.failed.
-	evs = w.Execute(context.Background(), pythonCmd("print('about to fail')\nraise ValueError('boom')\n"))
+	evs = ex.Execute(context.Background(), pythonCmd("print('about to fail')\nraise ValueError('boom')\n"))
 	require.Equal(t, domain.EventCommandFailed, evs[0].GetType())
 	logs = logsOf(t, evs, domain.EventCommandFailed)
 	require.Equal(t, "about to fail\n", logs.Entries[0].Text)
 
 	// A tool that writes nothing adds no payload.
-	evs = w.Execute(context.Background(), pythonCmd("result = 2\n"))
+	evs = ex.Execute(context.Background(), pythonCmd("result = 2\n"))
 	for _, ev := range evs {
 		require.Empty(t, ev.GetPayloadJson())
 	}
@@ -71,7 +71,7 @@ func TestStepLogsTravelInTheOutcomeEvent(t *testing.T) {
 
 func TestStepLogsNeverHoldAResolvedSecret(t *testing.T) {
 	t.Parallel()
-	w := logsWorker()
+	ex := logsExecutor()
 	// The first item resolves a credential (teaching the scrubber), the second prints its
 	// password, its base64 and, past the tail bound, a line that cuts it at the tail's start.
 	code := "import base64\n" +
@@ -82,7 +82,7 @@ func TestStepLogsNeverHoldAResolvedSecret(t *testing.T) {
 	cfg, _ := json.Marshal(map[string]any{"code": code})
 	cmd := pythonCmd("")
 	cmd.Tools = []*eventv1.ToolCall{{Kind: "echo", Label: "login", ConfigJson: []byte(`{}`)}, {Kind: "python", Label: "talk", ConfigJson: cfg}}
-	evs := w.Execute(context.Background(), cmd)
+	evs := ex.Execute(context.Background(), cmd)
 	require.Nil(t, evs[0].GetError(), "%v", evs[0].GetError())
 	logs := logsOf(t, evs, domain.EventCommandCompleted)
 	// Over the inline budget and with no resultstore: the end of each stream travels inline.
@@ -102,8 +102,8 @@ func TestStepLogsNeverHoldAResolvedSecret(t *testing.T) {
 
 func TestStepLogEntriesAreBoundedAndScrubbedAtTheCut(t *testing.T) {
 	t.Parallel()
-	w := logsWorker()
-	sc := w.newScrubber()
+	ex := logsExecutor()
+	sc := ex.NewScrubber()
 	sc.AddSecret("hunter2-topsecret")
 	ctx, l := withLogs(context.Background())
 	tl := toolLogOf(ctx, &eventv1.ToolCall{Kind: "shell"})

@@ -1,4 +1,4 @@
-package worker
+package execute
 
 import (
 	"testing"
@@ -22,8 +22,8 @@ func TestWorkersAdmitOnlyTheirPoolsCommands(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.pool+" "+c.path+" "+c.kind, func(t *testing.T) {
-			w := &Worker{cfg: Config{Pool: c.pool}}
-			err := w.admit(&eventv1.Command{Step: "s", PlaybookPath: c.path, Tools: []*eventv1.ToolCall{{Kind: c.kind}}})
+			ex := &Executor{Pool: c.pool}
+			err := ex.admit(&eventv1.Command{Step: "s", PlaybookPath: c.path, Tools: []*eventv1.ToolCall{{Kind: c.kind}}})
 			if c.ok {
 				require.NoError(t, err)
 			} else {

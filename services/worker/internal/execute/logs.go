@@ -1,16 +1,14 @@
-package worker
+package execute
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"unicode/utf8"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
-	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/services/worker/internal/scrub"
 	"github.com/noetl/noetl/services/worker/internal/tools"
@@ -31,9 +29,6 @@ const (
 	// take entries too large to travel inline.
 	logsFallbackBytes = 2 << 10
 )
-
-// errNoResultstore is the failure to store logs by a worker built without a resultstore.
-var errNoResultstore = errors.New("no resultstore")
 
 // commandLogs collects the Logs of one command's tool calls, in the order they ran.
 type commandLogs struct {
@@ -100,8 +95,8 @@ func (l *commandLogs) entries(sc *scrub.Scrubber) []domain.LogText {
 // attachLogs puts the command's logs into the payload of its outcome event
 // (command.completed or command.failed, the last event), under domain.LogsKey: inline when small,
 // else stored in the resultstore next to the command's result and carried by reference.
-// The text is scrubbed here, before it is stored; scrubEvents scrubs the payload again.
-func (w *Worker) attachLogs(ctx context.Context, cmd *eventv1.Command, evs []*eventv1.Event, l *commandLogs, sc *scrub.Scrubber) []*eventv1.Event {
+// The text is scrubbed here, before it is stored; ScrubEvents scrubs the payload again.
+func (e *Executor) attachLogs(ctx context.Context, cmd *eventv1.Command, evs []*eventv1.Event, l *commandLogs, sc *scrub.Scrubber) []*eventv1.Event {
 	if len(evs) == 0 {
 		return evs
 	}
@@ -122,18 +117,18 @@ func (w *Worker) attachLogs(ctx context.Context, cmd *eventv1.Command, evs []*ev
 		return evs
 	}
 	if len(body) > logsInlineBytes {
-		if ref, err := w.putLogs(ctx, cmd, body); err == nil {
+		if ref, err := e.Results.PutLogs(ctx, cmd, body); err == nil {
 			logs = domain.CommandLogs{Ref: ref.GetUri(), Bytes: ref.GetSize()}
 		} else {
-			w.log.Warn("step logs not stored; their ends travel inline", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()), slog.String("error", sc.String(err.Error())))
+			e.log().Warn("step logs not stored; their ends travel inline", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()), slog.String("error", sc.String(err.Error())))
 			for i := range logs.Entries {
-				e := &logs.Entries[i]
-				if len(e.Text) > logsFallbackBytes {
-					cut := len(e.Text) - logsFallbackBytes
-					for cut < len(e.Text) && !utf8.RuneStart(e.Text[cut]) {
+				entry := &logs.Entries[i]
+				if len(entry.Text) > logsFallbackBytes {
+					cut := len(entry.Text) - logsFallbackBytes
+					for cut < len(entry.Text) && !utf8.RuneStart(entry.Text[cut]) {
 						cut++
 					}
-					e.Text, e.Truncated = e.Text[cut:], true
+					entry.Text, entry.Truncated = entry.Text[cut:], true
 				}
 			}
 		}
@@ -149,19 +144,10 @@ func (w *Worker) attachLogs(ctx context.Context, cmd *eventv1.Command, evs []*ev
 	return evs
 }
 
-// putLogs stores a command's encoded log entries in the resultstore under the command's
-// id with a ".logs" suffix (a rerun of the command replaces them), with no step, so that
-// they are never taken for the step's result.
-func (w *Worker) putLogs(ctx context.Context, cmd *eventv1.Command, body []byte) (*eventv1.ResultRef, error) {
-	if w.results == nil {
-		return nil, errNoResultstore
+// log returns the executor's logger (a discarding one when it has none).
+func (e *Executor) log() *slog.Logger {
+	if e.Log == nil {
+		return slog.New(slog.DiscardHandler)
 	}
-	sw := &spillWriter{ctx: ctx, w: w, max: -1, header: func() *rsv1.PutResultHeader {
-		return &rsv1.PutResultHeader{Tenant: cmd.GetTenant(), ExecutionId: cmd.GetExecutionId(), ResultId: cmd.GetCommandId() + ".logs", ContentType: "application/json"}
-	}}
-	if _, err := sw.Write(body); err != nil {
-		sw.abort()
-		return nil, err
-	}
-	return sw.close()
+	return e.Log
 }

@@ -1,4 +1,4 @@
-package worker
+package execute
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -14,6 +13,8 @@ import (
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/services/worker/internal/results"
+	"github.com/noetl/noetl/services/worker/internal/scrub"
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
 
@@ -24,7 +25,7 @@ type echoTool struct{ fail bool }
 
 func (e echoTool) Run(ctx context.Context, _ *tools.Call) (any, error) {
 	data := map[string]any{"username": "probe", "password": "pw-SENTINEL-1", "token": "tok-SENTINEL-2"}
-	scrubberOf(ctx).AddCredential(data) // what the resolver in Run does
+	scrub.FromContext(ctx).AddCredential(data) // what the resolver in Run does
 	if e.fail {
 		return nil, &tools.Error{Msg: "server said: Bearer tok-SENTINEL-2", Retryable: true}
 	}
@@ -34,31 +35,30 @@ func (e echoTool) Run(ctx context.Context, _ *tools.Call) (any, error) {
 	}, nil
 }
 
-func testWorker() *Worker {
-	return &Worker{
-		cfg:      Config{Pool: "shared", InlineMaxBytes: 64 << 10},
-		renderer: playbook.NewRenderer(),
-		tools:    tools.Registry{"echo": echoTool{}, "echo_fail": echoTool{fail: true}},
-		runs:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runs"}, []string{"pool", "tool", "outcome"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "d"}, []string{"tool"}),
-		scrubbed: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_worker_secrets_scrubbed_total"}),
-		tracer:   noop.NewTracerProvider().Tracer("test"),
+func testExecutor() *Executor {
+	return &Executor{
+		Pool:     "shared",
+		Renderer: playbook.NewRenderer(),
+		Tools:    tools.Registry{"echo": echoTool{}, "echo_fail": echoTool{fail: true}},
+		Results:  &results.Store{InlineMaxBytes: 64 << 10},
+		Tracer:   noop.NewTracerProvider().Tracer("test"),
+		Metrics:  NewMetrics("shared"),
 	}
 }
 
 func TestExecuteMasksResolvedSecrets(t *testing.T) {
-	w := testWorker()
+	ex := testExecutor()
 	cmd := &eventv1.Command{CommandId: "c1", ExecutionId: "x1", Tenant: "t", Step: "s", PlaybookPath: "p",
 		Tools: []*eventv1.ToolCall{{Kind: "echo", ConfigJson: []byte(`{}`)}}}
-	evs := w.Execute(context.Background(), cmd)
+	evs := ex.Execute(context.Background(), cmd)
 	require.Len(t, evs, 1)
 	done := evs[0]
 	require.Nil(t, done.GetError())
 	require.JSONEq(t, `{"headers":{"Authorization":["Bearer ***"]},"rows":[{"cell":"***"}]}`, string(done.GetResultJson()))
-	require.Equal(t, float64(2), testutil.ToFloat64(w.scrubbed))
+	require.Equal(t, float64(2), testutil.ToFloat64(ex.Metrics.Scrubbed))
 
 	cmd.Tools[0].Kind = "echo_fail"
-	evs = w.Execute(context.Background(), cmd)
+	evs = ex.Execute(context.Background(), cmd)
 	require.Len(t, evs, 1)
 	require.Equal(t, "step s: tool echo_fail: server said: Bearer ***", evs[0].GetError().GetMessage())
 	for _, ev := range evs {
@@ -69,11 +69,11 @@ func TestExecuteMasksResolvedSecrets(t *testing.T) {
 }
 
 func TestScrubEventsCoversEveryTextField(t *testing.T) {
-	w := testWorker()
-	sc := w.newScrubber()
+	ex := testExecutor()
+	sc := ex.NewScrubber()
 	sc.AddSecret("s3cr3t-value")
 	payload, _ := json.Marshal(map[string]any{"set": map[string]any{"ctx": map[string]any{"k": "s3cr3t-value"}}})
-	evs := scrubEvents(sc, []*eventv1.Event{
+	evs := ScrubEvents(sc, []*eventv1.Event{
 		{PayloadJson: payload, ResultJson: []byte(`"s3cr3t-value"`)},
 		{ResultRef: &eventv1.ResultRef{ExtractedJson: []byte(`{"a":"s3cr3t-value"}`), SchemaJson: `[{"name":"s3cr3t-value"}]`}},
 		{Error: &eventv1.ErrorInfo{Message: "x s3cr3t-value y"}},

@@ -1,4 +1,4 @@
-package worker
+package execute
 
 import (
 	"context"
@@ -14,13 +14,13 @@ import (
 // result; the following items read each value by its bare name (in their config and
 // input), and the step's command.completed carries it to ctx for later steps.
 func TestPipelineItemSetFlowsToLaterItems(t *testing.T) {
-	w := testWorker()
-	w.tools["noop"] = tools.Noop{}
+	ex := testExecutor()
+	ex.Tools["noop"] = tools.Noop{}
 	cmd := &eventv1.Command{CommandId: "c1", ExecutionId: "x1", Tenant: "t", Step: "s", PlaybookPath: "p", Tools: []*eventv1.ToolCall{
 		{Kind: "noop", Label: "a", ConfigJson: []byte(`{"result": {"n": 2}, "set": {"doubled": "{{ output.n * 2 }}", "ctx.label": "{{ result.n + 1 }}"}}`)},
 		{Kind: "noop", Label: "b", ConfigJson: []byte(`{"result": {"seen": "{{ doubled }}", "label": "{{ label }}"}}`)},
 	}}
-	evs := w.Execute(context.Background(), cmd)
+	evs := ex.Execute(context.Background(), cmd)
 	require.Len(t, evs, 1)
 	done := evs[0]
 	require.Nil(t, done.GetError(), "%v", done.GetError())
@@ -31,11 +31,11 @@ func TestPipelineItemSetFlowsToLaterItems(t *testing.T) {
 // TestAttemptCountsDurableRetries: _attempt is the command's attempt (a retry after a
 // durable timer is a new command, attempt 2 and on), not 1 on every command.
 func TestAttemptCountsDurableRetries(t *testing.T) {
-	w := testWorker()
-	w.tools["noop"] = tools.Noop{}
+	ex := testExecutor()
+	ex.Tools["noop"] = tools.Noop{}
 	cmd := &eventv1.Command{CommandId: "c3", ExecutionId: "x1", Tenant: "t", Step: "s", PlaybookPath: "p", Attempt: 3,
 		Tools: []*eventv1.ToolCall{{Kind: "noop", ConfigJson: []byte(`{"result": {"attempt": "{{ _attempt }}"}}`)}}}
-	evs := w.Execute(context.Background(), cmd)
+	evs := ex.Execute(context.Background(), cmd)
 	require.Len(t, evs, 1)
 	require.JSONEq(t, `{"attempt": 3}`, string(evs[0].GetResultJson()))
 }

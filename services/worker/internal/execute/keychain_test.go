@@ -1,4 +1,4 @@
-package worker
+package execute
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/services/worker/internal/scrub"
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
 
@@ -41,10 +42,10 @@ func keychainCommand(t *testing.T, src, id string, workload map[string]any) *eve
 
 // keychainWorker is a test worker whose http tool may reach loopback and whose credential
 // resolver serves creds (for tenant acme only).
-func keychainWorker(creds map[string]map[string]any) (*Worker, *tools.Keychain) {
-	w := testWorker()
+func keychainExecutor(creds map[string]map[string]any) (*Executor, *tools.Keychain) {
+	ex := testExecutor()
 	resolve := func(ctx context.Context, name string) (string, map[string]any, error) {
-		if tenant, _ := ctx.Value(tenantKey{}).(string); tenant != "acme" {
+		if tenant := tools.TenantOf(ctx); tenant != "acme" {
 			return "", nil, &tools.Error{Msg: "credential " + name + ": wrong tenant " + tenant}
 		}
 		data, ok := creds[name]
@@ -54,9 +55,9 @@ func keychainWorker(creds map[string]map[string]any) (*Worker, *tools.Keychain) 
 		return "generic", data, nil
 	}
 	h := &tools.HTTP{Egress: tools.EgressLoopback, Resolve: resolve}
-	w.tools["http"] = h
-	w.keychain = &tools.Keychain{Resolve: resolve, Register: registerSecret, HTTP: h}
-	return w, w.keychain
+	ex.Tools["http"] = h
+	ex.Keychain = &tools.Keychain{Resolve: resolve, Register: scrub.Register, HTTP: h}
+	return ex, ex.Keychain
 }
 
 // requireAbsent fails when any event, marshalled, holds one of the values.
@@ -85,7 +86,7 @@ func TestKeychainCredentialInHTTPHeader(t *testing.T) {
 		_ = json.NewEncoder(rw).Encode(map[string]any{"echo": r.Header.Get("X-Api-Key")})
 	}))
 	defer srv.Close()
-	w, _ := keychainWorker(map[string]map[string]any{"svc_api": {"key": key, "owner": "ops-team"}})
+	ex, _ := keychainExecutor(map[string]map[string]any{"svc_api": {"key": key, "owner": "ops-team"}})
 	cmd := keychainCommand(t, `apiVersion: noetl.io/v2
 kind: Playbook
 metadata: {name: kc}
@@ -97,7 +98,7 @@ workflow:
 `, "c1", map[string]any{"url": srv.URL, "cred": "svc_api"})
 	require.NotContains(t, string(cmd.GetKeychainJson()), key, "the command carries declarations, not values")
 
-	evs := w.Execute(context.Background(), cmd)
+	evs := ex.Execute(context.Background(), cmd)
 	require.Len(t, evs, 1)
 	require.Nil(t, evs[0].GetError(), "%v", evs[0].GetError())
 	require.Equal(t, key, seen.Load(), "the server got the resolved key")
@@ -110,7 +111,7 @@ workflow:
 
 // An unknown credential fails the step before any tool runs, naming the entry.
 func TestKeychainMissingCredentialFailsTheStep(t *testing.T) {
-	w, _ := keychainWorker(nil)
+	ex, _ := keychainExecutor(nil)
 	cmd := keychainCommand(t, `apiVersion: noetl.io/v2
 kind: Playbook
 metadata: {name: kc}
@@ -120,7 +121,7 @@ workflow:
   - step: start
     tool: {kind: http, url: "http://127.0.0.1:1", headers: {X: "{{ keychain.api.key }}"}}
 `, "c1", nil)
-	evs := w.Execute(context.Background(), cmd)
+	evs := ex.Execute(context.Background(), cmd)
 	require.Len(t, evs, 1)
 	require.Equal(t, "command.failed", evs[0].GetType())
 	require.Contains(t, evs[0].GetError().GetMessage(), `step start: keychain "api": credential "api" not found`)
@@ -189,13 +190,13 @@ workflow:
 // then one new token is fetched. No token or secret reaches an event.
 func TestKeychainOAuth2TokenIsCachedUntilExpiry(t *testing.T) {
 	ts := newTokenServer(t, 3600)
-	w, kc := keychainWorker(map[string]map[string]any{"oauth_client": {"client_id": "client-1", "client_secret": "client-secret-SENTINEL"}})
+	ex, kc := keychainExecutor(map[string]map[string]any{"oauth_client": {"client_id": "client-1", "client_secret": "client-secret-SENTINEL"}})
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var clock sync.Mutex
 	kc.Now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
 	run := func(id string) map[string]any {
 		t.Helper()
-		evs := w.Execute(context.Background(), keychainCommand(t, oauthPlaybook, id, map[string]any{"base": ts.URL}))
+		evs := ex.Execute(context.Background(), keychainCommand(t, oauthPlaybook, id, map[string]any{"base": ts.URL}))
 		require.Len(t, evs, 1)
 		require.Nil(t, evs[0].GetError(), "%v", evs[0].GetError())
 		requireAbsent(t, evs, "access-SENTINEL", "client-secret-SENTINEL")
@@ -219,8 +220,8 @@ func TestKeychainOAuth2TokenIsCachedUntilExpiry(t *testing.T) {
 // A token endpoint's refusal fails the step with its status, and nothing is cached.
 func TestKeychainOAuth2RefusedFailsTheStep(t *testing.T) {
 	ts := newTokenServer(t, 3600)
-	w, kc := keychainWorker(map[string]map[string]any{"oauth_client": {"client_id": "client-1", "client_secret": "wrong-secret"}})
-	evs := w.Execute(context.Background(), keychainCommand(t, oauthPlaybook, "c1", map[string]any{"base": ts.URL}))
+	ex, kc := keychainExecutor(map[string]map[string]any{"oauth_client": {"client_id": "client-1", "client_secret": "wrong-secret"}})
+	evs := ex.Execute(context.Background(), keychainCommand(t, oauthPlaybook, "c1", map[string]any{"base": ts.URL}))
 	require.Equal(t, "command.failed", evs[0].GetType())
 	msg := evs[0].GetError().GetMessage()
 	require.Contains(t, msg, `keychain "api_token" (oauth2): token endpoint POST `+ts.URL+`/token answered 401`)
@@ -232,9 +233,9 @@ func TestKeychainOAuth2RefusedFailsTheStep(t *testing.T) {
 // loopback token endpoint is refused before any packet is sent.
 func TestKeychainOAuth2HonoursEgress(t *testing.T) {
 	ts := newTokenServer(t, 3600)
-	w, kc := keychainWorker(map[string]map[string]any{"oauth_client": {"client_id": "client-1", "client_secret": "client-secret-SENTINEL"}})
+	ex, kc := keychainExecutor(map[string]map[string]any{"oauth_client": {"client_id": "client-1", "client_secret": "client-secret-SENTINEL"}})
 	kc.HTTP = &tools.HTTP{Egress: tools.EgressPublic}
-	evs := w.Execute(context.Background(), keychainCommand(t, oauthPlaybook, "c1", map[string]any{"base": ts.URL}))
+	evs := ex.Execute(context.Background(), keychainCommand(t, oauthPlaybook, "c1", map[string]any{"base": ts.URL}))
 	require.Equal(t, "command.failed", evs[0].GetType())
 	require.Contains(t, evs[0].GetError().GetMessage(), "token request")
 	require.EqualValues(t, 0, ts.requests.Load())

@@ -1,4 +1,4 @@
-package worker
+package execute
 
 import (
 	"context"
@@ -97,7 +97,7 @@ func (bigTool) Run(context.Context, *tools.Call) (any, error) {
 
 // storeWorker is a worker whose resultstore is f, served on 127.0.0.1, with an inline
 // budget of 1 KiB.
-func storeWorker(t *testing.T, f *flakyStore, retry time.Duration) *Worker {
+func storeExecutor(t *testing.T, f *flakyStore, retry time.Duration) *Executor {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -108,13 +108,13 @@ func storeWorker(t *testing.T, f *flakyStore, retry time.Duration) *Worker {
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	w := testWorker()
-	w.cfg.InlineMaxBytes = 1 << 10
-	w.cfg.ResultStoreRetry = retry
-	w.tools["big"] = bigTool{}
-	w.results = rsv1.NewResultStoreServiceClient(conn)
-	w.storeRetries = prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_worker_resultstore_retries_total"})
-	return w
+	ex := testExecutor()
+	ex.Results.InlineMaxBytes = 1 << 10
+	ex.Results.Retry = retry
+	ex.Tools["big"] = bigTool{}
+	ex.Results.Results = rsv1.NewResultStoreServiceClient(conn)
+	ex.Results.Retries = prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_worker_resultstore_retries_total"})
+	return ex
 }
 
 func bigCommand() *eventv1.Command {
@@ -131,21 +131,21 @@ func TestStoreResultRetriesAnUnavailableResultstore(t *testing.T) {
 	t.Run("unavailable, then stored", func(t *testing.T) {
 		t.Parallel()
 		f := &flakyStore{failWith: status.Error(codes.Unavailable, "restarting"), fails: 3}
-		w := storeWorker(t, f, time.Minute)
-		evs := w.Execute(context.Background(), bigCommand())
+		ex := storeExecutor(t, f, time.Minute)
+		evs := ex.Execute(context.Background(), bigCommand())
 		require.Len(t, evs, 1)
 		require.Nil(t, evs[0].GetError(), "%v", evs[0].GetError())
 		require.Equal(t, domain.EventCommandCompleted, evs[0].GetType())
 		require.Equal(t, "noetl://results/t/x1/c1", evs[0].GetResultRef().GetUri())
 		require.Equal(t, 4, f.callCount(), "three refusals, then stored")
 		require.Len(t, f.stored, 10000+len(`{"blob":""}`), "the whole result, uploaded again")
-		require.Equal(t, float64(3), testutil.ToFloat64(w.storeRetries))
+		require.Equal(t, float64(3), testutil.ToFloat64(ex.Results.Retries))
 	})
 	t.Run("permanent error", func(t *testing.T) {
 		t.Parallel()
 		f := &flakyStore{failWith: status.Error(codes.InvalidArgument, "header: tenant is required"), fails: -1}
-		w := storeWorker(t, f, time.Minute)
-		evs := w.Execute(context.Background(), bigCommand())
+		ex := storeExecutor(t, f, time.Minute)
+		evs := ex.Execute(context.Background(), bigCommand())
 		require.Equal(t, domain.EventCommandFailed, evs[0].GetType())
 		require.Equal(t, "result_store_error", evs[0].GetError().GetCode())
 		require.Contains(t, evs[0].GetError().GetMessage(), "store the result: rpc error: code = InvalidArgument")
@@ -154,8 +154,8 @@ func TestStoreResultRetriesAnUnavailableResultstore(t *testing.T) {
 	t.Run("unavailable past the bound", func(t *testing.T) {
 		t.Parallel()
 		f := &flakyStore{failWith: status.Error(codes.Unavailable, "gone"), fails: -1}
-		w := storeWorker(t, f, 500*time.Millisecond)
-		evs := w.Execute(context.Background(), bigCommand())
+		ex := storeExecutor(t, f, 500*time.Millisecond)
+		evs := ex.Execute(context.Background(), bigCommand())
 		require.Equal(t, domain.EventCommandFailed, evs[0].GetType())
 		require.Equal(t, "result_store_error", evs[0].GetError().GetCode())
 		require.True(t, evs[0].GetError().GetRetryable())
@@ -165,39 +165,20 @@ func TestStoreResultRetriesAnUnavailableResultstore(t *testing.T) {
 	t.Run("past the command's deadline", func(t *testing.T) {
 		t.Parallel()
 		f := &flakyStore{failWith: status.Error(codes.Unavailable, "gone"), fails: -1}
-		w := storeWorker(t, f, time.Minute)
+		ex := storeExecutor(t, f, time.Minute)
 		cmd := bigCommand()
 		cmd.Deadline = timestamppb.New(time.Now().Add(-time.Second))
-		evs := w.Execute(context.Background(), cmd)
+		evs := ex.Execute(context.Background(), cmd)
 		require.Equal(t, domain.EventCommandFailed, evs[0].GetType())
 		require.Equal(t, 1, f.callCount(), "no retry past the deadline")
 	})
 	t.Run("loading a result", func(t *testing.T) {
 		t.Parallel()
 		f := &flakyStore{failWith: status.Error(codes.Unavailable, "restarting"), fails: 2}
-		w := storeWorker(t, f, time.Minute)
-		body, err := w.fetch(context.Background(), "t", "noetl://results/t/x0/c0")
+		ex := storeExecutor(t, f, time.Minute)
+		body, err := ex.Results.Fetch(context.Background(), "t", "noetl://results/t/x0/c0")
 		require.NoError(t, err)
 		require.JSONEq(t, `{"k":"v"}`, string(body))
 		require.Equal(t, 3, f.callCount())
 	})
-}
-
-func TestUnavailable(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{status.Error(codes.Unavailable, "connection refused"), true},
-		{fmt.Errorf("put: %w", status.Error(codes.Unavailable, "x")), true},
-		{io.EOF, true},
-		{io.ErrUnexpectedEOF, true},
-		{status.Error(codes.InvalidArgument, "x"), false},
-		{status.Error(codes.PermissionDenied, "x"), false},
-		{status.Error(codes.NotFound, "x"), false},
-		{errors.New("result is not JSON-encodable"), false},
-	} {
-		require.Equal(t, tc.want, unavailable(tc.err), "%v", tc.err)
-	}
 }

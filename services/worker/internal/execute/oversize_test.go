@@ -1,4 +1,4 @@
-package worker
+package execute
 
 import (
 	"strings"
@@ -28,7 +28,7 @@ func TestAnOutcomeTooLargeToPublishFailsTheCommand(t *testing.T) {
 	began := timestamppb.Now()
 	done := &eventv1.Event{EventId: "e2", ExecutionId: "x", Tenant: "t", Type: domain.EventCommandCompleted, Step: "s", CommandId: "c1", Attempt: 2,
 		StartTime: began, PayloadJson: []byte(strings.Repeat("x", natsx.MaxMessageBytes+1))}
-	evs := failTooLarge([]*eventv1.Event{done}, natsx.ErrMessageTooLarge)
+	evs := FailTooLarge([]*eventv1.Event{done}, natsx.ErrMessageTooLarge)
 	require.Len(t, evs, 1, "one outcome event replaces the one that did not fit")
 	require.Equal(t, domain.EventCommandFailed, evs[0].GetType())
 	require.Equal(t, domain.EventID("c1", domain.EventCommandFailed), evs[0].GetEventId())

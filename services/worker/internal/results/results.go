@@ -1,4 +1,8 @@
-package worker
+// Package results stores and loads the worker's results: a result over the inline budget
+// goes to the resultstore (tables as Arrow over Flight DoPut, anything else as streamed
+// JSON) and travels by reference; a referenced result a command's templates read beyond
+// its summary is loaded back before the command is rendered.
+package results
 
 import (
 	"bytes"
@@ -17,6 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	cbackoff "github.com/cenkalti/backoff/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -25,7 +30,26 @@ import (
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/tabular"
+	"github.com/noetl/noetl/services/worker/internal/scrub"
 )
+
+// Store is the worker's access to the resultstore.
+type Store struct {
+	// Results is the resultstore's gRPC client (JSON results, logs, loads).
+	Results rsv1.ResultStoreServiceClient
+	// Flight is the resultstore's Arrow Flight client (tables).
+	Flight flight.Client
+	// InlineMaxBytes is the inline result budget; larger results travel by reference.
+	InlineMaxBytes int
+	// Retry is how long a call to an unreachable resultstore is retried (zero:
+	// DefaultRetry), never past a command's deadline.
+	Retry time.Duration
+	// Log receives the retries (nil: not logged).
+	Log *slog.Logger
+	// Retries counts the calls tried again (noetl_worker_resultstore_retries_total; nil:
+	// not counted).
+	Retries prometheus.Counter
+}
 
 // maxExtractedBytes bounds the extracted summary carried by a ResultRef.
 const maxExtractedBytes = 4 << 10
@@ -33,39 +57,39 @@ const maxExtractedBytes = 4 << 10
 // putChunk is the size of one chunk streamed to the resultstore.
 const putChunk = 256 << 10
 
-// storeResult encodes a tool's result: inline when its JSON fits the inline budget, else
+// Put encodes a tool's result: inline when its JSON fits the inline budget, else
 // in the resultstore, returning the reference. A resultstore that cannot be reached (a
 // restart, a network blip) is retried with backoff and jitter for up to
-// Config.ResultStoreRetry, never past the command's deadline, while the command's claim is
+// Store.Retry, never past the command's deadline, while the command's claim is
 // kept alive; each attempt uploads the whole result again under the same id. Errors that
-// are the store's are *storeError (retryable by policy); the others mean the result cannot
+// are the store's are *StoreError (retryable by policy); the others mean the result cannot
 // be encoded.
-func (w *Worker) storeResult(ctx context.Context, cmd *eventv1.Command, result any) ([]byte, *eventv1.ResultRef, error) {
+func (s *Store) Put(ctx context.Context, cmd *eventv1.Command, result any) ([]byte, *eventv1.ResultRef, error) {
 	type stored struct {
 		inline []byte
 		ref    *eventv1.ResultRef
 	}
-	bound := w.storeRetry()
+	bound := s.retry()
 	if d := cmd.GetDeadline(); d != nil {
 		bound = min(bound, time.Until(d.AsTime()))
 	}
 	storeUnavailable := func(err error) bool {
-		var se *storeError
+		var se *StoreError
 		return errors.As(err, &se) && unavailable(se.err)
 	}
-	out, err := retryUnavailable(ctx, bound, storeUnavailable, w.retryNotify(ctx, "resultstore unavailable: storing the result again", cmd), func() (stored, error) {
-		b, ref, err := w.storeOnce(ctx, cmd, result)
+	out, err := retryUnavailable(ctx, bound, storeUnavailable, s.retryNotify(ctx, "resultstore unavailable: storing the result again", cmd), func() (stored, error) {
+		b, ref, err := s.putOnce(ctx, cmd, result)
 		return stored{b, ref}, err
 	})
 	return out.inline, out.ref, err
 }
 
-// storeOnce is one attempt of storeResult. A table (records, or {columns, rows}) goes up
+// putOnce is one attempt of Put. A table (records, or {columns, rows}) goes up
 // as Arrow record batches over Flight DoPut; anything else is streamed as JSON in chunks,
 // so beyond the result itself the worker holds at most the inline budget plus a chunk. The
 // result id is the command id, so a re-run of the command (or a retry) overwrites the same
 // entry.
-func (w *Worker) storeOnce(ctx context.Context, cmd *eventv1.Command, result any) ([]byte, *eventv1.ResultRef, error) {
+func (s *Store) putOnce(ctx context.Context, cmd *eventv1.Command, result any) ([]byte, *eventv1.ResultRef, error) {
 	header := func(contentType string) *rsv1.PutResultHeader {
 		return &rsv1.PutResultHeader{
 			Tenant: cmd.GetTenant(), ExecutionId: cmd.GetExecutionId(), Step: cmd.GetStep(),
@@ -74,23 +98,23 @@ func (w *Worker) storeOnce(ctx context.Context, cmd *eventv1.Command, result any
 	}
 	if t, ok := tabular.Detect(result); ok {
 		var inline limitBuffer
-		inline.max = w.cfg.InlineMaxBytes
+		inline.max = s.InlineMaxBytes
 		if _, err := tabular.WriteJSON(&inline, result); err == nil {
 			return inline.b, nil, nil
 		} else if !errors.Is(err, errOverBudget) {
 			return nil, nil, err
 		}
-		ref, err := w.putTable(ctx, t, header(tabular.ContentType))
+		ref, err := s.putTable(ctx, t, header(tabular.ContentType))
 		if err != nil {
-			return nil, nil, &storeError{err}
+			return nil, nil, &StoreError{err}
 		}
 		return nil, ref, nil
 	}
-	sw := &spillWriter{ctx: ctx, w: w, max: w.cfg.InlineMaxBytes, header: func() *rsv1.PutResultHeader { return header("application/json") }}
+	sw := &spillWriter{ctx: ctx, st: s, max: s.InlineMaxBytes, header: func() *rsv1.PutResultHeader { return header("application/json") }}
 	if _, err := tabular.WriteJSON(sw, result); err != nil {
 		sw.abort()
 		if sw.err != nil {
-			return nil, nil, &storeError{sw.err}
+			return nil, nil, &StoreError{sw.err}
 		}
 		return nil, nil, err
 	}
@@ -99,21 +123,21 @@ func (w *Worker) storeOnce(ctx context.Context, cmd *eventv1.Command, result any
 	}
 	ref, err := sw.close()
 	if err != nil {
-		return nil, nil, &storeError{err}
+		return nil, nil, &StoreError{err}
 	}
 	return nil, ref, nil
 }
 
-// DefaultResultStoreRetry is how long a call to an unreachable resultstore is retried
-// when Config.ResultStoreRetry is zero.
-const DefaultResultStoreRetry = 2 * time.Minute
+// DefaultRetry is how long a call to an unreachable resultstore is retried
+// when Store.Retry is zero.
+const DefaultRetry = 2 * time.Minute
 
-// storeRetry is how long a call to an unreachable resultstore is retried.
-func (w *Worker) storeRetry() time.Duration {
-	if w.cfg.ResultStoreRetry > 0 {
-		return w.cfg.ResultStoreRetry
+// retry is how long a call to an unreachable resultstore is retried.
+func (s *Store) retry() time.Duration {
+	if s.Retry > 0 {
+		return s.Retry
 	}
-	return DefaultResultStoreRetry
+	return DefaultRetry
 }
 
 // retryUnavailable runs op until it succeeds, fails with an error retry does not accept
@@ -155,27 +179,27 @@ func unavailable(err error) bool {
 
 // retryNotify logs each retry of a call to the resultstore for cmd (nil: none known) and
 // counts it in noetl_worker_resultstore_retries_total.
-func (w *Worker) retryNotify(ctx context.Context, msg string, cmd *eventv1.Command) cbackoff.Notify {
+func (s *Store) retryNotify(ctx context.Context, msg string, cmd *eventv1.Command) cbackoff.Notify {
 	return func(err error, next time.Duration) {
-		if w.storeRetries != nil {
-			w.storeRetries.Inc()
+		if s.Retries != nil {
+			s.Retries.Inc()
 		}
-		if w.log == nil {
+		if s.Log == nil {
 			return
 		}
-		attrs := []any{slog.String("error", scrubberOf(ctx).String(err.Error())), slog.Duration("retry_in", next)}
+		attrs := []any{slog.String("error", scrub.FromContext(ctx).String(err.Error())), slog.Duration("retry_in", next)}
 		if cmd != nil {
 			attrs = append(attrs, slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()))
 		}
-		w.log.Warn(msg, attrs...)
+		s.Log.Warn(msg, attrs...)
 	}
 }
 
-// storeError is a failure of the resultstore while storing a result.
-type storeError struct{ err error }
+// StoreError is a failure of the resultstore while storing a result.
+type StoreError struct{ err error }
 
-func (e *storeError) Error() string { return e.err.Error() }
-func (e *storeError) Unwrap() error { return e.err }
+func (e *StoreError) Error() string { return e.err.Error() }
+func (e *StoreError) Unwrap() error { return e.err }
 
 var errOverBudget = errors.New("over the inline budget")
 
@@ -198,7 +222,7 @@ func (l *limitBuffer) Write(p []byte) (int, error) {
 type spillWriter struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	w      *Worker
+	st     *Store
 	max    int
 	header func() *rsv1.PutResultHeader
 	buf    []byte
@@ -217,7 +241,7 @@ func (s *spillWriter) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		ctx, cancel := context.WithCancel(s.ctx)
-		st, err := s.w.results.PutResult(ctx)
+		st, err := s.st.Results.PutResult(ctx)
 		if err != nil {
 			cancel()
 			s.err = err
@@ -276,10 +300,10 @@ func (s *spillWriter) abort() {
 }
 
 // putTable uploads a table as Arrow record batches with Flight DoPut.
-func (w *Worker) putTable(ctx context.Context, t *tabular.Table, h *rsv1.PutResultHeader) (*eventv1.ResultRef, error) {
+func (s *Store) putTable(ctx context.Context, t *tabular.Table, h *rsv1.PutResultHeader) (*eventv1.ResultRef, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := w.flight.DoPut(ctx)
+	stream, err := s.Flight.DoPut(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -396,17 +420,17 @@ func fits(v any, n int) bool {
 	return err == nil
 }
 
-// fetch reads a stored result as JSON: a table stored as Arrow comes back as the JSON it
-// was made from. An unreachable resultstore is retried as storeResult does.
-func (w *Worker) fetch(ctx context.Context, tenant, uri string) ([]byte, error) {
-	return retryUnavailable(ctx, w.storeRetry(), unavailable, w.retryNotify(ctx, "resultstore unavailable: loading the result again", nil), func() ([]byte, error) {
-		return w.fetchOnce(ctx, tenant, uri)
+// Fetch reads a stored result as JSON: a table stored as Arrow comes back as the JSON it
+// was made from. An unreachable resultstore is retried as Put does.
+func (s *Store) Fetch(ctx context.Context, tenant, uri string) ([]byte, error) {
+	return retryUnavailable(ctx, s.retry(), unavailable, s.retryNotify(ctx, "resultstore unavailable: loading the result again", nil), func() ([]byte, error) {
+		return s.fetchOnce(ctx, tenant, uri)
 	})
 }
 
-// fetchOnce is one attempt of fetch.
-func (w *Worker) fetchOnce(ctx context.Context, tenant, uri string) ([]byte, error) {
-	stream, err := w.results.GetResult(ctx, &rsv1.GetResultRequest{Tenant: tenant, Uri: uri})
+// fetchOnce is one attempt of Fetch.
+func (s *Store) fetchOnce(ctx context.Context, tenant, uri string) ([]byte, error) {
+	stream, err := s.Results.GetResult(ctx, &rsv1.GetResultRequest{Tenant: tenant, Uri: uri})
 	if err != nil {
 		return nil, err
 	}
@@ -439,10 +463,10 @@ func (w *Worker) fetchOnce(ctx context.Context, tenant, uri string) ([]byte, err
 
 var pathPattern = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*`)
 
-// resolveRefs replaces, in the scope, each referenced result whose summary cannot answer
+// ResolveRefs replaces, in the scope, each referenced result whose summary cannot answer
 // the paths the command's templates read with the full stored payload. Paths into the
 // summary (`{{ s.count }}`) and the reference itself (`{{ s._ref }}`) need no fetch.
-func (w *Worker) resolveRefs(ctx context.Context, cmd *eventv1.Command, scope *domain.Scope) error {
+func (s *Store) ResolveRefs(ctx context.Context, cmd *eventv1.Command, scope *domain.Scope) error {
 	var texts []string
 	collect := func(b []byte) {
 		if len(b) > 0 {
@@ -462,7 +486,7 @@ func (w *Worker) resolveRefs(ctx context.Context, cmd *eventv1.Command, scope *d
 		if r.Ref == nil || !needsPayload(name, r.Ref.Extracted, texts) {
 			continue
 		}
-		body, err := w.fetch(ctx, cmd.GetTenant(), r.Ref.URI)
+		body, err := s.Fetch(ctx, cmd.GetTenant(), r.Ref.URI)
 		if err != nil {
 			return fmt.Errorf("step %s: load result of %s (%s): %w", cmd.GetStep(), name, r.Ref.URI, err)
 		}
@@ -529,4 +553,24 @@ func templateBlocks(s string) []string {
 		out = append(out, s[i+2:i+2+end])
 		s = s[i+2+end+2:]
 	}
+}
+
+// ErrNoResultstore is the failure to store by a Store without a resultstore client.
+var ErrNoResultstore = errors.New("no resultstore")
+
+// PutLogs stores a command's encoded log entries in the resultstore under the command's
+// id with a ".logs" suffix (a rerun of the command replaces them), with no step, so that
+// they are never taken for the step's result.
+func (s *Store) PutLogs(ctx context.Context, cmd *eventv1.Command, body []byte) (*eventv1.ResultRef, error) {
+	if s == nil || s.Results == nil {
+		return nil, ErrNoResultstore
+	}
+	sw := &spillWriter{ctx: ctx, st: s, max: -1, header: func() *rsv1.PutResultHeader {
+		return &rsv1.PutResultHeader{Tenant: cmd.GetTenant(), ExecutionId: cmd.GetExecutionId(), ResultId: cmd.GetCommandId() + ".logs", ContentType: "application/json"}
+	}}
+	if _, err := sw.Write(body); err != nil {
+		sw.abort()
+		return nil, err
+	}
+	return sw.close()
 }

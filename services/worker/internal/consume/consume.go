@@ -1,0 +1,266 @@
+// Package consume claims a pool's commands from NOETL_COMMANDS and runs them: each with
+// its claim kept alive, its execution's cancellation routed to it, command.started
+// reported for a long run, and its outcome published before it is acked.
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/eventbus"
+	"github.com/noetl/noetl/internal/failpoint"
+	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/platform/telemetry"
+	"github.com/noetl/noetl/services/worker/internal/execute"
+	"github.com/noetl/noetl/services/worker/internal/scrub"
+)
+
+// Consumer runs a pool's commands.
+type Consumer struct {
+	// NC receives the cancellation announcements.
+	NC *nats.Conn
+	// JS holds NOETL_COMMANDS, whose commands are claimed, and NOETL_EVENTS, where their
+	// outcomes go.
+	JS jetstream.JetStream
+	// Pool is the pool whose commands are claimed.
+	Pool string
+	// Concurrency is how many commands run at once.
+	Concurrency int
+	// Partitions is the number of execution partitions of NOETL_EVENTS.
+	Partitions int
+	// DrainTimeout is how long a stopping consumer lets its running commands finish and
+	// publish their outcomes after it stops claiming; the commands still running then are
+	// cancelled and left for redelivery (zero: at once).
+	DrainTimeout time.Duration
+	// Exec runs each command.
+	Exec *execute.Executor
+	// Log receives the consumer's reports.
+	Log *slog.Logger
+	// Tracer starts a span per command.
+	Tracer trace.Tracer
+	// InFlight counts the commands being run (noetl_worker_in_flight).
+	InFlight prometheus.Gauge
+
+	cancels *cancels
+}
+
+// startedAfter is how long a command runs before its worker reports command.started.
+const startedAfter = 2 * time.Second
+
+// DurableName is the durable consumer of a pool on NOETL_COMMANDS.
+func DurableName(pool string) string { return "worker-" + pool }
+
+// Run claims the pool's commands and runs up to Concurrency of them at once until ctx
+// ends; then it stops claiming, hands back the messages claimed but not started, and
+// waits for the running commands (see Config.DrainTimeout) before it returns.
+func (c *Consumer) Run(ctx context.Context) error {
+	cons, err := c.JS.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{
+		Durable:       DurableName(c.Pool),
+		FilterSubject: natsx.PoolSubjects(c.Pool),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       60 * time.Second,
+		MaxDeliver:    -1,
+		MaxAckPending: 8 * c.Concurrency,
+	})
+	if err != nil {
+		return fmt.Errorf("commands consumer: %w", err)
+	}
+	c.cancels = newCancels()
+	stopCancels, err := c.cancels.subscribe(c.NC)
+	if err != nil {
+		return fmt.Errorf("cancellations: %w", err)
+	}
+	defer stopCancels()
+	it, err := cons.Messages(jetstream.PullMaxMessages(c.Concurrency))
+	if err != nil {
+		return err
+	}
+	// Commands run in runCtx, which keeps ctx's values but not its end: when ctx ends the
+	// worker stops claiming at once, and the commands it runs finish and publish their
+	// outcomes for up to DrainTimeout, after which runCtx ends them (handle then leaves
+	// them for redelivery).
+	runCtx, cancelRuns := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRuns()
+	var running atomic.Int64
+	consumed := make(chan struct{})
+	defer close(consumed)
+	go func() {
+		select {
+		case <-consumed:
+			return
+		case <-ctx.Done():
+		}
+		// Drain rather than Stop: the messages the iterator holds already come out of Next
+		// and are handed back below, instead of waiting out the ack wait.
+		it.Drain()
+		c.Log.Info("worker draining", slog.Int64("running", running.Load()), slog.Duration("drain_timeout", c.DrainTimeout))
+		t := time.NewTimer(c.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-consumed:
+		case <-t.C:
+			if n := running.Load(); n > 0 {
+				c.Log.Warn("drain timeout: cancelling the running commands, left for redelivery", slog.Int64("running", n))
+			}
+			cancelRuns()
+			it.Stop()
+		}
+	}()
+	sem := make(chan struct{}, c.Concurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			if ctx.Err() == nil {
+				c.Log.Warn("command consumer", slog.String("error", err.Error()))
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			// Claimed before the stop but not started: another worker runs it now.
+			_ = m.Nak()
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			_ = m.Nak()
+			continue
+		}
+		wg.Add(1)
+		running.Add(1)
+		c.InFlight.Inc()
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			defer running.Add(-1)
+			defer c.InFlight.Dec()
+			c.handle(runCtx, m)
+		}()
+	}
+}
+
+// handle runs one claimed command and publishes its outcome, then acks it. ctx is the run
+// context of consume: it ends only when a stopping worker's drain timeout passed, and a
+// command it ended is Nak'd for another worker rather than failed.
+func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
+	cmd := &eventv1.Command{}
+	if err := proto.Unmarshal(m.Data(), cmd); err != nil {
+		c.Log.Error("dropping malformed command", slog.String("error", err.Error()))
+		_ = m.Term()
+		return
+	}
+	// The run continues the trace of the commit that forwarded the command.
+	kind := "noop"
+	if len(cmd.GetTools()) > 0 {
+		kind = cmd.GetTools()[0].GetKind()
+	}
+	ctx, span := c.Tracer.Start(natsx.Extract(ctx, m.Headers()), "step "+cmd.GetStep(), trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(telemetry.Execution(cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetAttempt())...),
+		trace.WithAttributes(telemetry.AttrTool.String(kind), telemetry.AttrPool.String(c.Pool), telemetry.AttrCommandID.String(cmd.GetCommandId())))
+	defer span.End()
+	// Keep the claim alive while a long tool runs.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(20 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	// Every secret resolved for this command is masked in what leaves the worker: events,
+	// the stored result, span errors and these log lines.
+	sc := c.Exec.NewScrubber()
+	ctx = scrub.NewContext(ctx, sc)
+	log := slog.New(sc.Handler(c.Log.Handler()))
+	// A committed cancellation of the execution stops the tool.
+	// Its cause tells tools a cancelled execution (tools.ErrExecutionCancelled) from a
+	// stopping worker whose drain timeout passed (ctx's own end).
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer c.cancels.watch(cmd.GetExecutionId(), cancel)()
+	// A run that lasts is reported while it runs: command.started once the tool has run for
+	// startedAfter, so the log shows a worker holding the command (the reconciler
+	// re-publishes only commands no worker started). A short run reports only its outcome.
+	// The outcome is published after any command.started in flight, so the stream keeps
+	// their order.
+	var startedMu sync.Mutex
+	ran := false
+	startedTimer := time.AfterFunc(startedAfter, func() {
+		startedMu.Lock()
+		defer startedMu.Unlock()
+		if !ran {
+			if err := c.publish(ctx, []*eventv1.Event{execute.CommandEvent(cmd, domain.EventCommandStarted)}); err != nil && ctx.Err() == nil {
+				log.Warn("publish command.started", slog.String("execution_id", cmd.GetExecutionId()), slog.String("error", err.Error()))
+			}
+		}
+	})
+	events := c.Exec.Execute(runCtx, cmd)
+	startedTimer.Stop()
+	startedMu.Lock()
+	ran = true
+	startedMu.Unlock()
+	if ctx.Err() != nil {
+		// The worker is stopping and its drain timeout passed: the tool was cancelled by
+		// the shutdown, not by the execution, so its outcome is not the command's.
+		// Publishing it would fail the step (and the redelivered run would log a second
+		// outcome); leave the command to be redelivered to another worker instead.
+		log.Info("stopping: command left for redelivery", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()))
+		_ = m.Nak()
+		return
+	}
+	if last := events[len(events)-1]; last.GetError() != nil {
+		telemetry.ErrorStatus(span, errors.New(last.GetError().GetMessage()))
+	}
+	if err := failpoint.Eval(failpoint.WorkerAfterTool); err != nil {
+		_ = m.NakWithDelay(100 * time.Millisecond)
+		return
+	}
+	err := c.publish(ctx, events)
+	if errors.Is(err, natsx.ErrMessageTooLarge) {
+		// Retrying cannot shrink the outcome: fail the command with a message that fits.
+		log.Warn("command outcome too large to publish", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()), slog.String("error", err.Error()))
+		events = execute.ScrubEvents(sc, execute.FailTooLarge(events, err))
+		err = c.publish(ctx, events)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("publish outcome failed; command will be redelivered", slog.String("execution_id", cmd.GetExecutionId()), slog.String("error", err.Error()))
+		}
+		_ = m.NakWithDelay(500 * time.Millisecond)
+		return
+	}
+	if err := failpoint.Eval(failpoint.WorkerAfterPublish); err != nil {
+		_ = m.NakWithDelay(100 * time.Millisecond)
+		return
+	}
+	_ = m.Ack()
+}
+
+// publish publishes a command's events to NOETL_EVENTS.
+func (c *Consumer) publish(ctx context.Context, events []*eventv1.Event) error {
+	return eventbus.Publish(ctx, c.JS, c.Partitions, events)
+}

@@ -1,0 +1,238 @@
+package execute
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel/trace"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/platform/telemetry"
+	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/services/worker/internal/scrub"
+	"github.com/noetl/noetl/services/worker/internal/tools"
+)
+
+// run renders the command's tools and runs them in order. Later tools of a pipeline see
+// earlier results by label (and the previous one as _prev); each tool's policy rules decide
+// what follows (continue, retry, jump, break, fail). The step result is the tool's result
+// for a single tool, and for a pipeline the last result with every label's result added
+// under its label.
+func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error) {
+	var scope domain.Scope
+	contextJSON := cmd.GetContextJson()
+	if ref := cmd.GetContextRef(); ref != nil {
+		// The context was too large to travel in the command.
+		body, err := e.Results.Fetch(ctx, cmd.GetTenant(), ref.GetUri())
+		if err != nil {
+			return nil, &tools.Error{Msg: fmt.Sprintf("step %s: load the command context %s: %v", cmd.GetStep(), ref.GetUri(), err), Retryable: true}
+		}
+		contextJSON = body
+	}
+	if len(contextJSON) > 0 {
+		if err := domain.DecodeJSON(contextJSON, &scope); err != nil {
+			return nil, fmt.Errorf("command context: %w", err)
+		}
+	}
+	if scope.Ctx == nil {
+		scope.Ctx = map[string]any{}
+	}
+	if err := e.Results.ResolveRefs(ctx, cmd, &scope); err != nil {
+		return nil, err
+	}
+	vars := scope.Vars()
+	vars["command_id"] = cmd.GetCommandId()
+	if err := e.loadKeychain(ctx, cmd, vars); err != nil { // keychain.go
+		return nil, err
+	}
+	var stepInput map[string]any
+	if len(cmd.GetInputJson()) > 0 && string(cmd.GetInputJson()) != "null" {
+		if err := domain.DecodeJSON(cmd.GetInputJson(), &stepInput); err != nil {
+			return nil, fmt.Errorf("command input: %w", err)
+		}
+	}
+	out := &outcome{set: map[string]map[string]any{}}
+	calls := cmd.GetTools()
+	labels := make(map[string]int, len(calls))
+	for i, tc := range calls {
+		if tc.GetLabel() != "" {
+			labels[tc.GetLabel()] = i
+		}
+	}
+	byLabel := map[string]any{}
+	var last any
+	attempts := make([]int, len(calls))
+	for i := 0; i < len(calls); {
+		tc := calls[i]
+		attempts[i]++
+		label := tc.GetLabel()
+		if label == "" {
+			label = fmt.Sprintf("task_%d", i)
+		}
+		where := fmt.Sprintf("step %s: tool %s", cmd.GetStep(), tc.GetKind())
+		if tc.GetLabel() != "" {
+			where = fmt.Sprintf("step %s: tool %s (%s)", cmd.GetStep(), tc.GetLabel(), tc.GetKind())
+		}
+		// The attempt of the command (a durable retry is a new command) plus the runs of
+		// this item within it.
+		vars["_attempt"] = max(int(cmd.GetAttempt()), 1) - 1 + attempts[i]
+		vars["_task"] = label
+		res, runErr := e.runTool(ctx, cmd, tc, stepInput, vars, where)
+		var re *renderError
+		if errors.As(runErr, &re) {
+			return nil, runErr
+		}
+		env := envelope(res, runErr)
+		vars["output"] = env
+		var policy *playbook.Policy
+		if p, ok := policyOf(tc); ok {
+			policy = p
+		}
+		action, err := e.decidePolicy(policy, vars, runErr, where)
+		if err != nil {
+			return nil, err
+		}
+		if len(action.Set) > 0 {
+			if err := e.applySet(action.Set, vars, out, where); err != nil {
+				return nil, err
+			}
+		}
+		switch action.Do {
+		case playbook.DoRetry:
+			max := action.Attempts
+			if max <= 0 {
+				max = 3
+			}
+			// A delayed retry of a whole single-tool command waits on a durable timer in
+			// the orchestrator (it survives restarts and frees this slot); retries inside
+			// pipelines and loop iterations wait here.
+			if delay := backoff(action, int(cmd.GetAttempt())); delay > 0 && len(calls) == 1 && cmd.GetIteration().GetIndex() < 0 {
+				if int(cmd.GetAttempt()) < max {
+					return nil, &retryRequest{attempts: int32(max), delay: delay, cause: runErr}
+				}
+			} else if attempts[i] < max {
+				if err := sleepCtx(ctx, backoff(action, attempts[i])); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if runErr != nil {
+				return nil, fmt.Errorf("%s: failed after %d attempts: %w", where, attempts[i], runErr)
+			}
+			// A successful output that still asks for a retry after the last attempt goes on.
+		case playbook.DoFail:
+			if runErr != nil {
+				return nil, fmt.Errorf("%s: %w", where, runErr)
+			}
+			return nil, &tools.Error{Msg: where + ": failed by policy"}
+		}
+		if runErr != nil && action.Do != playbook.DoContinue && action.Do != playbook.DoRetry {
+			return nil, fmt.Errorf("%s: %w", where, runErr)
+		}
+		last = res
+		byLabel[label] = res
+		vars[label] = res
+		vars["_prev"] = res
+		if set := itemSet(tc); len(set) > 0 {
+			// An item's set: is rendered against its result and merged into the running
+			// variables: the following items see each value by its bare name, later steps
+			// through ctx.
+			vars["output"], vars["result"] = res, res
+			if err := e.applySet(set, vars, out, where); err != nil {
+				return nil, err
+			}
+		}
+		switch action.Do {
+		case playbook.DoBreak:
+			i = len(calls)
+			continue
+		case playbook.DoJump:
+			j, ok := labels[action.To]
+			if !ok {
+				return nil, fmt.Errorf("%s: policy jump to unknown tool %q", where, action.To)
+			}
+			if attempts[j] > 100 {
+				return nil, fmt.Errorf("%s: policy jump to %q looped more than 100 times", where, action.To)
+			}
+			i = j
+			continue
+		}
+		i++
+	}
+	out.result = last
+	if len(calls) > 1 {
+		merged := map[string]any{}
+		if m, ok := last.(map[string]any); ok {
+			for k, v := range m {
+				merged[k] = v
+			}
+		}
+		for k, v := range byLabel {
+			if _, taken := merged[k]; !taken {
+				merged[k] = v
+			}
+		}
+		out.result = merged
+	}
+	return out, nil
+}
+
+// runTool renders one tool's configuration and runs it.
+func (e *Executor) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.ToolCall, stepInput map[string]any, vars map[string]any, where string) (any, error) {
+	var cfg map[string]any
+	if err := json.Unmarshal(tc.GetConfigJson(), &cfg); err != nil {
+		return nil, fmt.Errorf("tool config: %w", err)
+	}
+	// Code is data for the interpreter and the policy is evaluated after the run: neither
+	// is rendered now.
+	code, hasCode := cfg["code"]
+	delete(cfg, "code")
+	spec := cfg["spec"]
+	delete(cfg, "spec")
+	delete(cfg, "set") // a pipeline item's set is rendered against its result (run)
+	rc, err := e.Renderer.Render(cfg, vars)
+	if err != nil {
+		return nil, &renderError{fmt.Errorf("%s: %w", where, err)}
+	}
+	rendered, _ := rc.(map[string]any)
+	if rendered == nil {
+		rendered = map[string]any{}
+	}
+	if hasCode {
+		rendered["code"] = code
+	}
+	if spec != nil {
+		rendered["spec"] = spec
+	}
+	input := map[string]any{}
+	if len(stepInput) > 0 {
+		v, err := e.Renderer.Render(stepInput, vars)
+		if err != nil {
+			return nil, &renderError{fmt.Errorf("step %s: input: %w", cmd.GetStep(), err)}
+		}
+		if m, ok := v.(map[string]any); ok {
+			input = m
+		}
+	}
+	for _, key := range []string{"args", "input"} {
+		if m, ok := rendered[key].(map[string]any); ok {
+			for k, v := range m {
+				input[k] = v
+			}
+		}
+	}
+	ctx, span := e.Tracer.Start(ctx, "tool "+tc.GetKind(), trace.WithAttributes(telemetry.AttrTool.String(tc.GetKind()), telemetry.AttrStep.String(cmd.GetStep())))
+	defer span.End()
+	if tc.GetLabel() != "" {
+		span.SetAttributes(telemetry.AttrToolLabel.String(tc.GetLabel()))
+	}
+	// Tools resolve credentials for the command's tenant only.
+	ctx = tools.WithTenant(ctx, cmd.GetTenant())
+	ctx = tools.WithChild(ctx, tools.ChildRef{Tenant: cmd.GetTenant(), ExecutionID: cmd.GetExecutionId(), Label: tc.GetLabel()})
+	res, err := e.Tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep(), Log: toolLogOf(ctx, tc)})
+	telemetry.ErrorStatus(span, scrub.FromContext(ctx).Err(err))
+	return res, err
+}
