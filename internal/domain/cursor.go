@@ -230,6 +230,7 @@ func applyCursor(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) 
 		// Any attempt's completion (a late one whose lease ran out included) did the work.
 		u.Done = true
 		c.Processed += unitRows(c, f)
+		cursorReleased(f, ev)
 		cursorFrameDone(slot)
 		return nil
 	}
@@ -238,6 +239,17 @@ func applyCursor(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) 
 	}
 	cursorAttemptOver(c, slot, f, u, ev, ev.GetError())
 	return nil
+}
+
+// cursorReleased moves the lease origin of the frame's rows not issued yet (held back by
+// row_concurrency) to ev, whose end of an attempt lets the next one go: their leases
+// count from when they may be issued, not from the claim.
+func cursorReleased(f *sbv1.CursorFrame, ev *eventv1.Event) {
+	for _, u := range f.GetUnits() {
+		if u.GetAttempt() == 0 {
+			u.LeaseFrom = ev.GetCommitTime()
+		}
+	}
 }
 
 // cursorLeaseOver folds a lease timer's timer.fired: the attempt it leased, when it has no
@@ -270,6 +282,7 @@ func cursorLeaseOver(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Eve
 // cursorAttemptOver ends u's attempt without success (a failure or a lease that ran
 // out): the next attempt is due, or, after max_attempts, the unit failed.
 func cursorAttemptOver(c *sbv1.CursorState, slot *sbv1.CursorSlot, f *sbv1.CursorFrame, u *sbv1.CursorUnit, ev *eventv1.Event, why *eventv1.ErrorInfo) {
+	cursorReleased(f, ev)
 	if u.GetAttempt() >= c.GetMaxAttempts() {
 		u.Failed = true
 		c.Failed += unitRows(c, f)

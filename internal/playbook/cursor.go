@@ -37,6 +37,9 @@ type Frame struct {
 	// Process is row (a body command per row, the default) or frame (one body command
 	// per frame, with the frame's rows bound to the iterator as a list).
 	Process string
+	// RowConcurrency caps the bodies of one frame in flight at once with process: row
+	// (0: every row of the frame at once).
+	RowConcurrency int
 }
 
 // Cursor defaults and bounds.
@@ -168,6 +171,8 @@ func (b *builder) frame(n *yaml.Node, step string, f *Frame) bool {
 			}
 		case "heartbeat_seconds":
 			f.HeartbeatSeconds = num
+		case "row_concurrency":
+			f.RowConcurrency = num
 		case "max_attempts":
 			if num < 1 {
 				b.errorf(v, step, field, "must be at least 1")

@@ -21,7 +21,7 @@ func TestParseCursorLoop(t *testing.T) {
       spec:
         mode: cursor
         max_in_flight: 8
-        frame: {max_rows: 25, lease_seconds: 20, heartbeat_seconds: 5, max_attempts: 4, process: frame}
+        frame: {max_rows: 25, lease_seconds: 20, heartbeat_seconds: 5, max_attempts: 4, process: frame, row_concurrency: 3}
 `))
 	l := pb.Step("start").Loop
 	require.Equal(t, LoopCursor, l.Mode)
@@ -30,7 +30,7 @@ func TestParseCursorLoop(t *testing.T) {
 	c := l.Cursor
 	require.NotNil(t, c)
 	require.Equal(t, "postgres", c.Kind)
-	require.Equal(t, Frame{MaxRows: 25, LeaseSeconds: 20, HeartbeatSeconds: 5, MaxAttempts: 4, Process: ProcessFrame}, c.Frame)
+	require.Equal(t, Frame{MaxRows: 25, LeaseSeconds: 20, HeartbeatSeconds: 5, MaxAttempts: 4, Process: ProcessFrame, RowConcurrency: 3}, c.Frame)
 	require.Equal(t, "pg_local", c.Config["auth"])
 	require.Equal(t, c.Claim, c.Config["command"], "the claim runs as the postgres tool's command")
 	require.EqualValues(t, 5000, c.Config["statement_timeout_ms"], "options configure the claim's tool")

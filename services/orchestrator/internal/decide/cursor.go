@@ -217,10 +217,24 @@ func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, 
 	} else if c.GetPerRow() && len(rows) < len(units) {
 		return &Error{Step: ps.Name, Msg: fmt.Sprintf("the cursor's claim holds %d rows, its frame %d", len(rows), len(units))}
 	}
+	// row_concurrency: at most that many of the frame's bodies in flight at once.
+	budget := len(units)
+	if rc := ps.Loop.Cursor.Frame.RowConcurrency; rc > 0 && c.GetPerRow() {
+		budget = rc
+		for _, u := range units {
+			if u.GetAttempt() > 0 && !u.GetDone() && !u.GetFailed() && !u.GetDue() {
+				budget--
+			}
+		}
+	}
 	for i, u := range units {
 		if u.GetDone() || u.GetFailed() || (u.GetAttempt() > 0 && !u.GetDue()) {
 			continue
 		}
+		if budget <= 0 {
+			break
+		}
+		budget--
 		if err := d.checkEvents(ps.Name, "issuing a cursor body"); err != nil {
 			return err
 		}

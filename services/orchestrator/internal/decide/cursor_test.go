@@ -352,3 +352,46 @@ func TestCursorIndexesOfSlotsNeverOverlap(t *testing.T) {
 	require.Less(t, last, domain.CursorIndex(1, -1), "a frame's last row stays within its slot")
 	require.Positive(t, domain.CursorIndex(playbook.CursorMaxSlots-1, playbook.CursorMaxRows-1))
 }
+
+func TestCursorRowConcurrencyCapsAFramesBodiesInFlight(t *testing.T) {
+	q := newQueue(t, "row, row_concurrency: 2", 11)
+	// Count, per frame (slot and claim), the bodies issued and not answered yet.
+	inFlight := map[string]int{}
+	most := 0
+	key := func(cmd *eventv1.Event) string {
+		var p domain.IssuedPayload
+		if cmd.GetStep() != "start" {
+			return ""
+		}
+		require.NoError(t, json.Unmarshal(cmd.GetPayloadJson(), &p))
+		if p.Cursor == nil || p.Cursor.Phase != domain.CursorPhaseBody {
+			return ""
+		}
+		return fmt.Sprint(p.Cursor.Slot, "/", p.Cursor.Claim)
+	}
+	var pending []*eventv1.Event
+	for range 1000 {
+		for _, ev := range q.decide() {
+			if ev.GetType() == domain.EventCommandIssued {
+				pending = append(pending, ev)
+				if k := key(ev); k != "" {
+					inFlight[k]++
+					most = max(most, inFlight[k])
+				}
+			}
+		}
+		if domain.IsTerminalStatus(q.s.st.GetStatus()) || len(pending) == 0 {
+			break
+		}
+		cmd := pending[0]
+		pending = pending[1:]
+		if k := key(cmd); k != "" {
+			inFlight[k]--
+		}
+		q.s.apply(q.run(cmd))
+	}
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, q.s.st.GetStatus(), "%v", q.s.st.GetError())
+	require.Equal(t, 2, most, "at most row_concurrency bodies of one frame at once")
+	require.Len(t, q.processed, 11)
+	require.EqualValues(t, 11, q.summary()["processed"])
+}
