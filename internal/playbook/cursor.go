@@ -1,6 +1,8 @@
 package playbook
 
 import (
+	"fmt"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -138,6 +140,10 @@ func (b *builder) frame(n *yaml.Node, step string, f *Frame) bool {
 		}
 		if isNull(v) {
 			continue
+		}
+		switch key {
+		case "heartbeat_seconds", "max_seconds", "max_bytes":
+			b.warnings = append(b.warnings, Warning{Line: n.Content[i].Line, Step: step, Msg: fmt.Sprintf("field %q is accepted and not enforced: workers send no heartbeats, and a frame is the rows its claim returned", field)})
 		}
 		if key == "process" {
 			s, good := b.str(v, step, field)

@@ -1,6 +1,7 @@
 package playbook
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -76,4 +77,22 @@ func TestParseCursorLoopErrors(t *testing.T) {
 			require.Contains(t, err.Error(), `step "start"`)
 		})
 	}
+}
+
+func TestParseCursorWarnsAboutWhatItDoesNotEnforce(t *testing.T) {
+	t.Parallel()
+	msgs := func(pb *Playbook) string {
+		var out []string
+		for _, w := range pb.Warnings {
+			out = append(out, w.Msg)
+		}
+		return strings.Join(out, "\n")
+	}
+	pb := mustParse(t, cursorStep("      cursor: {claim: SELECT 1}\n      iterator: row\n      spec: {frame: {heartbeat_seconds: 5, max_bytes: 100}}\n"))
+	require.Contains(t, msgs(pb), `field "loop.spec.frame.heartbeat_seconds" is accepted and not enforced`)
+	require.Contains(t, msgs(pb), `field "loop.spec.frame.max_bytes" is accepted and not enforced`)
+	pb = mustParse(t, cursorStep("      in: [1, 2]\n      iterator: row\n      spec: {frame: {max_rows: 5}}\n"))
+	require.Contains(t, msgs(pb), `field "loop.spec.frame" applies to cursor loops only and is ignored`)
+	pb = mustParse(t, cursorStep("      cursor: {claim: SELECT 1}\n      iterator: row\n      spec: {frame: {max_rows: 5, lease_seconds: 9}}\n"))
+	require.NotContains(t, msgs(pb), "loop.spec.frame")
 }

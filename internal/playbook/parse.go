@@ -559,23 +559,28 @@ func (b *builder) loop(n *yaml.Node, step string) *Loop {
 		spec = nil
 	}
 	cursorNode := value(n, "cursor")
-	if k, in := lookup(n, "in"); !isNull(cursorNode) {
+	k, in := lookup(n, "in")
+	switch {
+	case !isNull(cursorNode):
 		if !isNull(in) {
 			b.errorf(k, step, "loop.in", "in and cursor are mutually exclusive: a loop runs over a collection (in) or drains a cursor (cursor), not both")
 		}
 		l.Cursor = b.cursor(cursorNode, spec, step)
 		l.Mode = LoopCursor
-	} else if isNull(in) {
+	case isNull(in):
 		at := n
 		if k != nil {
 			at = k
 		}
 		b.errorf(at, step, "loop.in", "loop needs an in: collection")
-	} else {
+	default:
 		l.InValue = toValue(in)
 		if s, ok := l.InValue.(string); ok {
 			l.In = s
 		}
+	}
+	if f := value(spec, "frame"); l.Cursor == nil && isNull(cursorNode) && !isNull(f) {
+		b.warnings = append(b.warnings, Warning{Line: f.Line, Step: step, Msg: `field "loop.spec.frame" applies to cursor loops only and is ignored`})
 	}
 	if it := value(n, "iterator"); isNull(it) {
 		b.errorf(n, step, "loop.iterator", "loop needs an iterator: name")
