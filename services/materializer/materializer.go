@@ -84,6 +84,9 @@ type Config struct {
 	// OwnPartitions, when set, makes the replica consume exactly these partitions and take
 	// no lease: tests use it to make two replicas own one partition at once.
 	OwnPartitions []int `json:"-"`
+	// PurgeEvery is how often NOETL_EVENTS is purged of committed events (zero:
+	// partition.DefaultPurgeEvery; tests shorten it).
+	PurgeEvery time.Duration `json:"-"`
 }
 
 // Flags binds the configuration to flags and NOETL_* env vars.
@@ -178,12 +181,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		leases = &lease.Table{DB: db, Group: cfg.Consumer, Replica: cfg.ReplicaID, Partitions: cfg.Partitions, TTL: cfg.LeaseTTL}
 	}
 	parts := partition.New(partition.Config{Partitions: cfg.Partitions, BatchSize: cfg.BatchSize, Group: cfg.Consumer, MaxLag: cfg.MaxLag,
-		StallAfter: cfg.StallAfter, LagPoll: cfg.LagPoll, RenewEvery: cfg.LeaseTTL / 3, Gate: cfg.Gate, Static: cfg.OwnPartitions},
+		StallAfter: cfg.StallAfter, LagPoll: cfg.LagPoll, RenewEvery: cfg.LeaseTTL / 3, Gate: cfg.Gate, Static: cfg.OwnPartitions, PurgeEvery: cfg.PurgeEvery},
 		partition.Deps{Log: log, NC: nc, JS: js, Tracer: tel.Tracer(), Cursors: lease.Cursors{DB: db, Group: cfg.Consumer}, Writer: &writer.Writer{DB: db},
 			Leases: leases, Gone: replica.Gone, Registry: srv.Registry})
 	srv.AddCheck("consumer-lag", parts.CheckLag)
 	srv.AddCheck("progress", parts.CheckProgress)
 	srv.AddCheck("leases", parts.CheckLeases)
 	log.Info("materializer consuming", slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 10*time.Second, parts.Run, parts.RunLag)
+	return srv.Run(ctx, 10*time.Second, parts.Run, parts.RunLag, parts.RunPurge)
 }

@@ -212,6 +212,71 @@ func TestCursorsReachTheLastEvent(t *testing.T) {
 	})
 }
 
+// TestCommittedEventsArePurged checks that NOETL_EVENTS keeps only what some group has not
+// committed: with a second group's cursor at zero nothing is purged; once every group is
+// past the events, each partition keeps only its last committed event.
+func TestCommittedEventsArePurged(t *testing.T) {
+	t.Parallel()
+	const parts = 4
+	e := newEnv(t)
+	ctx := context.Background()
+	// A second group that has committed nothing yet holds the floor at zero.
+	for p := range parts {
+		_, err := e.db.Exec(ctx, `INSERT INTO noetl.materializer_partition (consumer, partition, stream_seq) VALUES ('other', $1, 0)`, p)
+		require.NoError(t, err)
+	}
+	e.start(t, Config{Partitions: parts, ReplicaID: "a", BatchSize: 8, PurgeEvery: 50 * time.Millisecond})
+	pub := newPublisher(t, e.js, parts)
+	pub.executions(t, "purge", 8, 20)
+	waitCommitted(t, e, pub.count)
+	stream, err := e.js.Stream(ctx, natsx.StreamEvents)
+	require.NoError(t, err)
+	held := func() map[string]uint64 {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter("noetl.events.>"))
+		require.NoError(t, err)
+		return info.State.Subjects
+	}
+	// The cursors reach the last events; the purger runs many times meanwhile.
+	cursor := func(group string, p int) uint64 {
+		var seq int64
+		require.NoError(t, e.db.QueryRow(ctx, `SELECT stream_seq FROM noetl.materializer_partition WHERE consumer = $1 AND partition = $2`, group, p).Scan(&seq))
+		return uint64(seq)
+	}
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		for p := range parts {
+			last, err := stream.GetLastMsgForSubject(ctx, natsx.PartitionEventSubject(p))
+			require.NoError(t, err)
+			if c := cursor("materializer", p); c != last.Sequence {
+				return fmt.Errorf("partition %d: cursor %d, last event %d", p, c, last.Sequence)
+			}
+		}
+		return nil
+	})
+	var total uint64
+	for _, n := range held() {
+		total += n
+	}
+	require.Equal(t, uint64(8*(20+4)), total, "nothing purged while a group is at zero (each execution's events and its two late ones)")
+
+	// The other group catches up: each partition keeps only its last committed event.
+	_, err = e.db.Exec(ctx, `UPDATE noetl.materializer_partition o SET stream_seq = m.stream_seq FROM noetl.materializer_partition m
+		WHERE o.consumer = 'other' AND m.consumer = 'materializer' AND m.partition = o.partition`)
+	require.NoError(t, err)
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		h := held()
+		for p := range parts {
+			if n := h[natsx.PartitionEventSubject(p)]; n != 1 {
+				return fmt.Errorf("partition %d holds %d events, want its last one", p, n)
+			}
+		}
+		return nil
+	})
+	// The log is untouched, and the replica goes on committing after a purge.
+	waitCommitted(t, e, pub.count)
+	pub.executions(t, "after", 2, 3)
+	waitCommitted(t, e, pub.count)
+}
+
 // TestTwoOwnersOfOnePartitionKeepTheLogIdentical makes two replicas of one group consume
 // every partition at once (as if both believed they held the leases) while every event
 // is published twice, duplicates arriving late and executions interleaved; some events

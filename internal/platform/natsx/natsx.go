@@ -139,7 +139,14 @@ type StreamConfig struct {
 	EventsMaxAge time.Duration
 	// CommittedMaxAge bounds how long commit notices stay in NOETL_COMMITTED.
 	CommittedMaxAge time.Duration
+	// CommittedMaxBytes bounds NOETL_COMMITTED's size (zero: DefaultCommittedMaxBytes). A
+	// notice carries up to 64 KiB of events; past the bound the oldest notices go first,
+	// as a notice lost, which the reconciler covers.
+	CommittedMaxBytes int64
 }
+
+// DefaultCommittedMaxBytes is NOETL_COMMITTED's default size bound.
+const DefaultCommittedMaxBytes = 1 << 30
 
 // EnsureStreams declares the three streams idempotently.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) error {
@@ -156,6 +163,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 	}
 	if cfg.CommittedMaxAge <= 0 {
 		cfg.CommittedMaxAge = 10 * time.Minute
+	}
+	if cfg.CommittedMaxBytes <= 0 {
+		cfg.CommittedMaxBytes = DefaultCommittedMaxBytes
 	}
 	streams := []jetstream.StreamConfig{
 		{
@@ -183,6 +193,8 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 			Subjects:    []string{CommittedAll},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      cfg.CommittedMaxAge,
+			MaxBytes:    cfg.CommittedMaxBytes,
+			Discard:     jetstream.DiscardOld,
 			Duplicates:  time.Minute,
 			Replicas:    cfg.Replicas,
 		},
@@ -213,7 +225,8 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 	// The server reports unset limits as -1: compare them as "unset".
 	sameLimit := func(a, b int32) bool { return a == b || (a <= 0 && b <= 0) }
 	if slices.Equal(cur.Subjects, sc.Subjects) && cur.Retention == sc.Retention && cur.MaxAge == sc.MaxAge &&
-		cur.Duplicates == sc.Duplicates && cur.Replicas == sc.Replicas && sameLimit(cur.MaxMsgSize, sc.MaxMsgSize) {
+		cur.Duplicates == sc.Duplicates && cur.Replicas == sc.Replicas && sameLimit(cur.MaxMsgSize, sc.MaxMsgSize) &&
+		(cur.MaxBytes == sc.MaxBytes || cur.MaxBytes <= 0 && sc.MaxBytes <= 0) && cur.Discard == sc.Discard {
 		return nil
 	}
 	_, err = js.UpdateStream(ctx, sc)

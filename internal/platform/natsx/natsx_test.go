@@ -221,6 +221,11 @@ func TestEnsureStreamsLeavesUnchangedStreamsAlone(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, created, s.CachedInfo().Created)
 	}
+	// Commit notices carry events: their stream is bounded in bytes, dropping the oldest.
+	committed, err := js.Stream(ctx, natsx.StreamCommitted)
+	require.NoError(t, err)
+	require.Equal(t, int64(natsx.DefaultCommittedMaxBytes), committed.CachedInfo().Config.MaxBytes)
+	require.Equal(t, jetstream.DiscardOld, committed.CachedInfo().Config.Discard)
 }
 
 func TestOversizedMessagesAreRefusedAndCounted(t *testing.T) {

@@ -177,6 +177,27 @@ func (c Cursors) Advance(ctx context.Context, partition int, seq uint64) error {
 	return Advance(ctx, c.DB, c.Group, partition, seq)
 }
 
+// Floors returns, for each partition with a cursor, the lowest cursor over every group:
+// the stream sequence up to which every group has committed and forwarded the
+// partition's events.
+func (c Cursors) Floors(ctx context.Context) (map[int]uint64, error) {
+	rows, err := c.DB.Query(ctx, `SELECT partition, min(stream_seq) FROM noetl.materializer_partition GROUP BY partition`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int]uint64{}
+	for rows.Next() {
+		var p int
+		var seq int64
+		if err := rows.Scan(&p, &seq); err != nil {
+			return nil, err
+		}
+		out[p] = uint64(max(seq, 0))
+	}
+	return out, rows.Err()
+}
+
 // Cursor returns the stream sequence up to which partition's events are committed and
 // forwarded (0: none yet).
 func Cursor(ctx context.Context, db *pgxpool.Pool, group string, partition int) (uint64, error) {

@@ -62,6 +62,9 @@ type Config struct {
 	Gate func(context.Context) error
 	// Static, when set, are the partitions to consume without leases (Leases is then nil).
 	Static []int
+	// PurgeEvery is how often NOETL_EVENTS is purged of the events every group committed
+	// (zero: DefaultPurgeEvery).
+	PurgeEvery time.Duration
 }
 
 // Deps are what the consumers read and write through.
@@ -83,9 +86,10 @@ type Deps struct {
 
 // Replica consumes the partitions one materializer replica owns.
 type Replica struct {
-	own *ownership
-	lag *lagMonitor
-	sat *saturation
+	own   *ownership
+	lag   *lagMonitor
+	sat   *saturation
+	purge *purger
 }
 
 // New builds a replica's consumers; Run starts them.
@@ -96,11 +100,14 @@ func New(cfg Config, d Deps) *Replica {
 	m := newMetrics(d.Registry)
 	l := &loop{cfg: cfg, log: d.Log, nc: d.NC, js: d.JS, cursors: d.Cursors, w: d.Writer, m: m, tracer: d.Tracer, sat: sat, lag: lag}
 	own := &ownership{l: l, log: d.Log, m: m, static: cfg.Static, every: cfg.RenewEvery, table: d.Leases, gone: d.Gone}
-	return &Replica{own: own, lag: lag, sat: sat}
+	return &Replica{own: own, lag: lag, sat: sat, purge: newPurger(d.JS, d.Cursors, cfg.PurgeEvery, d.Log, d.Registry)}
 }
 
 // Run consumes the owned partitions until ctx ends, then hands the leases back.
 func (r *Replica) Run(ctx context.Context) error { return r.own.run(ctx) }
+
+// RunPurge purges NOETL_EVENTS of committed events until ctx ends (purge.go).
+func (r *Replica) RunPurge(ctx context.Context) error { return r.purge.run(ctx) }
 
 // RunLag reads the consumers' lag until ctx ends.
 func (r *Replica) RunLag(ctx context.Context) error { return r.lag.run(ctx) }
