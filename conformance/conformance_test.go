@@ -23,6 +23,7 @@ import (
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	"github.com/noetl/noetl/internal/testkit"
+	"github.com/noetl/noetl/services/worker"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
@@ -334,6 +335,13 @@ func cases() []expectation {
 			require.NotContains(t, string(b), tokenPrefix)
 			require.NotContains(t, string(b), "kc-client-secret")
 		}},
+		{file: "engine.python_script.yaml", workload: map[string]any{"api": "TOKEN_SERVER"}, status: completed, check: func(t *testing.T, r run) {
+			require.EqualValues(t, 60, r.stepResult("from_file")["total"], "%v", r.stepResult("from_file"))
+			require.Equal(t, "hello, total 60!", r.stepResult("from_url")["greeting"], "%v", r.stepResult("from_url"))
+		}},
+		{file: "engine.python_env.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, map[string]any{"region": "eu-west", "retries": 4.0, "cwd_tail": "work/out", "marker": "eu-west", "encoded": `{"ok": true}`}, r.stepResult("probe"))
+		}},
 		{file: "engine.step_logs.yaml", status: completed, check: func(t *testing.T, r run) {
 			require.EqualValues(t, 3, r.stepResult("say")["ticks"], "%v", r.stepResult("say"))
 			code, page := r.api.do("GET", "/v1/executions/"+r.id+"/logs?step=say", nil)
@@ -419,7 +427,8 @@ func TestConformance(t *testing.T) {
 	natsURL := testkit.StartNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, WorkerConcurrency: 16, Shell: true})
+	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, WorkerConcurrency: 16, Shell: true,
+		Worker: func(c *worker.Config) { c.ScriptDir = scriptDir(t) }})
 	require.NoError(t, err)
 	t.Cleanup(m.Stop)
 	c := rest{t: t, base: "http://" + m.HTTPAddr, key: m.AdminKey}
@@ -554,7 +563,17 @@ func startTokenServer(t *testing.T) *tokenServer {
 		rw.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(rw).Encode(map[string]any{"authorized": ok, "token": tok})
 	})
+	// engine.python_script's second script.
+	mux.Handle("GET /scripts/", http.StripPrefix("/scripts/", http.FileServer(http.Dir(scriptDir(t)))))
 	ts.Server = httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	return ts
+}
+
+// scriptDir is the suite's script directory (conformance/scripts): the workers'
+// NOETL_WORKER_SCRIPT_DIR, and what the suite's test server serves under /scripts/.
+func scriptDir(t *testing.T) string {
+	d, err := filepath.Abs("scripts")
+	require.NoError(t, err)
+	return d
 }

@@ -52,7 +52,7 @@ require (
 	github.com/noetl/noetl/services/orchestrator v0.0.0 // indirect
 	github.com/noetl/noetl/services/resultstore v0.0.0 // indirect
 	github.com/noetl/noetl/services/statebuilder v0.0.0 // indirect
-	github.com/noetl/noetl/services/worker v0.0.0 // indirect
+	github.com/noetl/noetl/services/worker v0.0.0
 	github.com/pierrec/lz4/v4 v4.1.29 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pressly/goose/v3 v3.26.0 // indirect

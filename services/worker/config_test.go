@@ -32,6 +32,8 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{"NOETL_WORKER_DRAIN_TIMEOUT", "30", `NOETL_WORKER_DRAIN_TIMEOUT="30": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
 		{"NOETL_WORKER_DRAIN_TIMEOUT", "-1s", `NOETL_WORKER_DRAIN_TIMEOUT="-1s": must not be negative`},
 		{"NOETL_WORKER_SHELL", "maybe", `NOETL_WORKER_SHELL="maybe": invalid boolean (want true or false)`},
+		{"NOETL_WORKER_SCRIPT_DIR", "/no/such/dir/noetl", `NOETL_WORKER_SCRIPT_DIR="/no/such/dir/noetl": not an existing directory`},
+		{"NOETL_WORKER_SCRIPT_DIR", "config_test.go", `NOETL_WORKER_SCRIPT_DIR="config_test.go": not a directory`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)

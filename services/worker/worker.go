@@ -49,6 +49,9 @@ type Config struct {
 	Python      string
 	// ToolEnv names the worker's environment variables python and shell tools also see.
 	ToolEnv string
+	// ScriptDir is the directory a python tool's script: paths are read from (empty: file
+	// scripts are refused; URLs are fetched through the HTTP egress policy either way).
+	ScriptDir string
 	// Shell lets this worker run kind: shell (arbitrary commands on its machine); a
 	// worker of the system pool runs it regardless.
 	Shell bool
@@ -103,6 +106,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
 	fs.String(&c.Python, "python", "NOETL_PYTHON", "python3", "python interpreter for kind: python")
 	fs.String(&c.ToolEnv, "tool-env", "NOETL_WORKER_TOOL_ENV", "", "comma-separated names of the worker's environment variables that python and shell tools also see (beside PATH and the locale); none of NOETL_*", tools.CheckPassEnv)
+	fs.String(&c.ScriptDir, "script-dir", "NOETL_WORKER_SCRIPT_DIR", "", "directory of the scripts python steps name by path (script: jobs/x.py); empty: only inline code and script URLs", checkScriptDir)
 	fs.Bool(&c.Shell, "shell", tools.ShellEnableEnv, false, "run kind: shell steps (arbitrary commands on this machine; the system pool always runs them)")
 	fs.String(&c.ID, "id", "NOETL_WORKER_ID", "", "worker id reported in events (default: host name)")
 	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address (credential resolution)")
@@ -138,6 +142,21 @@ func ParseFlags(args []string) (cfg Config, printed bool, err error) {
 		return cfg, false, err
 	}
 	return cfg, false, nil
+}
+
+// checkScriptDir refuses a script directory that is not an existing directory.
+func checkScriptDir(s string) error {
+	if s == "" {
+		return nil
+	}
+	fi, err := os.Stat(s)
+	if err != nil {
+		return errors.New("not an existing directory")
+	}
+	if !fi.IsDir() {
+		return errors.New("not a directory")
+	}
+	return nil
 }
 
 // HTTP egress policies: the values of Config.HTTPEgress (NOETL_HTTP_EGRESS).
@@ -306,7 +325,7 @@ func toolTable(cfg Config, egress tools.Egress, resolve tools.CredentialResolver
 	natsTool := &tools.NATS{Egress: egress, Resolve: resolve, Register: scrub.Register}
 	r := tools.Registry{
 		"noop":     tools.Noop{},
-		"python":   &tools.Python{Interpreter: cfg.Python, PassEnv: tools.ParsePassEnv(cfg.ToolEnv), WorkerID: cfg.ID},
+		"python":   &tools.Python{Interpreter: cfg.Python, PassEnv: tools.ParsePassEnv(cfg.ToolEnv), WorkerID: cfg.ID, ScriptDir: cfg.ScriptDir, HTTP: httpTool},
 		"postgres": pg,
 		"duckdb":   &tools.DuckDB{Resolve: resolve},
 		"http":     httpTool,

@@ -39,13 +39,29 @@ type Python struct {
 	PassEnv []string
 	// WorkerID is the worker's id, given to the process as NOETL_WORKER_ID.
 	WorkerID string
+	// ScriptDir is the directory script: paths are read from (NOETL_WORKER_SCRIPT_DIR);
+	// empty: file scripts are refused.
+	ScriptDir string
+	// HTTP fetches script: URLs, under its egress policy (nil: refused).
+	HTTP *HTTP
 }
 
 // Run implements Tool.
 func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
-	code, _ := c.Config["code"].(string)
+	code, err := p.pythonCode(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	if strings.TrimSpace(code) == "" {
-		return nil, &Error{Msg: "python: tool.code is required"}
+		return nil, &Error{Msg: "python: tool.code (or script) is required"}
+	}
+	libs, err := pythonLibs(c.Config["libs"])
+	if err != nil {
+		return nil, err
+	}
+	extraEnv, err := toolEnvVars("python", c.Config["env"])
+	if err != nil {
+		return nil, err
 	}
 	interp := p.Interpreter
 	if v, ok := c.Config["python"].(string); ok && v != "" {
@@ -79,11 +95,14 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 	if err := os.WriteFile(userCode, []byte(code), 0o600); err != nil {
 		return nil, err
 	}
+	cwd, err := toolCwd("python", dir, c.Config["cwd"])
+	if err != nil {
+		return nil, err
+	}
 	input := c.Input
 	if input == nil {
 		input = map[string]any{}
 	}
-	libs, _ := c.Config["libs"].(map[string]any)
 	// The input is encoded as the interpreter reads it, never held whole a second time.
 	stdin, feed := io.Pipe()
 	encoded := make(chan error, 1)
@@ -95,13 +114,8 @@ func (p *Python) Run(ctx context.Context, c *Call) (any, error) {
 	defer func() { _ = stdin.Close() }()
 	cmd := exec.CommandContext(ctx, interp, runner, userCode, resultFile, errorFile)
 	cmd.Stdin = stdin
-	cmd.Dir = dir
-	env := toolEnv(dir, p.PassEnv)
-	if e, ok := c.Config["env"].(map[string]any); ok {
-		for k, v := range e {
-			env = append(env, fmt.Sprintf("%s=%v", k, v))
-		}
-	}
+	cmd.Dir = cwd
+	env := append(toolEnv(dir, p.PassEnv), extraEnv...)
 	env = append(env, "NOETL_COMMAND_ID="+c.CommandID, "NOETL_WORKER_ID="+p.WorkerID, "PYTHONUNBUFFERED=1")
 	cmd.Env = env
 	max := p.MaxOutput
@@ -324,4 +338,48 @@ func CheckPassEnv(s string) error {
 		}
 	}
 	return nil
+}
+
+// pythonLibs checks a python tool's legacy libs: mapping, NoETL's imports: {alias:
+// module} imports module as alias, {alias: {from: module, import: name}} imports name
+// from module as alias. The runner does the imports.
+func pythonLibs(v any) (map[string]any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, &Error{Msg: fmt.Sprintf("python: libs must be a mapping of aliases to modules ({alias: module} or {alias: {from: module, import: name}}), not %T", v)}
+	}
+	for alias, spec := range m {
+		if !pythonName(alias) {
+			return nil, &Error{Msg: fmt.Sprintf("python: libs: %q is not a python name", alias)}
+		}
+		bad := &Error{Msg: fmt.Sprintf("python: libs.%s: want a module name or {from: module, import: name}", alias)}
+		switch x := spec.(type) {
+		case string:
+			if strings.TrimSpace(x) == "" {
+				return nil, bad
+			}
+		case map[string]any:
+			from, _ := x["from"].(string)
+			name, _ := x["import"].(string)
+			if strings.TrimSpace(from) == "" || strings.TrimSpace(name) == "" {
+				return nil, bad
+			}
+		default:
+			return nil, bad
+		}
+	}
+	return m, nil
+}
+
+// pythonName reports whether s is a python identifier (ASCII).
+func pythonName(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -42,10 +42,10 @@ def _run(code_path, result_path, state):
     if not isinstance(data, dict):
         data = {"input": data}
     scope = {"__name__": "__noetl_step__", "input_data": data, "args": dict(data), "context": dict(data)}
-    # Legacy `libs: {alias: module}` imports modules under the given names.
-    for alias, module in (request.get("libs") or {}).items():
-        state["during"] = "importing %s as %s (libs)" % (module, alias)
-        scope[alias] = importlib.import_module(str(module))
+    # Legacy `libs:` imports modules under the given names: {alias: module} is `import
+    # module as alias`, {alias: {from, import}} is `from module import name as alias`.
+    for alias, spec in (request.get("libs") or {}).items():
+        scope[alias] = _import_lib(alias, spec, state)
     scope.update(data)
     state["during"] = "compiling the code"
     compiled, wrapped = _compile(code)
@@ -68,6 +68,18 @@ def _run(code_path, result_path, state):
     state["during"] = "writing the result"
     with open(result_path, "w", encoding="utf-8") as f:
         json.dump(result, f, default=str)
+
+
+def _import_lib(alias, spec, state):
+    if isinstance(spec, dict):
+        origin, name = str(spec["from"]), str(spec["import"])
+        state["during"] = "importing %s from %s as %s (libs)" % (name, origin, alias)
+        module = importlib.import_module(origin)
+        if hasattr(module, name):
+            return getattr(module, name)
+        return importlib.import_module(origin + "." + name)
+    state["during"] = "importing %s as %s (libs)" % (spec, alias)
+    return importlib.import_module(str(spec))
 
 
 def _type_name(exc):

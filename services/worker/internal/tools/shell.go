@@ -79,35 +79,15 @@ func (s *Shell) Run(ctx context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	cwd := dir
-	if v, ok := c.Config["cwd"]; ok && v != nil {
-		rel, ok := v.(string)
-		if !ok {
-			return nil, &Error{Msg: fmt.Sprintf("shell: cwd must be a string, not %v", v)}
-		}
-		if rel = strings.TrimSpace(rel); rel != "" && rel != "." {
-			if !filepath.IsLocal(rel) {
-				return nil, &Error{Msg: fmt.Sprintf("shell: cwd %q must be a relative path inside the command's working directory (no .., not absolute)", rel)}
-			}
-			cwd = filepath.Join(dir, rel)
-			if err := os.MkdirAll(cwd, 0o700); err != nil {
-				return nil, &Error{Msg: "shell: cwd: " + err.Error()}
-			}
-		}
+	cwd, err := toolCwd("shell", dir, c.Config["cwd"])
+	if err != nil {
+		return nil, err
 	}
-	env := toolEnv(dir, s.PassEnv)
-	if v, ok := c.Config["env"]; ok && v != nil {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return nil, &Error{Msg: "shell: env must be a mapping of names to values"}
-		}
-		for k, v := range m {
-			if k == "" || strings.ContainsAny(k, "=\x00") {
-				return nil, &Error{Msg: fmt.Sprintf("shell: env: %q is not an environment variable name", k)}
-			}
-			env = append(env, k+"="+scalarText(v))
-		}
+	extraEnv, err := toolEnvVars("shell", c.Config["env"])
+	if err != nil {
+		return nil, err
 	}
+	env := append(toolEnv(dir, s.PassEnv), extraEnv...)
 	env = append(env, "NOETL_COMMAND_ID="+c.CommandID)
 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -255,4 +235,47 @@ func scalarText(v any) string {
 	default:
 		return fmt.Sprintf("%v", x)
 	}
+}
+
+// toolCwd is the working directory a tool's cwd: names (tool is the kind, for messages):
+// a relative path inside the command's working directory dir, made if missing; dir when
+// unset.
+func toolCwd(tool, dir string, v any) (string, error) {
+	if v == nil {
+		return dir, nil
+	}
+	rel, ok := v.(string)
+	if !ok {
+		return "", &Error{Msg: fmt.Sprintf("%s: cwd must be a string, not %v", tool, v)}
+	}
+	if rel = strings.TrimSpace(rel); rel == "" || rel == "." {
+		return dir, nil
+	}
+	if !filepath.IsLocal(rel) {
+		return "", &Error{Msg: fmt.Sprintf("%s: cwd %q must be a relative path inside the command's working directory (no .., not absolute)", tool, rel)}
+	}
+	cwd := filepath.Join(dir, rel)
+	if err := os.MkdirAll(cwd, 0o700); err != nil {
+		return "", &Error{Msg: fmt.Sprintf("%s: cwd: %v", tool, err)}
+	}
+	return cwd, nil
+}
+
+// toolEnvVars turns a tool's env: mapping into NAME=value entries, values as text.
+func toolEnvVars(tool string, v any) ([]string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, &Error{Msg: tool + ": env must be a mapping of names to values"}
+	}
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, &Error{Msg: fmt.Sprintf("%s: env: %q is not an environment variable name", tool, k)}
+		}
+		out = append(out, k+"="+scalarText(v))
+	}
+	return out, nil
 }
