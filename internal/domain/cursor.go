@@ -52,6 +52,10 @@ type IssuedPayload struct {
 	Cursor *CursorIssue `json:"cursor,omitempty"`
 }
 
+// CursorMaxFrameRows is the most rows one claim may return (playbook.CursorMaxRows): a
+// claim that returns more fails the step.
+const CursorMaxFrameRows = 10_000
+
 // cursorStride spaces the slots in a cursor command's iteration index: index =
 // slot*cursorStride + unit + 1, with unit -1 for a claim. It exceeds the largest frame
 // (playbook.CursorMaxRows).
@@ -190,6 +194,10 @@ func applyCursor(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) 
 		n, rows, ref, err := ClaimRows(ev.GetResultJson(), ev.GetResultRef())
 		if err != nil {
 			cursorFail(st, s, ev, &eventv1.ErrorInfo{Code: "cursor_claim", Message: err.Error()})
+			return nil
+		}
+		if n > CursorMaxFrameRows {
+			cursorFail(st, s, ev, &eventv1.ErrorInfo{Code: "cursor_claim", Message: fmt.Sprintf("the cursor's claim returned %d rows, over the most a frame holds (%d); limit it with {{ cursor.max_rows }}", n, CursorMaxFrameRows)})
 			return nil
 		}
 		if n == 0 {

@@ -209,6 +209,9 @@ func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, 
 		if len(rows) == 0 {
 			return &Error{Step: ps.Name, Msg: "the cursor's claim answered a stored result without rows"}
 		}
+		if len(rows) > domain.CursorMaxFrameRows {
+			return &Error{Step: ps.Name, Msg: fmt.Sprintf("the cursor's claim returned %d rows, over the most a frame holds (%d); limit it with {{ cursor.max_rows }}", len(rows), domain.CursorMaxFrameRows)}
+		}
 		issue.Units, issue.Rows = int32(n), int32(len(rows))
 		units = make([]*sbv1.CursorUnit, n)
 		for i := range units {

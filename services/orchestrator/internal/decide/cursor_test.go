@@ -3,6 +3,7 @@ package decide
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -355,7 +356,19 @@ func TestCursorClaimFailureFailsTheStep(t *testing.T) {
 	require.Contains(t, q.s.st.GetError().GetMessage(), `the cursor's claim failed: relation "q" does not exist`)
 }
 
+func TestCursorClaimOverTheFrameLimitFailsTheStep(t *testing.T) {
+	q := newQueue(t, "row", 3)
+	claims := commandsOf(q.decide())
+	ev := q.answer(claims[0], domain.EventCommandCompleted)
+	ev.ResultJson = []byte(fmt.Sprintf(`{"rows":[%s{"id":0}]}`, strings.Repeat(`{"id":1},`, domain.CursorMaxFrameRows)))
+	q.s.apply(ev)
+	q.decide()
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, q.s.st.GetStatus())
+	require.Contains(t, q.s.st.GetError().GetMessage(), "the cursor's claim returned 10001 rows, over the most a frame holds (10000)")
+}
+
 func TestCursorIndexesOfSlotsNeverOverlap(t *testing.T) {
+	require.Equal(t, playbook.CursorMaxRows, domain.CursorMaxFrameRows)
 	last := domain.CursorIndex(0, playbook.CursorMaxRows-1)
 	require.Less(t, last, domain.CursorIndex(1, -1), "a frame's last row stays within its slot")
 	require.Positive(t, domain.CursorIndex(playbook.CursorMaxSlots-1, playbook.CursorMaxRows-1))
