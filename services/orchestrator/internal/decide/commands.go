@@ -70,7 +70,8 @@ func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration,
 		PlaybookPath:      d.c.Path,
 		ParentExecutionId: d.st.GetParentExecutionId(),
 		Timeout:           stepTimeout(ps),
-		KeychainJson:      ps.Keychain, // declarations only: the worker resolves them
+		Deadline:          d.st.GetDeadline(), // the execution's: the worker stops the tool at it
+		KeychainJson:      ps.Keychain,        // declarations only: the worker resolves them
 	}, nil
 }
 

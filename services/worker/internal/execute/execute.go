@@ -134,13 +134,27 @@ func (e *Executor) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.
 	if len(cmd.GetTools()) > 0 {
 		kind = cmd.GetTools()[0].GetKind()
 	}
+	// The command's deadline is its execution's (spec.timeout or the start's timeout). The
+	// orchestrator's timer ends the execution at it and the cancellation stops its tools;
+	// this is the backstop, DeadlineGrace later, for a worker that missed the
+	// cancellation: a command past it is not started, and a tool still running is stopped.
+	deadline := cmd.GetDeadline()
+	if deadline != nil && !time.Now().Before(deadline.AsTime().Add(DeadlineGrace)) {
+		return fail(&eventv1.ErrorInfo{Code: "deadline_exceeded", Message: fmt.Sprintf("step %s: the execution's deadline (%s) passed before the command started", cmd.GetStep(), deadline.AsTime().UTC().Format(time.RFC3339Nano))})
+	}
 	begin := time.Now()
 	runCtx, cancelRun := ctx, context.CancelFunc(func() {})
+	if deadline != nil {
+		runCtx, cancelRun = context.WithDeadlineCause(ctx, deadline.AsTime().Add(DeadlineGrace), errExecutionDeadline)
+	}
+	cancelStep := context.CancelFunc(func() {})
 	if t := cmd.GetTimeout().AsDuration(); t > 0 {
-		runCtx, cancelRun = context.WithTimeoutCause(ctx, t, errStepTimeout)
+		runCtx, cancelStep = context.WithTimeoutCause(runCtx, t, errStepTimeout)
 	}
 	out, err := e.run(runCtx, cmd)
 	timedOut := errors.Is(context.Cause(runCtx), errStepTimeout)
+	pastDeadline := errors.Is(context.Cause(runCtx), errExecutionDeadline)
+	cancelStep()
 	cancelRun()
 	e.Metrics.Duration.WithLabelValues(kind).Observe(time.Since(begin).Seconds())
 	if err != nil {
@@ -150,11 +164,13 @@ func (e *Executor) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.
 		if errors.As(err, &te) {
 			info.Retryable = te.Retryable
 		}
-		if timedOut {
+		switch {
+		case timedOut:
 			// The tool was stopped at the step's bound: say so, whatever the tool made of
 			// its cancelled context.
-			info = &eventv1.ErrorInfo{Code: "deadline_exceeded", Retryable: true,
-				Message: fmt.Sprintf("step %s: the attempt ran past its timeout of %s (spec.timeout) and was stopped", cmd.GetStep(), cmd.GetTimeout().AsDuration())}
+			info = &eventv1.ErrorInfo{Code: "deadline_exceeded", Retryable: true, Message: stepTimeoutMessage(cmd)}
+		case pastDeadline:
+			info = &eventv1.ErrorInfo{Code: "deadline_exceeded", Message: fmt.Sprintf("step %s: the execution's deadline (%s) passed and the tool was stopped", cmd.GetStep(), deadline.AsTime().UTC().Format(time.RFC3339Nano))}
 		}
 		var re *renderError
 		if errors.As(err, &re) {
@@ -201,6 +217,20 @@ func (e *Executor) execute(ctx context.Context, cmd *eventv1.Command, sc *scrub.
 
 // errStepTimeout is the cause of a command's context past its step's spec.timeout.
 var errStepTimeout = errors.New("the step's spec.timeout passed")
+
+// DeadlineGrace is how long past a command's deadline the worker stops it itself: long
+// enough for the execution's own timer (checked every second) to end the execution first
+// with deadline_exceeded, so the command's failure never races it.
+const DeadlineGrace = 5 * time.Second
+
+// errExecutionDeadline is the cause of a command's context past its deadline (the
+// execution's).
+var errExecutionDeadline = errors.New("the execution's deadline passed")
+
+// stepTimeoutMessage says that cmd's attempt was stopped at its step's spec.timeout.
+func stepTimeoutMessage(cmd *eventv1.Command) string {
+	return fmt.Sprintf("step %s: the attempt ran past its timeout of %s (spec.timeout) and was stopped", cmd.GetStep(), cmd.GetTimeout().AsDuration())
+}
 
 // maxErrorMessage bounds the message of an error carried by an event.
 const maxErrorMessage = 16 << 10

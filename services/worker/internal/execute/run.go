@@ -85,6 +85,13 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 		if errors.As(runErr, &re) {
 			return nil, runErr
 		}
+		// Past the step's spec.timeout the attempt is over, whatever the tool made of its
+		// cancelled context: the policy sees a retryable deadline error, and a retry it
+		// asks for is a new attempt (a new command with its own timeout).
+		timedOut := runErr != nil && errors.Is(context.Cause(ctx), errStepTimeout)
+		if timedOut {
+			runErr = &tools.Error{Msg: stepTimeoutMessage(cmd), Retryable: true}
+		}
 		env := envelope(res, runErr)
 		vars["output"] = env
 		var policy *playbook.Policy
@@ -107,13 +114,15 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 				max = 3
 			}
 			// A delayed retry of a whole single-tool command waits on a durable timer in
-			// the orchestrator (it survives restarts and frees this slot); retries inside
-			// pipelines and loop iterations wait here.
-			if delay := backoff(action, int(cmd.GetAttempt())); delay > 0 && len(calls) == 1 && cmd.GetIteration().GetIndex() < 0 {
+			// the orchestrator (it survives restarts and frees this slot), and so does the
+			// retry of an attempt past its spec.timeout; retries inside pipelines and loop
+			// iterations wait here (past the timeout they cannot: the attempt is over).
+			durable := len(calls) == 1 && cmd.GetIteration().GetIndex() < 0
+			if delay := backoff(action, int(cmd.GetAttempt())); (delay > 0 || timedOut) && durable {
 				if int(cmd.GetAttempt()) < max {
 					return nil, &retryRequest{attempts: int32(max), delay: delay, cause: runErr}
 				}
-			} else if attempts[i] < max {
+			} else if attempts[i] < max && !timedOut {
 				if err := sleepCtx(ctx, backoff(action, attempts[i])); err != nil {
 					return nil, err
 				}
