@@ -342,6 +342,34 @@ func cases() []expectation {
 		{file: "engine.python_env.yaml", status: completed, check: func(t *testing.T, r run) {
 			require.Equal(t, map[string]any{"region": "eu-west", "retries": 4.0, "cwd_tail": "work/out", "marker": "eu-west", "encoded": `{"ok": true}`}, r.stepResult("probe"))
 		}},
+		{file: "engine.step_timeout_retry.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.EqualValues(t, 2, r.stepResult("flaky")["attempt"], "the second attempt ran: %v", r.stepResult("flaky"))
+			var codes []any
+			for _, ev := range r.events {
+				if ev["type"] == "command.failed" && ev["step"] == "flaky" {
+					e, _ := ev["error"].(map[string]any)
+					codes = append(codes, e["code"])
+					require.Contains(t, fmt.Sprint(e["message"]), "spec.timeout", "%v", e)
+				}
+			}
+			require.Equal(t, []any{"retry"}, codes, "one attempt stopped at its timeout and retried")
+		}},
+		{file: "engine.execution_timeout.yaml", status: "EXECUTION_STATUS_FAILED", check: func(t *testing.T, r run) {
+			e, _ := r.exec["error"].(map[string]any)
+			require.Equal(t, "deadline_exceeded", e["code"], "%v", r.exec["error"])
+			require.Contains(t, fmt.Sprint(e["message"]), "ran past its timeout of 2s")
+		}},
+		{file: "engine.pipeline_set.yaml", status: completed, check: func(t *testing.T, r run) {
+			chain := r.stepResult("chain")
+			require.EqualValues(t, 12, chain["seen_total"], "an item's set reaches the next items by bare name: %v", chain)
+			require.EqualValues(t, 120, chain["seen_scaled"], "a policy's then.set too: %v", chain)
+			require.Equal(t, map[string]any{"total": 12.0, "scaled": 120.0}, r.stepResult("end"), "and later steps through ctx")
+		}},
+		{file: "engine.leading_slash.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, "conformance/leading_slash", r.exec["path"], "%v", r.exec)
+			code, got := r.api.do("GET", "/v1/playbooks/%2Fconformance%2Fleading_slash", nil)
+			require.Equal(t, http.StatusOK, code, "the slashed spelling finds the entry: %v", got)
+		}},
 		{file: "engine.step_logs.yaml", status: completed, check: func(t *testing.T, r run) {
 			require.EqualValues(t, 3, r.stepResult("say")["ticks"], "%v", r.stepResult("say"))
 			code, page := r.api.do("GET", "/v1/executions/"+r.id+"/logs?step=say", nil)
