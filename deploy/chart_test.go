@@ -64,7 +64,7 @@ var pendingEnv = map[string]string{
 var secretEnv = []string{"NOETL_PG_URL", "NOETL_ENCRYPTION_KEY", "NOETL_INTERNAL_SECRET", "NOETL_BOOTSTRAP_API_KEY"}
 
 // Services that sign or check internal calls, hence need NOETL_INTERNAL_SECRET.
-var internalSecretUsers = []string{"gateway", "orchestrator", "resultstore", "statebuilder", "worker"}
+var internalSecretUsers = []string{"gateway", "materializer", "orchestrator", "resultstore", "statebuilder", "worker"}
 
 type testCase struct {
 	name      string

@@ -149,6 +149,9 @@ func devEnv(cfg mesh.Config) (mesh.Config, error) {
 	cfg.MaxStepEntries = env.Int("NOETL_MAX_STEP_ENTRIES", 0, config.Positive)
 	cfg.MaxEvents = env.Int("NOETL_MAX_EVENTS", 0, config.Positive)
 	cfg.TenantLimits = env.String("NOETL_TENANT_LIMITS", "") // the orchestrator checks it at start
+	cfg.SystemPlaybooks = env.Bool("NOETL_SYSTEM_PLAYBOOKS", true)
+	cfg.Retention = env.Duration("NOETL_RETENTION", 0, config.Positive)
+	cfg.TenantRetention = env.String("NOETL_TENANT_RETENTION", "") // the orchestrator checks it at start
 	cfg.NATSSync = env.String("NOETL_NATS_SYNC_INTERVAL", "", natsembed.CheckSync)
 	return cfg, env.Err()
 }

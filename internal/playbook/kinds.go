@@ -14,7 +14,12 @@ var WorkerToolKinds = []string{"artifact", "duckdb", "http", "nats", "noop", "pl
 
 // SystemToolKinds are the tool kinds only the system pool's workers run, for playbooks
 // under system/.
-var SystemToolKinds = []string{"system_info"}
+var SystemToolKinds = []string{"system_cleanup", "system_info", "system_purge", "system_sql_read"}
+
+// TenantSafeToolKinds are the system tool kinds a tenant's override of a system playbook
+// (<tenant>/system/<name>, registered by an admin of that tenant) may use: each acts on
+// the command's own tenant only. Every pool's workers run them, for such overrides only.
+var TenantSafeToolKinds = []string{"system_purge"}
 
 // ResolvedToolKinds are the tool kinds the orchestrator replaces before a command is
 // issued (workbook: the named task's tool), so no worker runs them as such.

@@ -49,6 +49,18 @@ func Check(ctx context.Context, db *pgxpool.Pool, service string) error {
 			}
 		}
 	}
+	for _, f := range functionGrants {
+		if f.Service != service {
+			continue
+		}
+		var ok bool
+		if err := db.QueryRow(ctx, `SELECT has_function_privilege($1, 'EXECUTE')`, "noetl."+f.Function).Scan(&ok); err != nil {
+			return fmt.Errorf("postgres privileges: %w", err)
+		}
+		if !ok {
+			missing = append(missing, "EXECUTE on noetl."+f.Function)
+		}
+	}
 	if len(missing) > 0 {
 		return fmt.Errorf("postgres role %q lacks %s: the %s must connect as a login of role %s, which `noetl migrate` grants", user, strings.Join(missing, ", "), service, GroupRole(service))
 	}
@@ -58,6 +70,12 @@ func Check(ctx context.Context, db *pgxpool.Pool, service string) error {
 	var writes bool
 	if err := db.QueryRow(ctx, `SELECT has_table_privilege('noetl.event', 'INSERT, UPDATE, DELETE, TRUNCATE')`).Scan(&writes); err != nil {
 		return fmt.Errorf("postgres privileges: %w", err)
+	}
+	if !writes {
+		// The purge function deletes from the log: executing it is writing it.
+		if err := db.QueryRow(ctx, `SELECT has_function_privilege('noetl.purge_executions(text[])', 'EXECUTE')`).Scan(&writes); err != nil {
+			return fmt.Errorf("postgres privileges: %w", err)
+		}
 	}
 	if writes {
 		return fmt.Errorf("postgres role %q may write noetl.event, which only the materializer writes: connect the %s as a login of role %s, holding only its privileges (a superuser or the schema's owner holds them all; see the database roles in docs/operations.md)", user, service, GroupRole(service))

@@ -69,11 +69,30 @@ var grants = []Grant{
 	{Statebuilder, "event", []string{"SELECT"}},
 	{Statebuilder, "execution", []string{"SELECT"}},
 	{Statebuilder, "timer", []string{"SELECT"}},
-	{Statebuilder, "state_snapshot", []string{"SELECT", "INSERT", "UPDATE"}},
+	{Statebuilder, "state_snapshot", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	// The resultstore keeps results.
 	{Resultstore, "result", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{Resultstore, "result_chunk", []string{"SELECT", "INSERT", "DELETE"}},
 }
+
+// FunctionGrant is a function of schema noetl one service's group role may execute.
+type FunctionGrant struct {
+	// Service is the service (Materializer, ...).
+	Service string
+	// Function is the function's signature in schema noetl, e.g. purge_executions(text[]).
+	Function string
+}
+
+// functionGrants are the functions the services may call. noetl.purge_executions deletes
+// terminal executions with their events (retention): only the materializer, the log's
+// sole writer, may call it, and no role may DELETE from noetl.event itself.
+var functionGrants = []FunctionGrant{
+	{Materializer, "purge_executions(text[])"},
+}
+
+// FunctionGrants returns the functions of schema noetl the services' group roles may
+// execute; the migrate step grants exactly these.
+func FunctionGrants() []FunctionGrant { return slices.Clone(functionGrants) }
 
 // Grants returns the table privileges of the services' group roles. The migrate step gives
 // each group role exactly these and revokes any other it holds on a table or sequence of
@@ -135,6 +154,9 @@ func grant(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 				stmts = append(stmts, "GRANT USAGE ON SEQUENCE "+pgx.Identifier{"noetl", seq}.Sanitize()+" TO "+role)
 			}
 		}
+	}
+	for _, f := range functionGrants {
+		stmts = append(stmts, "GRANT EXECUTE ON FUNCTION noetl."+f.Function+" TO "+pgx.Identifier{GroupRole(f.Service)}.Sanitize())
 	}
 	for _, q := range stmts {
 		if _, err := tx.Exec(ctx, q); err != nil {

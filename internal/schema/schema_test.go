@@ -229,3 +229,43 @@ func TestMigrateStepIsIdempotentAndConcurrentAcrossDatabases(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyTheMaterializerMayPurge: the log's one way out is noetl.purge_executions, which
+// only the materializer may call and which deletes only terminal executions, with their
+// events and timers.
+func TestOnlyTheMaterializerMayPurge(t *testing.T) {
+	t.Parallel()
+	_, urls := setup(t)
+	ctx := t.Context()
+	m := connect(t, urls[schema.Materializer])
+	for id, st := range map[string]int{"done": 2, "running": 1} {
+		_, err := m.Exec(ctx, `INSERT INTO noetl.execution (execution_id, tenant, status, last_seq) VALUES ($1, 't', $2, 1)`, id, st)
+		require.NoError(t, err)
+		_, err = m.Exec(ctx, `INSERT INTO noetl.event (execution_id, seq, event_id, tenant, type, body) VALUES ($1, 1, 'e1', 't', 'playbook.started', '\x00')`, id)
+		require.NoError(t, err)
+		_, err = m.Exec(ctx, `INSERT INTO noetl.timer (execution_id, timer_id, tenant, due_at) VALUES ($1, 'x', 't', now())`, id)
+		require.NoError(t, err)
+	}
+	for _, s := range []string{schema.Orchestrator, schema.Statebuilder, schema.Resultstore} {
+		_, err := connect(t, urls[s]).Exec(ctx, `SELECT * FROM noetl.purge_executions(ARRAY['done'])`)
+		require.Equal(t, "42501", sqlstate(err), "%s: %v", s, err)
+	}
+	rows, err := m.Query(ctx, `SELECT tenant, execution_id, events FROM noetl.purge_executions(ARRAY['done', 'running', 'unknown'])`)
+	require.NoError(t, err)
+	type gone struct {
+		Tenant, ID string
+		Events     int64
+	}
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (gone, error) {
+		var g gone
+		return g, r.Scan(&g.Tenant, &g.ID, &g.Events)
+	})
+	require.NoError(t, err)
+	require.Equal(t, []gone{{"t", "done", 1}}, got, "only the terminal execution is purged")
+	var events, timers, executions int
+	require.NoError(t, m.QueryRow(ctx, `SELECT (SELECT count(*) FROM noetl.event), (SELECT count(*) FROM noetl.timer), (SELECT count(*) FROM noetl.execution)`).Scan(&events, &timers, &executions))
+	require.Equal(t, []int{1, 1, 1}, []int{events, timers, executions}, "the running execution keeps its rows")
+	// Deleting from the log directly stays refused, the function notwithstanding.
+	_, err = m.Exec(ctx, `DELETE FROM noetl.event`)
+	require.Equal(t, "42501", sqlstate(err), "%v", err)
+}

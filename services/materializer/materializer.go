@@ -16,11 +16,13 @@ import (
 	"time"
 
 	"github.com/noetl/noetl/internal/platform/app"
+	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/internal/schema"
+	"github.com/noetl/noetl/internal/sysop"
 	"github.com/noetl/noetl/services/materializer/internal/lease"
 	"github.com/noetl/noetl/services/materializer/internal/partition"
 	"github.com/noetl/noetl/services/materializer/internal/replica"
@@ -73,6 +75,9 @@ type Config struct {
 	StreamReplicas int
 	// Trace chooses where spans go.
 	Trace telemetry.Config
+	// InternalSecret verifies the signed requests of the system_* tools (package sysop:
+	// retention's purge, cleanup); empty leaves them unanswered.
+	InternalSecret string
 
 	// AdminListener, when set, is used instead of AdminAddr (in-process meshes).
 	AdminListener net.Listener `json:"-"`
@@ -102,6 +107,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Duration(&c.LeaseTTL, "lease-ttl", "NOETL_MATERIALIZER_LEASE_TTL", DefaultLeaseTTL, "how long a partition lease lasts unless renewed (renewed every third of it)", config.Positive)
 	fs.Int(&c.MaxLag, "max-lag", "NOETL_MATERIALIZER_MAX_LAG", DefaultMaxLag, "consumer lag (events pending plus in flight) past which /readyz fails", config.Positive)
 	fs.Duration(&c.StallAfter, "stall-after", "NOETL_MATERIALIZER_STALL_AFTER", DefaultStallAfter, "how long nothing may be committed while events are pending before /readyz fails", config.Positive)
+	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs the system tools' requests (retention's purge, cleanup); empty: they are not served")
 	c.Trace.Flags(fs)
 }
 
@@ -180,13 +186,30 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.OwnPartitions == nil {
 		leases = &lease.Table{DB: db, Group: cfg.Consumer, Replica: cfg.ReplicaID, Partitions: cfg.Partitions, TTL: cfg.LeaseTTL}
 	}
+	w := &writer.Writer{DB: db}
 	parts := partition.New(partition.Config{Partitions: cfg.Partitions, BatchSize: cfg.BatchSize, Group: cfg.Consumer, MaxLag: cfg.MaxLag,
 		StallAfter: cfg.StallAfter, LagPoll: cfg.LagPoll, RenewEvery: cfg.LeaseTTL / 3, Gate: cfg.Gate, Static: cfg.OwnPartitions, PurgeEvery: cfg.PurgeEvery},
-		partition.Deps{Log: log, NC: nc, JS: js, Tracer: tel.Tracer(), Cursors: lease.Cursors{DB: db, Group: cfg.Consumer}, Writer: &writer.Writer{DB: db},
+		partition.Deps{Log: log, NC: nc, JS: js, Tracer: tel.Tracer(), Cursors: lease.Cursors{DB: db, Group: cfg.Consumer}, Writer: w,
 			Leases: leases, Gone: replica.Gone, Registry: srv.Registry})
 	srv.AddCheck("consumer-lag", parts.CheckLag)
 	srv.AddCheck("progress", parts.CheckProgress)
 	srv.AddCheck("leases", parts.CheckLeases)
+	if cfg.InternalSecret == "" {
+		log.Warn("NOETL_INTERNAL_SECRET is not set: the system playbooks' purge and cleanup requests are not served")
+	} else {
+		trust, err := auth.NewTrust(cfg.InternalSecret)
+		if err != nil {
+			return err
+		}
+		sys := &system{w: w, log: log, clean: func(ctx context.Context, grace time.Duration) (int64, int64, error) {
+			return lease.Cleanup(ctx, db, grace)
+		}}
+		sub, err := sysop.Serve(nc, trust, time.Minute, sys.handle)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+	}
 	log.Info("materializer consuming", slog.String("admin", srv.AdminAddr()))
 	return srv.Run(ctx, 10*time.Second, parts.Run, parts.RunLag, parts.RunPurge)
 }

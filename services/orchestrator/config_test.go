@@ -25,6 +25,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		"NOETL_ORCHESTRATOR_SHARDS":      configtest.Positive,
 		"NOETL_PARTITIONS":               configtest.Positive,
 		"NOETL_RECONCILE_EVERY":          configtest.Positive,
+		"NOETL_RETENTION":                configtest.Any, // at least 24h, checked below
 		"NOETL_SCHEDULE_EVERY":           configtest.Positive,
 		"NOETL_STALE_AFTER":              configtest.Positive,
 		"NOETL_START_TIMEOUT":            configtest.Positive,
@@ -34,6 +35,9 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{"NOETL_STALE_AFTER", "soon", `NOETL_STALE_AFTER="soon": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
 		{"NOETL_PARTITIONS", "0", `NOETL_PARTITIONS="0": must be positive`},
 		{"NOETL_SCHEDULE_EVERY", "0s", `NOETL_SCHEDULE_EVERY="0s": must be positive`},
+		{"NOETL_RETENTION", "1h", `NOETL_RETENTION="1h": retention 1h0m0s is shorter than the minimum of 24h0m0s`},
+		{"NOETL_TENANT_RETENTION", `{"acme": "2h"}`, `NOETL_TENANT_RETENTION="{\"acme\": \"2h\"}": tenant "acme": retention 2h0m0s is shorter than the minimum of 24h0m0s`},
+		{"NOETL_TENANT_RETENTION", `{"acme": 7}`, `NOETL_TENANT_RETENTION="{\"acme\": 7}": not a JSON object of tenant to duration ({"acme": "168h"}): json: cannot unmarshal number into Go value of type string`},
 		{"NOETL_TENANT_LIMITS", `{"acme": {"max_events": 0}}`, `NOETL_TENANT_LIMITS="{\"acme\": {\"max_events\": 0}}": tenant "acme": max_events must be a positive integer, not 0`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {

@@ -29,6 +29,7 @@ import (
 	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 	"github.com/noetl/noetl/services/orchestrator/internal/schedule"
 	"github.com/noetl/noetl/services/orchestrator/internal/server"
+	"github.com/noetl/noetl/services/orchestrator/internal/systembook"
 	"github.com/noetl/noetl/services/orchestrator/internal/trigger"
 )
 
@@ -76,6 +77,14 @@ type Config struct {
 	// {"acme": {"max_step_entries": 100, "max_events": 50000}}; a tenant's value replaces
 	// the global one, higher or lower (engine.ParseTenantLimits).
 	TenantLimits string
+	// SystemPlaybooks registers the system playbooks (package systembook) and their
+	// schedules at start.
+	SystemPlaybooks bool
+	// Retention is how long system/retention keeps a terminal execution (zero:
+	// DefaultRetention); TenantRetention sets it for particular tenants, as JSON
+	// {"acme": "168h"}.
+	Retention       time.Duration
+	TenantRetention string
 
 	// StreamReplicas is the JetStream replication factor of the streams this service
 	// declares (zero: natsx.EnsureStreams decides).
@@ -90,6 +99,9 @@ type Config struct {
 	// Ready, when set, is called once the service serves.
 	Ready func(grpcAddr string) `json:"-"`
 }
+
+// DefaultRetention is how long system/retention keeps a terminal execution by default.
+const DefaultRetention = 30 * 24 * time.Hour
 
 // Flags binds the configuration to flags and NOETL_* env vars.
 func (c *Config) Flags(fs *config.FlagSet) {
@@ -113,6 +125,12 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.MaxEvents, "max-events", "NOETL_MAX_EVENTS", decide.DefaultMaxEvents, "most events of one execution (a playbook may lower it)", config.Positive)
 	fs.String(&c.TenantLimits, "tenant-limits", "NOETL_TENANT_LIMITS", "", `per-tenant limits as JSON: {"tenant": {"max_step_entries": N, "max_events": N}}`, func(s string) error {
 		_, err := engine.ParseTenantLimits(s)
+		return err
+	})
+	fs.Bool(&c.SystemPlaybooks, "system-playbooks", "NOETL_SYSTEM_PLAYBOOKS", true, "register the system playbooks (system/retention, system/cleanup, system/stalled_report) and their schedules at start")
+	fs.Duration(&c.Retention, "retention", "NOETL_RETENTION", DefaultRetention, "how long system/retention keeps a terminal execution (its events, snapshots and results) after it ended; at least 24h", systembook.CheckRetention)
+	fs.String(&c.TenantRetention, "tenant-retention", "NOETL_TENANT_RETENTION", "", `per-tenant retention as JSON: {"tenant": "168h"}`, func(s string) error {
+		_, err := systembook.ParseTenantRetention(s)
 		return err
 	})
 	c.Trace.Flags(fs)
@@ -140,6 +158,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("NOETL_TENANT_LIMITS: %w", err)
 	}
 	limits := engine.Limits{MaxStepEntries: int64(cfg.MaxStepEntries), MaxEvents: int64(cfg.MaxEvents), Tenants: tenantLimits}
+	tenantRetention, err := systembook.ParseTenantRetention(cfg.TenantRetention)
+	if err != nil {
+		return fmt.Errorf("NOETL_TENANT_RETENTION: %w", err)
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if err := systembook.CheckRetention(cfg.Retention); err != nil {
+		return fmt.Errorf("NOETL_RETENTION: %w", err)
+	}
 	trust, err := auth.NewTrust(cfg.InternalSecret)
 	if err != nil {
 		return err
@@ -218,7 +246,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	orchv1.RegisterApiKeyServiceServer(srv.GRPC, api)
 	watch := server.NewWatcher(nc, state, cfg.MaxWatches)
 	orchv1.RegisterWatchServiceServer(srv.GRPC, watch)
-	orchv1.RegisterScheduleServiceServer(srv.GRPC, &schedule.Service{DB: db})
+	schedules := &schedule.Service{DB: db}
+	orchv1.RegisterScheduleServiceServer(srv.GRPC, schedules)
+	shelf := &systembook.Shelf{Catalog: cat, Schedules: schedules, Log: log,
+		Settings: systembook.Settings{Tenant: systembook.PlatformTenant, Retention: cfg.Retention, TenantRetention: tenantRetention}}
+	orchv1.RegisterSystemServiceServer(srv.GRPC, shelf)
+	api.Registered = shelf.Registered
+	if cfg.SystemPlaybooks {
+		if err := shelf.Register(ctx); err != nil {
+			return err
+		}
+	}
 	ticks := &schedule.Loop{DB: db, Start: startTick(api), Every: cfg.ScheduleEvery, Log: log}
 	triggers := &trigger.Service{DB: db, JS: js, Start: startFire(api)}
 	if sealer != nil {

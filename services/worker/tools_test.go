@@ -12,7 +12,8 @@ import (
 )
 
 // The worker's tool table and the kinds registration accepts are one list
-// (playbook.WorkerToolKinds, plus SystemToolKinds on the system pool): a kind registration
+// (playbook.WorkerToolKinds, plus SystemToolKinds on the system pool and the tenant-safe
+// ones, for overrides of system playbooks, elsewhere): a kind registration
 // accepts always has a tool, and a tool the worker runs is always accepted.
 func TestToolTableIsTheKindsRegistrationAccepts(t *testing.T) {
 	t.Parallel()
@@ -20,12 +21,12 @@ func TestToolTableIsTheKindsRegistrationAccepts(t *testing.T) {
 		pool string
 		want []string
 	}{
-		{"shared", playbook.WorkerToolKinds},
+		{"shared", slices.Concat(playbook.WorkerToolKinds, playbook.TenantSafeToolKinds)},
 		{"system", slices.Concat(playbook.WorkerToolKinds, playbook.SystemToolKinds)},
 	} {
 		t.Run(tc.pool, func(t *testing.T) {
 			t.Parallel()
-			table, _, closeTools := toolTable(Config{Pool: tc.pool}, tools.EgressPublic, nil, nil, nil)
+			table, _, closeTools := toolTable(Config{Pool: tc.pool}, tools.EgressPublic, nil, nil, nil, nil)
 			defer closeTools()
 			require.ElementsMatch(t, tc.want, slices.Collect(maps.Keys(table)))
 			for k := range table {
@@ -48,7 +49,7 @@ func TestShellRunsOnlyWhereEnabled(t *testing.T) {
 		{"shared", true, true},
 		{"system", false, true},
 	} {
-		table, _, closeTools := toolTable(Config{Pool: tc.pool, Shell: tc.shell}, tools.EgressPublic, nil, nil, nil)
+		table, _, closeTools := toolTable(Config{Pool: tc.pool, Shell: tc.shell}, tools.EgressPublic, nil, nil, nil, nil)
 		closeTools()
 		require.Equal(t, tc.on, table["shell"].(*tools.Shell).Enabled, "pool %s, NOETL_WORKER_SHELL=%v", tc.pool, tc.shell)
 	}

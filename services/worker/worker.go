@@ -4,6 +4,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ import (
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
@@ -36,6 +38,7 @@ import (
 	"github.com/noetl/noetl/services/worker/internal/execute"
 	"github.com/noetl/noetl/services/worker/internal/results"
 	"github.com/noetl/noetl/services/worker/internal/scrub"
+	"github.com/noetl/noetl/services/worker/internal/systools"
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
 
@@ -58,6 +61,8 @@ type Config struct {
 	ID    string
 	// OrchestratorAddr is where credentials are resolved (CredentialService).
 	OrchestratorAddr string
+	// StatebuilderAddr is where the system tools purge snapshots and read the noetl schema.
+	StatebuilderAddr string
 	// HTTPEgress is the http tool's egress policy: HTTPEgressPublic (also when empty),
 	// HTTPEgressLoopback or HTTPEgressPrivate. No policy reaches link-local addresses or
 	// cloud metadata endpoints.
@@ -111,6 +116,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.ID, "id", "NOETL_WORKER_ID", "", "worker id reported in events (default: host name)")
 	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address (credential resolution)")
 	fs.String(&c.ResultstoreAddr, "resultstore", "NOETL_RESULTSTORE_ADDR", "127.0.0.1:50065", "resultstore gRPC address")
+	fs.String(&c.StatebuilderAddr, "statebuilder", "NOETL_STATEBUILDER_ADDR", "127.0.0.1:50062", "statebuilder gRPC address (the system tools: snapshots of purged executions, read-only queries)")
 	fs.String(&c.FlightAddr, "flight", "NOETL_RESULTSTORE_FLIGHT_ADDR", "127.0.0.1:50066", "resultstore Arrow Flight address (tables are uploaded there)")
 	fs.Int(&c.InlineMaxBytes, "inline-max", "NOETL_INLINE_RESULT_MAX_BYTES", 64<<10, "largest result carried inline in events; larger ones go to the resultstore", config.Positive)
 	fs.Duration(&c.ResultStoreRetry, "result-store-retry", "NOETL_WORKER_RESULT_STORE_RETRY", results.DefaultRetry, "how long storing or loading a result is retried while the resultstore cannot be reached (a restart); a step fails only after it", config.Positive)
@@ -298,7 +304,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			Help:        "Calls to the resultstore (storing or loading a result) tried again because it could not be reached.",
 			ConstLabels: prometheus.Labels{"pool": cfg.Pool}}),
 	}
-	table, keychain, closeTools := toolTable(cfg, egress, resolve, orchv1.NewOrchestratorServiceClient(conn), store.Fetch)
+	sconn, err := grpcx.DialSigned(cmp.Or(cfg.StatebuilderAddr, "127.0.0.1:50062"), trust.Service("worker"), tel.DialOption())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sconn.Close() }()
+	sys := &systools.Deps{NC: nc, Trust: trust, Orchestrator: orchv1.NewSystemServiceClient(conn), Results: store.Results, State: sbv1.NewStateServiceClient(sconn)}
+	table, keychain, closeTools := toolTable(cfg, egress, resolve, orchv1.NewOrchestratorServiceClient(conn), store.Fetch, sys)
 	defer closeTools()
 	metrics := execute.NewMetrics(cfg.Pool)
 	exec := &execute.Executor{Pool: cfg.Pool, Renderer: playbook.NewRenderer(), Tools: table, Keychain: keychain,
@@ -318,8 +330,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // toolTable builds the tools a worker of cfg runs, by kind: playbook.WorkerToolKinds, and
 // playbook.SystemToolKinds on the system pool (a test keeps the two lists equal), and the
 // keychain that resolves commands' keychain entries. fetch loads stored results (kind
-// artifact). The returned func releases the tools' pooled connections.
-func toolTable(cfg Config, egress tools.Egress, resolve tools.CredentialResolver, orch orchv1.OrchestratorServiceClient, fetch func(ctx context.Context, tenant, uri string) ([]byte, error)) (tools.Registry, *tools.Keychain, func()) {
+// artifact); sys is what the system tools call (package systools). The returned func
+// releases the tools' pooled connections.
+func toolTable(cfg Config, egress tools.Egress, resolve tools.CredentialResolver, orch orchv1.OrchestratorServiceClient, fetch func(ctx context.Context, tenant, uri string) ([]byte, error), sys *systools.Deps) (tools.Registry, *tools.Keychain, func()) {
 	pg := &tools.Postgres{Resolve: resolve}
 	httpTool := &tools.HTTP{Egress: egress, Resolve: resolve}
 	natsTool := &tools.NATS{Egress: egress, Resolve: resolve, Register: scrub.Register}
@@ -339,6 +352,7 @@ func toolTable(cfg Config, egress tools.Egress, resolve tools.CredentialResolver
 	if cfg.Pool == "system" {
 		r["system_info"] = tools.SystemInfo{Pool: cfg.Pool, Worker: cfg.ID, Tools: &r}
 	}
+	systools.Register(r, cfg.Pool, sys)
 	return r, keychain, func() {
 		pg.Close()
 		httpTool.CloseIdleConnections()

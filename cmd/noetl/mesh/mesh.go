@@ -65,6 +65,12 @@ type Config struct {
 	// orchestrator's settings of the same names do (zero and empty: its defaults).
 	MaxStepEntries, MaxEvents int
 	TenantLimits              string
+	// SystemPlaybooks registers the system playbooks and their schedules (noetl dev does;
+	// tests that want them ask). Retention and TenantRetention are the orchestrator's
+	// NOETL_RETENTION and NOETL_TENANT_RETENTION (zero and empty: its defaults).
+	SystemPlaybooks bool
+	Retention       time.Duration
+	TenantRetention string
 	// EncryptionKey is the base64 key that encrypts credentials at rest. Empty means the key
 	// in <StateDir>/encryption.key, generated there (mode 0600) on first start.
 	EncryptionKey string
@@ -278,14 +284,14 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return resultstore.Run(ctx, resultstore.Config{PostgresURL: pgURLs.Resultstore, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[2], AdminListener: lis[4], FlightListener: flightLis}, log)
 	})
 	run("materializer", func(ctx context.Context) error {
-		return materializer.Run(ctx, materializer.Config{PostgresURL: pgURLs.Materializer, NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
+		return materializer.Run(ctx, materializer.Config{PostgresURL: pgURLs.Materializer, InternalSecret: cfg.InternalSecret, NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
 			MaxLag: cfg.MaterializerMaxLag, StallAfter: cfg.MaterializerStallAfter, LagPoll: cfg.LagPoll, Gate: m.gate.wait, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: pgURLs.Orchestrator, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: pgURLs.Orchestrator, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, SystemPlaybooks: cfg.SystemPlaybooks, Retention: cfg.Retention, TenantRetention: cfg.TenantRetention, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	for pool, admin := range map[string]net.Listener{"shared": lis[7], "system": lis[9]} {
-		wcfg := worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: pool, Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Shell: cfg.Shell, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: admin}
+		wcfg := worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: pool, Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Shell: cfg.Shell, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: admin}
 		if cfg.Worker != nil {
 			cfg.Worker(&wcfg)
 		}

@@ -53,6 +53,7 @@ type Server struct {
 	apiv1.UnimplementedAdminServiceServer
 	apiv1.UnimplementedScheduleServiceServer
 	apiv1.UnimplementedTriggerServiceServer
+	apiv1.UnimplementedSystemServiceServer
 
 	Orchestrator orchv1.OrchestratorServiceClient
 	Credentials  orchv1.CredentialServiceClient
@@ -63,6 +64,8 @@ type Server struct {
 	Schedules orchv1.ScheduleServiceClient
 	// Triggers stores and fires the triggers (TriggerService).
 	Triggers orchv1.TriggerServiceClient
+	// System lists the system playbooks and their overrides (SystemService).
+	System orchv1.SystemServiceClient
 	// Watch streams executions' committed events (WatchExecution).
 	Watch orchv1.WatchServiceClient
 	// Tickets signs Arrow Flight tickets (the internal secret's Trust).

@@ -67,6 +67,10 @@ var permissions = map[string]auth.Permission{
 	apiv1.TriggerService_GetTrigger_FullMethodName:    auth.PermRead,
 	apiv1.TriggerService_ListTriggers_FullMethodName:  auth.PermRead,
 	apiv1.TriggerService_FireTrigger_FullMethodName:   auth.PermExecute,
+
+	// Which system playbooks run and which tenants override them: anyone may read their
+	// own tenant's part; the system role sees every tenant's overrides.
+	apiv1.SystemService_ListSystemPlaybooks_FullMethodName: auth.PermRead,
 }
 
 // Required returns the permission method needs; false when method is not mapped (and so

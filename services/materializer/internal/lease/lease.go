@@ -16,6 +16,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -238,4 +239,25 @@ func scanPartitions(rows partitionRows) ([]int, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// Cleanup deletes the replica rows, of any group, that expired more than grace ago (a
+// group whose replicas are all gone has no one left to delete them) and releases the
+// partition leases that did, in one transaction, and returns how many of each.
+func Cleanup(ctx context.Context, db *pgxpool.Pool, grace time.Duration) (replicas, leases int64, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM noetl.materializer_replica WHERE expires_at < now() - make_interval(secs => $1)`, grace.Seconds())
+		if err != nil {
+			return err
+		}
+		replicas = tag.RowsAffected()
+		tag, err = tx.Exec(ctx, `UPDATE noetl.materializer_partition SET owner = '', expires_at = '-infinity'
+			WHERE owner <> '' AND expires_at < now() - make_interval(secs => $1)`, grace.Seconds())
+		if err != nil {
+			return err
+		}
+		leases = tag.RowsAffected()
+		return nil
+	})
+	return replicas, leases, err
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +51,9 @@ type Server struct {
 	// Sealer encrypts credential data at rest; nil (no NOETL_ENCRYPTION_KEY) makes storing
 	// and resolving credentials fail with FailedPrecondition.
 	Sealer *Sealer
+	// Registered, when set, is called after a playbook was registered (a tenant's override
+	// of a system playbook gets its schedule there, package systembook).
+	Registered func(ctx context.Context, e *catalog.Entry) error
 }
 
 // MaxWorkloadBytes is the public limit on an execution's workload as JSON, which the
@@ -70,8 +74,9 @@ func (s *Server) RegisterPlaybook(ctx context.Context, req *orchv1.RegisterPlayb
 	if len(req.GetContent()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "content: playbook YAML is required")
 	}
-	e, err := s.Catalog.Register(ctx, tenantOf(req.GetTenant()), req.GetContent(), func(pb *playbook.Playbook, path string) error {
-		return systemGuard(ctx, pb, path)
+	tenant := tenantOf(req.GetTenant())
+	e, err := s.Catalog.Register(ctx, tenant, req.GetContent(), func(pb *playbook.Playbook, path string) error {
+		return systemGuard(ctx, tenant, pb, path)
 	})
 	if err != nil {
 		var pe *playbook.Error
@@ -79,6 +84,11 @@ func (s *Server) RegisterPlaybook(ctx context.Context, req *orchv1.RegisterPlayb
 			return nil, status.Error(codes.InvalidArgument, "invalid playbook: "+err.Error())
 		}
 		return nil, err
+	}
+	if s.Registered != nil {
+		if err := s.Registered(ctx, e); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "playbook %s version %d registered, but its schedule was not: %v; register it again", e.Path, e.Version, err)
+		}
 	}
 	return &orchv1.RegisterPlaybookResponse{Entry: entryProto(e, true)}, nil
 }
@@ -399,8 +409,10 @@ func (s *Server) cancelChildren(ctx context.Context, tenant, parent, reason stri
 }
 
 // systemGuard enforces the system pool's rules at registration: only the system role
-// registers playbooks under system/, and only those may use system_* tool kinds.
-func systemGuard(ctx context.Context, pb *playbook.Playbook, path string) error {
+// registers playbooks under system/, and only those may use system_* tool kinds, except
+// that a tenant's override of a system playbook (<tenant>/system/<name> in its own
+// catalog), which needs the admin role, may use playbook.TenantSafeToolKinds.
+func systemGuard(ctx context.Context, tenant string, pb *playbook.Playbook, path string) error {
 	system := domain.PoolFor(path) == "system"
 	if system && !auth.FromContext(ctx).Can(auth.PermSystem) {
 		return status.Errorf(codes.PermissionDenied, "metadata.path: registering system/ playbooks requires the system role")
@@ -408,17 +420,35 @@ func systemGuard(ctx context.Context, pb *playbook.Playbook, path string) error 
 	if system {
 		return nil
 	}
+	_, override := domain.OverrideName(tenant, path)
+	allowed := func(kind string) bool {
+		return !strings.HasPrefix(kind, "system_") || (override && slices.Contains(playbook.TenantSafeToolKinds, kind))
+	}
+	uses := false
 	for _, st := range pb.Steps {
 		for _, t := range st.Tool {
-			if strings.HasPrefix(t.Kind, "system_") {
-				return status.Errorf(codes.InvalidArgument, "line %d: step %q: tool kind %q is reserved for system/ playbooks", st.Line, st.Name, t.Kind)
+			if !allowed(t.Kind) {
+				return status.Errorf(codes.InvalidArgument, "line %d: step %q: tool kind %q is reserved for system/ playbooks%s", st.Line, st.Name, t.Kind, tenantSafeHint(override))
 			}
+			uses = uses || strings.HasPrefix(t.Kind, "system_")
 		}
 	}
 	for name, t := range pb.Workbook {
-		if strings.HasPrefix(t.Kind, "system_") {
-			return status.Errorf(codes.InvalidArgument, "workbook task %q: tool kind %q is reserved for system/ playbooks", name, t.Kind)
+		if !allowed(t.Kind) {
+			return status.Errorf(codes.InvalidArgument, "workbook task %q: tool kind %q is reserved for system/ playbooks%s", name, t.Kind, tenantSafeHint(override))
 		}
+		uses = uses || strings.HasPrefix(t.Kind, "system_")
+	}
+	if uses && !auth.FromContext(ctx).Can(auth.PermAdmin) {
+		return status.Errorf(codes.PermissionDenied, "metadata.path: registering an override of a system playbook (%s) requires the admin role", path)
 	}
 	return nil
+}
+
+// tenantSafeHint names the system tools an override of a system playbook may use.
+func tenantSafeHint(override bool) string {
+	if !override {
+		return ""
+	}
+	return " (an override of a system playbook may use " + strings.Join(playbook.TenantSafeToolKinds, ", ") + ")"
 }

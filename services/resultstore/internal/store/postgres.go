@@ -34,6 +34,11 @@ type Backend interface {
 	Open(ctx context.Context, tenant, id string) ChunkReader
 	// Sweep deletes up to limit expired results and returns how many.
 	Sweep(ctx context.Context, limit int) (int64, error)
+	// Purge deletes every result of tenant's executions ids with their chunks and returns
+	// how many of each.
+	Purge(ctx context.Context, tenant string, ids []string) (results, chunks int64, err error)
+	// SweepOrphanChunks deletes up to limit chunks whose result is gone and returns how many.
+	SweepOrphanChunks(ctx context.Context, limit int) (int64, error)
 }
 
 // BlobWriter receives a payload; nothing is visible until Commit, and Abort (safe after
@@ -200,6 +205,28 @@ func (p *Postgres) Sweep(ctx context.Context, limit int) (int64, error) {
 			RETURNING tenant, result_id),
 		chunks AS (DELETE FROM noetl.result_chunk c USING gone WHERE c.tenant = gone.tenant AND c.result_id = gone.result_id)
 		SELECT 1 FROM gone`, limit)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Purge implements Backend.
+func (p *Postgres) Purge(ctx context.Context, tenant string, ids []string) (results, chunks int64, err error) {
+	err = p.DB.QueryRow(ctx, `WITH gone AS (
+			DELETE FROM noetl.result WHERE tenant = $1 AND execution_id = ANY ($2) RETURNING tenant, result_id),
+		chunks AS (DELETE FROM noetl.result_chunk c USING gone WHERE c.tenant = gone.tenant AND c.result_id = gone.result_id RETURNING 1)
+		SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM chunks)`, tenant, ids).Scan(&results, &chunks)
+	return results, chunks, err
+}
+
+// SweepOrphanChunks implements Backend. An upload writes its chunks before its result row
+// in one transaction, so a committed chunk without a row is left by nothing in progress.
+func (p *Postgres) SweepOrphanChunks(ctx context.Context, limit int) (int64, error) {
+	tag, err := p.DB.Exec(ctx, `DELETE FROM noetl.result_chunk WHERE (tenant, result_id, idx) IN (
+			SELECT c.tenant, c.result_id, c.idx FROM noetl.result_chunk c
+			WHERE NOT EXISTS (SELECT 1 FROM noetl.result r WHERE r.tenant = c.tenant AND r.result_id = c.result_id)
+			LIMIT $1)`, limit)
 	if err != nil {
 		return 0, err
 	}

@@ -181,7 +181,16 @@ func (s *Store) GetState(ctx context.Context, req *sbv1.GetStateRequest) (*sbv1.
 			return nil, err
 		}
 	}
-	if st.GetSeq() == 0 || (req.GetTenant() != "" && st.GetTenant() != req.GetTenant()) {
+	gone := false
+	if st.GetSeq() > 0 && domain.IsTerminalStatus(st.GetStatus()) {
+		// Retention may have purged it since it was cached (by another replica's
+		// request, too): a terminal state is served only while its execution exists.
+		var err error
+		if gone, err = s.purged(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	if gone || st.GetSeq() == 0 || (req.GetTenant() != "" && st.GetTenant() != req.GetTenant()) {
 		s.drop(id)
 		return nil, status.Errorf(codes.NotFound, "execution %s not found", id)
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -292,8 +293,12 @@ func (e *Executor) admit(cmd *eventv1.Command) error {
 	if e.Pool != "system" && system {
 		return fmt.Errorf("step %s: system/ playbook commands run only on the system pool, not %q", cmd.GetStep(), e.Pool)
 	}
+	_, override := domain.OverrideName(cmd.GetTenant(), cmd.GetPlaybookPath())
 	for _, t := range cmd.GetTools() {
-		if strings.HasPrefix(t.GetKind(), "system_") && e.Pool != "system" {
+		// A tenant's override of a system playbook may use the tenant-safe system tools
+		// on its own pool; every other system tool runs only on the system pool.
+		safe := override && slices.Contains(playbook.TenantSafeToolKinds, t.GetKind())
+		if strings.HasPrefix(t.GetKind(), "system_") && e.Pool != "system" && !safe {
 			return fmt.Errorf("step %s: tool kind %s runs only on the system pool", cmd.GetStep(), t.GetKind())
 		}
 	}

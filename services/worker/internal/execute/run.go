@@ -241,7 +241,8 @@ func (e *Executor) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv
 	// Tools resolve credentials for the command's tenant only.
 	ctx = tools.WithTenant(ctx, cmd.GetTenant())
 	ctx = tools.WithChild(ctx, tools.ChildRef{Tenant: cmd.GetTenant(), ExecutionID: cmd.GetExecutionId(), Label: tc.GetLabel()})
-	res, err := e.Tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep(), Log: toolLogOf(ctx, tc)})
+	res, err := e.Tools.Run(ctx, &tools.Call{Kind: tc.GetKind(), Config: rendered, Input: input, CommandID: cmd.GetCommandId(), Step: cmd.GetStep(), Log: toolLogOf(ctx, tc),
+		Tenant: cmd.GetTenant(), ExecutionID: cmd.GetExecutionId(), PlaybookPath: cmd.GetPlaybookPath()})
 	telemetry.ErrorStatus(span, scrub.FromContext(ctx).Err(err))
 	return res, err
 }

@@ -15,6 +15,8 @@ type Call struct {
 	Input     map[string]any // rendered step input merged with the tool's own input
 	CommandID string
 	Step      string
+	// Tenant, ExecutionID and PlaybookPath are the command's: who the call acts for.
+	Tenant, ExecutionID, PlaybookPath string
 	// Log receives what the call writes (a process's stdout and stderr, the tool's
 	// diagnostic lines) for the step's logs; nil discards it.
 	Log *Log

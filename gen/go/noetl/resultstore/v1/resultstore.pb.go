@@ -611,6 +611,217 @@ func (x *ReadResultResponse) GetTotalRows() int64 {
 	return 0
 }
 
+// PurgeResultsRequest names the executions whose results to delete.
+type PurgeResultsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant of the executions.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The executions (at most 1,000).
+	ExecutionIds  []string `protobuf:"bytes,2,rep,name=execution_ids,json=executionIds,proto3" json:"execution_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeResultsRequest) Reset() {
+	*x = PurgeResultsRequest{}
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeResultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeResultsRequest) ProtoMessage() {}
+
+func (x *PurgeResultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeResultsRequest.ProtoReflect.Descriptor instead.
+func (*PurgeResultsRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PurgeResultsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *PurgeResultsRequest) GetExecutionIds() []string {
+	if x != nil {
+		return x.ExecutionIds
+	}
+	return nil
+}
+
+// PurgeResultsResponse counts what was deleted.
+type PurgeResultsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Results deleted.
+	Results int64 `protobuf:"varint,1,opt,name=results,proto3" json:"results,omitempty"`
+	// Chunks deleted with them.
+	Chunks        int64 `protobuf:"varint,2,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeResultsResponse) Reset() {
+	*x = PurgeResultsResponse{}
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeResultsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeResultsResponse) ProtoMessage() {}
+
+func (x *PurgeResultsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeResultsResponse.ProtoReflect.Descriptor instead.
+func (*PurgeResultsResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PurgeResultsResponse) GetResults() int64 {
+	if x != nil {
+		return x.Results
+	}
+	return 0
+}
+
+func (x *PurgeResultsResponse) GetChunks() int64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+// CleanupResultsRequest bounds one cleanup.
+type CleanupResultsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Most rows of each kind deleted (zero: 10,000).
+	Limit         int32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CleanupResultsRequest) Reset() {
+	*x = CleanupResultsRequest{}
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CleanupResultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CleanupResultsRequest) ProtoMessage() {}
+
+func (x *CleanupResultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CleanupResultsRequest.ProtoReflect.Descriptor instead.
+func (*CleanupResultsRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CleanupResultsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// CleanupResultsResponse counts what was deleted.
+type CleanupResultsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Results past their expiry deleted, with their chunks.
+	Expired int64 `protobuf:"varint,1,opt,name=expired,proto3" json:"expired,omitempty"`
+	// Chunks whose result was gone (an interrupted delete or upload) deleted.
+	OrphanChunks  int64 `protobuf:"varint,2,opt,name=orphan_chunks,json=orphanChunks,proto3" json:"orphan_chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CleanupResultsResponse) Reset() {
+	*x = CleanupResultsResponse{}
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CleanupResultsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CleanupResultsResponse) ProtoMessage() {}
+
+func (x *CleanupResultsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_resultstore_v1_resultstore_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CleanupResultsResponse.ProtoReflect.Descriptor instead.
+func (*CleanupResultsResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CleanupResultsResponse) GetExpired() int64 {
+	if x != nil {
+		return x.Expired
+	}
+	return 0
+}
+
+func (x *CleanupResultsResponse) GetOrphanChunks() int64 {
+	if x != nil {
+		return x.OrphanChunks
+	}
+	return 0
+}
+
 var File_noetl_resultstore_v1_resultstore_proto protoreflect.FileDescriptor
 
 const file_noetl_resultstore_v1_resultstore_proto_rawDesc = "" +
@@ -653,13 +864,26 @@ const file_noetl_resultstore_v1_resultstore_proto_rawDesc = "" +
 	"\x03ref\x18\x01 \x01(\v2\x19.noetl.event.v1.ResultRefR\x03ref\x12\x12\n" +
 	"\x04json\x18\x02 \x01(\fR\x04json\x12\x1d\n" +
 	"\n" +
-	"total_rows\x18\x03 \x01(\x03R\ttotalRows2\xa2\x03\n" +
+	"total_rows\x18\x03 \x01(\x03R\ttotalRows\"R\n" +
+	"\x13PurgeResultsRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12#\n" +
+	"\rexecution_ids\x18\x02 \x03(\tR\fexecutionIds\"H\n" +
+	"\x14PurgeResultsResponse\x12\x18\n" +
+	"\aresults\x18\x01 \x01(\x03R\aresults\x12\x16\n" +
+	"\x06chunks\x18\x02 \x01(\x03R\x06chunks\"-\n" +
+	"\x15CleanupResultsRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"W\n" +
+	"\x16CleanupResultsResponse\x12\x18\n" +
+	"\aexpired\x18\x01 \x01(\x03R\aexpired\x12#\n" +
+	"\rorphan_chunks\x18\x02 \x01(\x03R\forphanChunks2\xf6\x04\n" +
 	"\x12ResultStoreService\x12^\n" +
 	"\tPutResult\x12&.noetl.resultstore.v1.PutResultRequest\x1a'.noetl.resultstore.v1.PutResultResponse(\x01\x12^\n" +
 	"\tGetResult\x12&.noetl.resultstore.v1.GetResultRequest\x1a'.noetl.resultstore.v1.GetResultResponse0\x01\x12k\n" +
 	"\x0eDescribeResult\x12+.noetl.resultstore.v1.DescribeResultRequest\x1a,.noetl.resultstore.v1.DescribeResultResponse\x12_\n" +
 	"\n" +
-	"ReadResult\x12'.noetl.resultstore.v1.ReadResultRequest\x1a(.noetl.resultstore.v1.ReadResultResponseB\xe0\x01\n" +
+	"ReadResult\x12'.noetl.resultstore.v1.ReadResultRequest\x1a(.noetl.resultstore.v1.ReadResultResponse\x12e\n" +
+	"\fPurgeResults\x12).noetl.resultstore.v1.PurgeResultsRequest\x1a*.noetl.resultstore.v1.PurgeResultsResponse\x12k\n" +
+	"\x0eCleanupResults\x12+.noetl.resultstore.v1.CleanupResultsRequest\x1a,.noetl.resultstore.v1.CleanupResultsResponseB\xe0\x01\n" +
 	"\x18com.noetl.resultstore.v1B\x10ResultstoreProtoP\x01Z@github.com/noetl/noetl/gen/go/noetl/resultstore/v1;resultstorev1\xa2\x02\x03NRX\xaa\x02\x14Noetl.Resultstore.V1\xca\x02\x14Noetl\\Resultstore\\V1\xe2\x02 Noetl\\Resultstore\\V1\\GPBMetadata\xea\x02\x16Noetl::Resultstore::V1b\x06proto3"
 
 var (
@@ -674,7 +898,7 @@ func file_noetl_resultstore_v1_resultstore_proto_rawDescGZIP() []byte {
 	return file_noetl_resultstore_v1_resultstore_proto_rawDescData
 }
 
-var file_noetl_resultstore_v1_resultstore_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_noetl_resultstore_v1_resultstore_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_noetl_resultstore_v1_resultstore_proto_goTypes = []any{
 	(*PutResultHeader)(nil),        // 0: noetl.resultstore.v1.PutResultHeader
 	(*PutResultRequest)(nil),       // 1: noetl.resultstore.v1.PutResultRequest
@@ -685,27 +909,35 @@ var file_noetl_resultstore_v1_resultstore_proto_goTypes = []any{
 	(*DescribeResultResponse)(nil), // 6: noetl.resultstore.v1.DescribeResultResponse
 	(*ReadResultRequest)(nil),      // 7: noetl.resultstore.v1.ReadResultRequest
 	(*ReadResultResponse)(nil),     // 8: noetl.resultstore.v1.ReadResultResponse
-	(*v1.ResultRef)(nil),           // 9: noetl.event.v1.ResultRef
+	(*PurgeResultsRequest)(nil),    // 9: noetl.resultstore.v1.PurgeResultsRequest
+	(*PurgeResultsResponse)(nil),   // 10: noetl.resultstore.v1.PurgeResultsResponse
+	(*CleanupResultsRequest)(nil),  // 11: noetl.resultstore.v1.CleanupResultsRequest
+	(*CleanupResultsResponse)(nil), // 12: noetl.resultstore.v1.CleanupResultsResponse
+	(*v1.ResultRef)(nil),           // 13: noetl.event.v1.ResultRef
 }
 var file_noetl_resultstore_v1_resultstore_proto_depIdxs = []int32{
-	0, // 0: noetl.resultstore.v1.PutResultRequest.header:type_name -> noetl.resultstore.v1.PutResultHeader
-	9, // 1: noetl.resultstore.v1.PutResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	9, // 2: noetl.resultstore.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	9, // 3: noetl.resultstore.v1.DescribeResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	9, // 4: noetl.resultstore.v1.ReadResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	1, // 5: noetl.resultstore.v1.ResultStoreService.PutResult:input_type -> noetl.resultstore.v1.PutResultRequest
-	3, // 6: noetl.resultstore.v1.ResultStoreService.GetResult:input_type -> noetl.resultstore.v1.GetResultRequest
-	5, // 7: noetl.resultstore.v1.ResultStoreService.DescribeResult:input_type -> noetl.resultstore.v1.DescribeResultRequest
-	7, // 8: noetl.resultstore.v1.ResultStoreService.ReadResult:input_type -> noetl.resultstore.v1.ReadResultRequest
-	2, // 9: noetl.resultstore.v1.ResultStoreService.PutResult:output_type -> noetl.resultstore.v1.PutResultResponse
-	4, // 10: noetl.resultstore.v1.ResultStoreService.GetResult:output_type -> noetl.resultstore.v1.GetResultResponse
-	6, // 11: noetl.resultstore.v1.ResultStoreService.DescribeResult:output_type -> noetl.resultstore.v1.DescribeResultResponse
-	8, // 12: noetl.resultstore.v1.ResultStoreService.ReadResult:output_type -> noetl.resultstore.v1.ReadResultResponse
-	9, // [9:13] is the sub-list for method output_type
-	5, // [5:9] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	0,  // 0: noetl.resultstore.v1.PutResultRequest.header:type_name -> noetl.resultstore.v1.PutResultHeader
+	13, // 1: noetl.resultstore.v1.PutResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	13, // 2: noetl.resultstore.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	13, // 3: noetl.resultstore.v1.DescribeResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	13, // 4: noetl.resultstore.v1.ReadResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	1,  // 5: noetl.resultstore.v1.ResultStoreService.PutResult:input_type -> noetl.resultstore.v1.PutResultRequest
+	3,  // 6: noetl.resultstore.v1.ResultStoreService.GetResult:input_type -> noetl.resultstore.v1.GetResultRequest
+	5,  // 7: noetl.resultstore.v1.ResultStoreService.DescribeResult:input_type -> noetl.resultstore.v1.DescribeResultRequest
+	7,  // 8: noetl.resultstore.v1.ResultStoreService.ReadResult:input_type -> noetl.resultstore.v1.ReadResultRequest
+	9,  // 9: noetl.resultstore.v1.ResultStoreService.PurgeResults:input_type -> noetl.resultstore.v1.PurgeResultsRequest
+	11, // 10: noetl.resultstore.v1.ResultStoreService.CleanupResults:input_type -> noetl.resultstore.v1.CleanupResultsRequest
+	2,  // 11: noetl.resultstore.v1.ResultStoreService.PutResult:output_type -> noetl.resultstore.v1.PutResultResponse
+	4,  // 12: noetl.resultstore.v1.ResultStoreService.GetResult:output_type -> noetl.resultstore.v1.GetResultResponse
+	6,  // 13: noetl.resultstore.v1.ResultStoreService.DescribeResult:output_type -> noetl.resultstore.v1.DescribeResultResponse
+	8,  // 14: noetl.resultstore.v1.ResultStoreService.ReadResult:output_type -> noetl.resultstore.v1.ReadResultResponse
+	10, // 15: noetl.resultstore.v1.ResultStoreService.PurgeResults:output_type -> noetl.resultstore.v1.PurgeResultsResponse
+	12, // 16: noetl.resultstore.v1.ResultStoreService.CleanupResults:output_type -> noetl.resultstore.v1.CleanupResultsResponse
+	11, // [11:17] is the sub-list for method output_type
+	5,  // [5:11] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_noetl_resultstore_v1_resultstore_proto_init() }
@@ -719,7 +951,7 @@ func file_noetl_resultstore_v1_resultstore_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_resultstore_v1_resultstore_proto_rawDesc), len(file_noetl_resultstore_v1_resultstore_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

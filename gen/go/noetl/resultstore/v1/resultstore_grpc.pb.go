@@ -26,6 +26,8 @@ const (
 	ResultStoreService_GetResult_FullMethodName      = "/noetl.resultstore.v1.ResultStoreService/GetResult"
 	ResultStoreService_DescribeResult_FullMethodName = "/noetl.resultstore.v1.ResultStoreService/DescribeResult"
 	ResultStoreService_ReadResult_FullMethodName     = "/noetl.resultstore.v1.ResultStoreService/ReadResult"
+	ResultStoreService_PurgeResults_FullMethodName   = "/noetl.resultstore.v1.ResultStoreService/PurgeResults"
+	ResultStoreService_CleanupResults_FullMethodName = "/noetl.resultstore.v1.ResultStoreService/CleanupResults"
 )
 
 // ResultStoreServiceClient is the client API for ResultStoreService service.
@@ -44,6 +46,12 @@ type ResultStoreServiceClient interface {
 	// ReadResult returns a bounded part of a stored result as JSON: the part a JSON pointer
 	// selects, or a page of rows of a table.
 	ReadResult(ctx context.Context, in *ReadResultRequest, opts ...grpc.CallOption) (*ReadResultResponse, error)
+	// PurgeResults deletes every result of the executions named, with their chunks
+	// (retention purged the executions). Service principals only.
+	PurgeResults(ctx context.Context, in *PurgeResultsRequest, opts ...grpc.CallOption) (*PurgeResultsResponse, error)
+	// CleanupResults deletes results past their expiry and chunks whose result is gone.
+	// Service principals only.
+	CleanupResults(ctx context.Context, in *CleanupResultsRequest, opts ...grpc.CallOption) (*CleanupResultsResponse, error)
 }
 
 type resultStoreServiceClient struct {
@@ -106,6 +114,26 @@ func (c *resultStoreServiceClient) ReadResult(ctx context.Context, in *ReadResul
 	return out, nil
 }
 
+func (c *resultStoreServiceClient) PurgeResults(ctx context.Context, in *PurgeResultsRequest, opts ...grpc.CallOption) (*PurgeResultsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeResultsResponse)
+	err := c.cc.Invoke(ctx, ResultStoreService_PurgeResults_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *resultStoreServiceClient) CleanupResults(ctx context.Context, in *CleanupResultsRequest, opts ...grpc.CallOption) (*CleanupResultsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CleanupResultsResponse)
+	err := c.cc.Invoke(ctx, ResultStoreService_CleanupResults_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ResultStoreServiceServer is the server API for ResultStoreService service.
 // All implementations must embed UnimplementedResultStoreServiceServer
 // for forward compatibility.
@@ -122,6 +150,12 @@ type ResultStoreServiceServer interface {
 	// ReadResult returns a bounded part of a stored result as JSON: the part a JSON pointer
 	// selects, or a page of rows of a table.
 	ReadResult(context.Context, *ReadResultRequest) (*ReadResultResponse, error)
+	// PurgeResults deletes every result of the executions named, with their chunks
+	// (retention purged the executions). Service principals only.
+	PurgeResults(context.Context, *PurgeResultsRequest) (*PurgeResultsResponse, error)
+	// CleanupResults deletes results past their expiry and chunks whose result is gone.
+	// Service principals only.
+	CleanupResults(context.Context, *CleanupResultsRequest) (*CleanupResultsResponse, error)
 	mustEmbedUnimplementedResultStoreServiceServer()
 }
 
@@ -143,6 +177,12 @@ func (UnimplementedResultStoreServiceServer) DescribeResult(context.Context, *De
 }
 func (UnimplementedResultStoreServiceServer) ReadResult(context.Context, *ReadResultRequest) (*ReadResultResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReadResult not implemented")
+}
+func (UnimplementedResultStoreServiceServer) PurgeResults(context.Context, *PurgeResultsRequest) (*PurgeResultsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeResults not implemented")
+}
+func (UnimplementedResultStoreServiceServer) CleanupResults(context.Context, *CleanupResultsRequest) (*CleanupResultsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CleanupResults not implemented")
 }
 func (UnimplementedResultStoreServiceServer) mustEmbedUnimplementedResultStoreServiceServer() {}
 func (UnimplementedResultStoreServiceServer) testEmbeddedByValue()                            {}
@@ -219,6 +259,42 @@ func _ResultStoreService_ReadResult_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ResultStoreService_PurgeResults_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeResultsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResultStoreServiceServer).PurgeResults(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResultStoreService_PurgeResults_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResultStoreServiceServer).PurgeResults(ctx, req.(*PurgeResultsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ResultStoreService_CleanupResults_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CleanupResultsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResultStoreServiceServer).CleanupResults(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResultStoreService_CleanupResults_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResultStoreServiceServer).CleanupResults(ctx, req.(*CleanupResultsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ResultStoreService_ServiceDesc is the grpc.ServiceDesc for ResultStoreService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -233,6 +309,14 @@ var ResultStoreService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadResult",
 			Handler:    _ResultStoreService_ReadResult_Handler,
+		},
+		{
+			MethodName: "PurgeResults",
+			Handler:    _ResultStoreService_PurgeResults_Handler,
+		},
+		{
+			MethodName: "CleanupResults",
+			Handler:    _ResultStoreService_CleanupResults_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

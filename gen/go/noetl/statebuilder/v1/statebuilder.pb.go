@@ -2005,6 +2005,264 @@ func (x *ListDueTimersResponse) GetNextDueTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// PurgeSnapshotsRequest names the executions whose snapshots to delete.
+type PurgeSnapshotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Executions whose snapshots are deleted when the executions are gone from
+	// noetl.execution; a snapshot of an execution still there is kept.
+	ExecutionIds []string `protobuf:"bytes,1,rep,name=execution_ids,json=executionIds,proto3" json:"execution_ids,omitempty"`
+	// Also delete every other snapshot whose execution is gone (cleanup), at most
+	// orphan_limit of them (zero: 10,000).
+	Orphans bool `protobuf:"varint,2,opt,name=orphans,proto3" json:"orphans,omitempty"`
+	// Bound on the orphans deleted by one call.
+	OrphanLimit   int32 `protobuf:"varint,3,opt,name=orphan_limit,json=orphanLimit,proto3" json:"orphan_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeSnapshotsRequest) Reset() {
+	*x = PurgeSnapshotsRequest{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeSnapshotsRequest) ProtoMessage() {}
+
+func (x *PurgeSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*PurgeSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PurgeSnapshotsRequest) GetExecutionIds() []string {
+	if x != nil {
+		return x.ExecutionIds
+	}
+	return nil
+}
+
+func (x *PurgeSnapshotsRequest) GetOrphans() bool {
+	if x != nil {
+		return x.Orphans
+	}
+	return false
+}
+
+func (x *PurgeSnapshotsRequest) GetOrphanLimit() int32 {
+	if x != nil {
+		return x.OrphanLimit
+	}
+	return 0
+}
+
+// PurgeSnapshotsResponse counts what was deleted.
+type PurgeSnapshotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Snapshots deleted of the executions named.
+	Deleted int64 `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Orphaned snapshots deleted.
+	Orphans       int64 `protobuf:"varint,2,opt,name=orphans,proto3" json:"orphans,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeSnapshotsResponse) Reset() {
+	*x = PurgeSnapshotsResponse{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeSnapshotsResponse) ProtoMessage() {}
+
+func (x *PurgeSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*PurgeSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PurgeSnapshotsResponse) GetDeleted() int64 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
+func (x *PurgeSnapshotsResponse) GetOrphans() int64 {
+	if x != nil {
+		return x.Orphans
+	}
+	return 0
+}
+
+// QueryReadOnlyRequest is one SQL query and its bounds.
+type QueryReadOnlyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One SQL statement; it runs with search_path noetl in a READ ONLY transaction.
+	Sql string `protobuf:"bytes,1,opt,name=sql,proto3" json:"sql,omitempty"`
+	// Positional parameters ($1, $2, ...) as a JSON array.
+	ParamsJson []byte `protobuf:"bytes,2,opt,name=params_json,json=paramsJson,proto3" json:"params_json,omitempty"`
+	// Most rows returned (1..10,000; zero: 1,000).
+	MaxRows int32 `protobuf:"varint,3,opt,name=max_rows,json=maxRows,proto3" json:"max_rows,omitempty"`
+	// Statement timeout in milliseconds (1..60,000; zero: 5,000).
+	TimeoutMs     int32 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryReadOnlyRequest) Reset() {
+	*x = QueryReadOnlyRequest{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryReadOnlyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryReadOnlyRequest) ProtoMessage() {}
+
+func (x *QueryReadOnlyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryReadOnlyRequest.ProtoReflect.Descriptor instead.
+func (*QueryReadOnlyRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *QueryReadOnlyRequest) GetSql() string {
+	if x != nil {
+		return x.Sql
+	}
+	return ""
+}
+
+func (x *QueryReadOnlyRequest) GetParamsJson() []byte {
+	if x != nil {
+		return x.ParamsJson
+	}
+	return nil
+}
+
+func (x *QueryReadOnlyRequest) GetMaxRows() int32 {
+	if x != nil {
+		return x.MaxRows
+	}
+	return 0
+}
+
+func (x *QueryReadOnlyRequest) GetTimeoutMs() int32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// QueryReadOnlyResponse is the rows of a query.
+type QueryReadOnlyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Column names in order.
+	Columns []string `protobuf:"bytes,1,rep,name=columns,proto3" json:"columns,omitempty"`
+	// The rows as a JSON array of arrays.
+	RowsJson []byte `protobuf:"bytes,2,opt,name=rows_json,json=rowsJson,proto3" json:"rows_json,omitempty"`
+	// Set when the query had more rows than max_rows.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryReadOnlyResponse) Reset() {
+	*x = QueryReadOnlyResponse{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryReadOnlyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryReadOnlyResponse) ProtoMessage() {}
+
+func (x *QueryReadOnlyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryReadOnlyResponse.ProtoReflect.Descriptor instead.
+func (*QueryReadOnlyResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *QueryReadOnlyResponse) GetColumns() []string {
+	if x != nil {
+		return x.Columns
+	}
+	return nil
+}
+
+func (x *QueryReadOnlyResponse) GetRowsJson() []byte {
+	if x != nil {
+		return x.RowsJson
+	}
+	return nil
+}
+
+func (x *QueryReadOnlyResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 var File_noetl_statebuilder_v1_statebuilder_proto protoreflect.FileDescriptor
 
 const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
@@ -2212,13 +2470,33 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\x05R\x05limit\"\x8d\x01\n" +
 	"\x15ListDueTimersResponse\x124\n" +
 	"\x06timers\x18\x01 \x03(\v2\x1c.noetl.statebuilder.v1.TimerR\x06timers\x12>\n" +
-	"\rnext_due_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vnextDueTime2\xa9\x03\n" +
+	"\rnext_due_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\vnextDueTime\"y\n" +
+	"\x15PurgeSnapshotsRequest\x12#\n" +
+	"\rexecution_ids\x18\x01 \x03(\tR\fexecutionIds\x12\x18\n" +
+	"\aorphans\x18\x02 \x01(\bR\aorphans\x12!\n" +
+	"\forphan_limit\x18\x03 \x01(\x05R\vorphanLimit\"L\n" +
+	"\x16PurgeSnapshotsResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\x03R\adeleted\x12\x18\n" +
+	"\aorphans\x18\x02 \x01(\x03R\aorphans\"\x83\x01\n" +
+	"\x14QueryReadOnlyRequest\x12\x10\n" +
+	"\x03sql\x18\x01 \x01(\tR\x03sql\x12\x1f\n" +
+	"\vparams_json\x18\x02 \x01(\fR\n" +
+	"paramsJson\x12\x19\n" +
+	"\bmax_rows\x18\x03 \x01(\x05R\amaxRows\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x05R\ttimeoutMs\"l\n" +
+	"\x15QueryReadOnlyResponse\x12\x18\n" +
+	"\acolumns\x18\x01 \x03(\tR\acolumns\x12\x1b\n" +
+	"\trows_json\x18\x02 \x01(\fR\browsJson\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated2\x84\x05\n" +
 	"\fStateService\x12[\n" +
 	"\bGetState\x12&.noetl.statebuilder.v1.GetStateRequest\x1a'.noetl.statebuilder.v1.GetStateResponse\x12a\n" +
 	"\n" +
 	"ListEvents\x12(.noetl.statebuilder.v1.ListEventsRequest\x1a).noetl.statebuilder.v1.ListEventsResponse\x12m\n" +
 	"\x0eListExecutions\x12,.noetl.statebuilder.v1.ListExecutionsRequest\x1a-.noetl.statebuilder.v1.ListExecutionsResponse\x12j\n" +
-	"\rListDueTimers\x12+.noetl.statebuilder.v1.ListDueTimersRequest\x1a,.noetl.statebuilder.v1.ListDueTimersResponseB\xe8\x01\n" +
+	"\rListDueTimers\x12+.noetl.statebuilder.v1.ListDueTimersRequest\x1a,.noetl.statebuilder.v1.ListDueTimersResponse\x12m\n" +
+	"\x0ePurgeSnapshots\x12,.noetl.statebuilder.v1.PurgeSnapshotsRequest\x1a-.noetl.statebuilder.v1.PurgeSnapshotsResponse\x12j\n" +
+	"\rQueryReadOnly\x12+.noetl.statebuilder.v1.QueryReadOnlyRequest\x1a,.noetl.statebuilder.v1.QueryReadOnlyResponseB\xe8\x01\n" +
 	"\x19com.noetl.statebuilder.v1B\x11StatebuilderProtoP\x01ZBgithub.com/noetl/noetl/gen/go/noetl/statebuilder/v1;statebuilderv1\xa2\x02\x03NSX\xaa\x02\x15Noetl.Statebuilder.V1\xca\x02\x15Noetl\\Statebuilder\\V1\xe2\x02!Noetl\\Statebuilder\\V1\\GPBMetadata\xea\x02\x17Noetl::Statebuilder::V1b\x06proto3"
 
 var (
@@ -2233,7 +2511,7 @@ func file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP() []byte {
 	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescData
 }
 
-var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_noetl_statebuilder_v1_statebuilder_proto_goTypes = []any{
 	(*ExecutionState)(nil),         // 0: noetl.statebuilder.v1.ExecutionState
 	(*Variable)(nil),               // 1: noetl.statebuilder.v1.Variable
@@ -2254,72 +2532,80 @@ var file_noetl_statebuilder_v1_statebuilder_proto_goTypes = []any{
 	(*Timer)(nil),                  // 16: noetl.statebuilder.v1.Timer
 	(*ListDueTimersRequest)(nil),   // 17: noetl.statebuilder.v1.ListDueTimersRequest
 	(*ListDueTimersResponse)(nil),  // 18: noetl.statebuilder.v1.ListDueTimersResponse
-	nil,                            // 19: noetl.statebuilder.v1.ExecutionState.StepsEntry
-	nil,                            // 20: noetl.statebuilder.v1.ExecutionState.LabelsEntry
-	nil,                            // 21: noetl.statebuilder.v1.ExecutionState.VarsEntry
-	nil,                            // 22: noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	nil,                            // 23: noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
-	(v1.ExecutionStatus)(0),        // 24: noetl.event.v1.ExecutionStatus
-	(*v1.ErrorInfo)(nil),           // 25: noetl.event.v1.ErrorInfo
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
-	(v1.StepStatus)(0),             // 27: noetl.event.v1.StepStatus
-	(*v1.ResultRef)(nil),           // 28: noetl.event.v1.ResultRef
-	(*v1.Event)(nil),               // 29: noetl.event.v1.Event
+	(*PurgeSnapshotsRequest)(nil),  // 19: noetl.statebuilder.v1.PurgeSnapshotsRequest
+	(*PurgeSnapshotsResponse)(nil), // 20: noetl.statebuilder.v1.PurgeSnapshotsResponse
+	(*QueryReadOnlyRequest)(nil),   // 21: noetl.statebuilder.v1.QueryReadOnlyRequest
+	(*QueryReadOnlyResponse)(nil),  // 22: noetl.statebuilder.v1.QueryReadOnlyResponse
+	nil,                            // 23: noetl.statebuilder.v1.ExecutionState.StepsEntry
+	nil,                            // 24: noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	nil,                            // 25: noetl.statebuilder.v1.ExecutionState.VarsEntry
+	nil,                            // 26: noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	nil,                            // 27: noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	(v1.ExecutionStatus)(0),        // 28: noetl.event.v1.ExecutionStatus
+	(*v1.ErrorInfo)(nil),           // 29: noetl.event.v1.ErrorInfo
+	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
+	(v1.StepStatus)(0),             // 31: noetl.event.v1.StepStatus
+	(*v1.ResultRef)(nil),           // 32: noetl.event.v1.ResultRef
+	(*v1.Event)(nil),               // 33: noetl.event.v1.Event
 }
 var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
-	24, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
-	19, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
-	25, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
-	26, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
-	26, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
-	20, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
-	26, // 6: noetl.statebuilder.v1.ExecutionState.deadline:type_name -> google.protobuf.Timestamp
-	21, // 7: noetl.statebuilder.v1.ExecutionState.vars:type_name -> noetl.statebuilder.v1.ExecutionState.VarsEntry
-	26, // 8: noetl.statebuilder.v1.Variable.create_time:type_name -> google.protobuf.Timestamp
-	26, // 9: noetl.statebuilder.v1.Variable.update_time:type_name -> google.protobuf.Timestamp
-	27, // 10: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
-	28, // 11: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
-	25, // 12: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
+	28, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
+	23, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
+	29, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
+	30, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
+	30, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
+	24, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	30, // 6: noetl.statebuilder.v1.ExecutionState.deadline:type_name -> google.protobuf.Timestamp
+	25, // 7: noetl.statebuilder.v1.ExecutionState.vars:type_name -> noetl.statebuilder.v1.ExecutionState.VarsEntry
+	30, // 8: noetl.statebuilder.v1.Variable.create_time:type_name -> google.protobuf.Timestamp
+	30, // 9: noetl.statebuilder.v1.Variable.update_time:type_name -> google.protobuf.Timestamp
+	31, // 10: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
+	32, // 11: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
+	29, // 12: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
 	8,  // 13: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
 	7,  // 14: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
-	29, // 15: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
+	33, // 15: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
 	3,  // 16: noetl.statebuilder.v1.StepState.cursor:type_name -> noetl.statebuilder.v1.CursorState
 	4,  // 17: noetl.statebuilder.v1.CursorState.slots:type_name -> noetl.statebuilder.v1.CursorSlot
-	25, // 18: noetl.statebuilder.v1.CursorState.last_error:type_name -> noetl.event.v1.ErrorInfo
+	29, // 18: noetl.statebuilder.v1.CursorState.last_error:type_name -> noetl.event.v1.ErrorInfo
 	5,  // 19: noetl.statebuilder.v1.CursorSlot.frame:type_name -> noetl.statebuilder.v1.CursorFrame
-	28, // 20: noetl.statebuilder.v1.CursorFrame.rows_ref:type_name -> noetl.event.v1.ResultRef
+	32, // 20: noetl.statebuilder.v1.CursorFrame.rows_ref:type_name -> noetl.event.v1.ResultRef
 	6,  // 21: noetl.statebuilder.v1.CursorFrame.units:type_name -> noetl.statebuilder.v1.CursorUnit
-	26, // 22: noetl.statebuilder.v1.CursorFrame.claimed_time:type_name -> google.protobuf.Timestamp
-	26, // 23: noetl.statebuilder.v1.CursorUnit.lease_from:type_name -> google.protobuf.Timestamp
-	26, // 24: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
-	28, // 25: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
+	30, // 22: noetl.statebuilder.v1.CursorFrame.claimed_time:type_name -> google.protobuf.Timestamp
+	30, // 23: noetl.statebuilder.v1.CursorUnit.lease_from:type_name -> google.protobuf.Timestamp
+	30, // 24: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
+	32, // 25: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
 	0,  // 26: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	29, // 27: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	24, // 28: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	26, // 29: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	26, // 30: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	22, // 31: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	24, // 32: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	26, // 33: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	26, // 34: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
-	26, // 35: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
-	23, // 36: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	33, // 27: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	28, // 28: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	30, // 29: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	30, // 30: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	26, // 31: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	28, // 32: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	30, // 33: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	30, // 34: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
+	30, // 35: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
+	27, // 36: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
 	13, // 37: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	26, // 38: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	30, // 38: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
 	16, // 39: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	26, // 40: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	30, // 40: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
 	2,  // 41: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
 	1,  // 42: noetl.statebuilder.v1.ExecutionState.VarsEntry.value:type_name -> noetl.statebuilder.v1.Variable
 	9,  // 43: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
 	11, // 44: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
 	14, // 45: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
 	17, // 46: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	10, // 47: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	12, // 48: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	15, // 49: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	18, // 50: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	47, // [47:51] is the sub-list for method output_type
-	43, // [43:47] is the sub-list for method input_type
+	19, // 47: noetl.statebuilder.v1.StateService.PurgeSnapshots:input_type -> noetl.statebuilder.v1.PurgeSnapshotsRequest
+	21, // 48: noetl.statebuilder.v1.StateService.QueryReadOnly:input_type -> noetl.statebuilder.v1.QueryReadOnlyRequest
+	10, // 49: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	12, // 50: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	15, // 51: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	18, // 52: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	20, // 53: noetl.statebuilder.v1.StateService.PurgeSnapshots:output_type -> noetl.statebuilder.v1.PurgeSnapshotsResponse
+	22, // 54: noetl.statebuilder.v1.StateService.QueryReadOnly:output_type -> noetl.statebuilder.v1.QueryReadOnlyResponse
+	49, // [49:55] is the sub-list for method output_type
+	43, // [43:49] is the sub-list for method input_type
 	43, // [43:43] is the sub-list for extension type_name
 	43, // [43:43] is the sub-list for extension extendee
 	0,  // [0:43] is the sub-list for field type_name
@@ -2336,7 +2622,7 @@ func file_noetl_statebuilder_v1_statebuilder_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc), len(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

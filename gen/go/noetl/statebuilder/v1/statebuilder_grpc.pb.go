@@ -26,6 +26,8 @@ const (
 	StateService_ListEvents_FullMethodName     = "/noetl.statebuilder.v1.StateService/ListEvents"
 	StateService_ListExecutions_FullMethodName = "/noetl.statebuilder.v1.StateService/ListExecutions"
 	StateService_ListDueTimers_FullMethodName  = "/noetl.statebuilder.v1.StateService/ListDueTimers"
+	StateService_PurgeSnapshots_FullMethodName = "/noetl.statebuilder.v1.StateService/PurgeSnapshots"
+	StateService_QueryReadOnly_FullMethodName  = "/noetl.statebuilder.v1.StateService/QueryReadOnly"
 )
 
 // StateServiceClient is the client API for StateService service.
@@ -43,6 +45,14 @@ type StateServiceClient interface {
 	ListExecutions(ctx context.Context, in *ListExecutionsRequest, opts ...grpc.CallOption) (*ListExecutionsResponse, error)
 	// ListDueTimers returns timers that are due and not fired, and when the next one is due.
 	ListDueTimers(ctx context.Context, in *ListDueTimersRequest, opts ...grpc.CallOption) (*ListDueTimersResponse, error)
+	// PurgeSnapshots deletes the state snapshots of executions that are gone from the log
+	// (purged by retention), the ones named or all such orphans. Service principals only.
+	PurgeSnapshots(ctx context.Context, in *PurgeSnapshotsRequest, opts ...grpc.CallOption) (*PurgeSnapshotsResponse, error)
+	// QueryReadOnly runs one read-only SQL query on schema noetl, in a read-only
+	// transaction with a statement timeout and a row cap, as the statebuilder's role (so it
+	// sees the log, the executions, the timers and the snapshots). Service principals only:
+	// the system_sql_read tool of system playbooks.
+	QueryReadOnly(ctx context.Context, in *QueryReadOnlyRequest, opts ...grpc.CallOption) (*QueryReadOnlyResponse, error)
 }
 
 type stateServiceClient struct {
@@ -93,6 +103,26 @@ func (c *stateServiceClient) ListDueTimers(ctx context.Context, in *ListDueTimer
 	return out, nil
 }
 
+func (c *stateServiceClient) PurgeSnapshots(ctx context.Context, in *PurgeSnapshotsRequest, opts ...grpc.CallOption) (*PurgeSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeSnapshotsResponse)
+	err := c.cc.Invoke(ctx, StateService_PurgeSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *stateServiceClient) QueryReadOnly(ctx context.Context, in *QueryReadOnlyRequest, opts ...grpc.CallOption) (*QueryReadOnlyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueryReadOnlyResponse)
+	err := c.cc.Invoke(ctx, StateService_QueryReadOnly_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StateServiceServer is the server API for StateService service.
 // All implementations must embed UnimplementedStateServiceServer
 // for forward compatibility.
@@ -108,6 +138,14 @@ type StateServiceServer interface {
 	ListExecutions(context.Context, *ListExecutionsRequest) (*ListExecutionsResponse, error)
 	// ListDueTimers returns timers that are due and not fired, and when the next one is due.
 	ListDueTimers(context.Context, *ListDueTimersRequest) (*ListDueTimersResponse, error)
+	// PurgeSnapshots deletes the state snapshots of executions that are gone from the log
+	// (purged by retention), the ones named or all such orphans. Service principals only.
+	PurgeSnapshots(context.Context, *PurgeSnapshotsRequest) (*PurgeSnapshotsResponse, error)
+	// QueryReadOnly runs one read-only SQL query on schema noetl, in a read-only
+	// transaction with a statement timeout and a row cap, as the statebuilder's role (so it
+	// sees the log, the executions, the timers and the snapshots). Service principals only:
+	// the system_sql_read tool of system playbooks.
+	QueryReadOnly(context.Context, *QueryReadOnlyRequest) (*QueryReadOnlyResponse, error)
 	mustEmbedUnimplementedStateServiceServer()
 }
 
@@ -129,6 +167,12 @@ func (UnimplementedStateServiceServer) ListExecutions(context.Context, *ListExec
 }
 func (UnimplementedStateServiceServer) ListDueTimers(context.Context, *ListDueTimersRequest) (*ListDueTimersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDueTimers not implemented")
+}
+func (UnimplementedStateServiceServer) PurgeSnapshots(context.Context, *PurgeSnapshotsRequest) (*PurgeSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeSnapshots not implemented")
+}
+func (UnimplementedStateServiceServer) QueryReadOnly(context.Context, *QueryReadOnlyRequest) (*QueryReadOnlyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QueryReadOnly not implemented")
 }
 func (UnimplementedStateServiceServer) mustEmbedUnimplementedStateServiceServer() {}
 func (UnimplementedStateServiceServer) testEmbeddedByValue()                      {}
@@ -223,6 +267,42 @@ func _StateService_ListDueTimers_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StateService_PurgeSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StateServiceServer).PurgeSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StateService_PurgeSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StateServiceServer).PurgeSnapshots(ctx, req.(*PurgeSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StateService_QueryReadOnly_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QueryReadOnlyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StateServiceServer).QueryReadOnly(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StateService_QueryReadOnly_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StateServiceServer).QueryReadOnly(ctx, req.(*QueryReadOnlyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // StateService_ServiceDesc is the grpc.ServiceDesc for StateService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -245,6 +325,14 @@ var StateService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDueTimers",
 			Handler:    _StateService_ListDueTimers_Handler,
+		},
+		{
+			MethodName: "PurgeSnapshots",
+			Handler:    _StateService_PurgeSnapshots_Handler,
+		},
+		{
+			MethodName: "QueryReadOnly",
+			Handler:    _StateService_QueryReadOnly_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
