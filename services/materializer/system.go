@@ -14,7 +14,7 @@ import (
 
 // system executes the privileged requests of the system_* tools (package sysop): the
 // purge of terminal executions' logs, which only the materializer, the log's sole writer,
-// may run (through noetl.purge_executions, migration 00014), and the cleanup of its own
+// may run (through noetl.purge_executions, migration 00015), and the cleanup of its own
 // dead lease rows. Each answer is sent after its transaction committed.
 type system struct {
 	w *writer.Writer

@@ -12,7 +12,7 @@ import (
 // Purge deletes, in one transaction, up to req.Limit terminal executions that ended more
 // than their tenant's retention ago (Postgres's clock), oldest first, with their events
 // and timers, through noetl.purge_executions: the one way out of the log, which only the
-// materializer's role may call (migration 00014). The answer lists what was deleted, once
+// materializer's role may call (migration 00015). The answer lists what was deleted, once
 // committed.
 func (w *Writer) Purge(ctx context.Context, req sysop.PurgeRequest) (*sysop.PurgeResponse, error) {
 	minMS := sysop.MinRetention.Milliseconds()
