@@ -21,6 +21,7 @@ import (
 const logsPlaybook = `apiVersion: noetl.io/v2
 kind: Playbook
 metadata: {name: chatty, path: tests/chatty}
+color: blue
 workflow:
   - step: start
     tool:
@@ -66,8 +67,16 @@ func TestLogsCommand(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "chatty.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(logsPlaybook), 0o600))
-	_, err = noetl("register", path)
-	require.NoError(t, err)
+	// register prints each warning the registration answers with: here a key the engine
+	// ignores.
+	root := newRoot()
+	var stderr bytes.Buffer
+	root.SetOut(io.Discard)
+	root.SetErr(&stderr)
+	root.SetArgs([]string{"--gateway", m.GRPCAddr, "--api-key", m.AdminKey, "register", path})
+	require.NoError(t, root.ExecuteContext(ctx))
+	require.Contains(t, stderr.String(), "noetl: warning: "+path+": ")
+	require.Contains(t, stderr.String(), `"color" is not read by this engine; it is ignored`)
 	out, err := noetl("run", "tests/chatty")
 	require.NoError(t, err, out)
 	var run Outcome

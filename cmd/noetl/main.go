@@ -167,7 +167,7 @@ func registerCmd(dial func() (*client, error)) *cobra.Command {
 				return err
 			}
 			defer func() { _ = c.conn.Close() }()
-			pb, err := register(cmd.Context(), c, args[0])
+			pb, err := register(cmd.Context(), c, args[0], cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -177,7 +177,9 @@ func registerCmd(dial func() (*client, error)) *cobra.Command {
 	}
 }
 
-func register(ctx context.Context, c *client, file string) (*apiv1.Playbook, error) {
+// register registers a playbook file and prints each warning the registration answers
+// with (a key it ignores, a construct it does not enforce) to warnings.
+func register(ctx context.Context, c *client, file string, warnings io.Writer) (*apiv1.Playbook, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
@@ -190,7 +192,7 @@ func register(ctx context.Context, c *client, file string) (*apiv1.Playbook, err
 		return nil, err
 	}
 	for _, w := range resp.GetPlaybook().GetWarnings() {
-		fmt.Fprintf(os.Stderr, "noetl: warning: %s: %s\n", file, w)
+		_, _ = fmt.Fprintf(warnings, "noetl: warning: %s: %s\n", file, w)
 	}
 	return resp.GetPlaybook(), nil
 }
@@ -216,7 +218,7 @@ func runFile(ctx context.Context, c *client, target string, sets, labels []strin
 	path := target
 	var content string
 	if _, err := os.Stat(target); err == nil {
-		pb, err := register(ctx, c, target)
+		pb, err := register(ctx, c, target, os.Stderr)
 		if err != nil {
 			return nil, err
 		}
