@@ -305,3 +305,62 @@ workflow:
 		require.True(t, slices.Contains(listed(t, acme), y.GetExecutionId()))
 	})
 }
+
+// TestCleanupAndStalledReportReportWhatTheyFound runs system/cleanup and
+// system/stalled_report from their schedules: cleanup removes an expired result, an
+// orphaned chunk and snapshot, a dead materializer replica row and an expired lease, and
+// counts each; the report lists a running execution whose log has not grown for an hour.
+func TestCleanupAndStalledReportReportWhatTheyFound(t *testing.T) {
+	m := startAuthMesh(t, mesh.Config{SystemPlaybooks: true})
+	ctx := context.Background()
+	db, err := pgx.Connect(ctx, m.PostgresURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close(context.Background()) })
+	r := &retentionRig{t: t, m: m, db: db}
+	system := newClient(t, m, m.AdminKey)
+
+	for _, q := range []string{
+		`INSERT INTO noetl.result (tenant, result_id, execution_id, content_type, size, sha256, expires_at) VALUES ('default', 'r-expired', 'x-gone', 'application/json', 2, 'x', now() - interval '1 hour')`,
+		`INSERT INTO noetl.result_chunk (tenant, result_id, idx, data) VALUES ('default', 'r-expired', 0, '\x7b7d')`,
+		`INSERT INTO noetl.result_chunk (tenant, result_id, idx, data) VALUES ('default', 'r-orphan', 0, '\x7b7d')`,
+		`INSERT INTO noetl.state_snapshot (execution_id, seq, body) VALUES ('x-purged', 1, '\x00')`,
+		`INSERT INTO noetl.materializer_replica (consumer, replica, expires_at) VALUES ('gone-group', 'r1', now() - interval '1 hour')`,
+		`INSERT INTO noetl.materializer_partition (consumer, partition, owner, expires_at) VALUES ('gone-group', 0, 'r1', now() - interval '1 hour')`,
+	} {
+		_, err := db.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	x := r.fire(system, "default", "system.cleanup")
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, x.GetStatus(), "error: %v", x.GetError())
+	require.Equal(t, "system/cleanup", x.GetPath())
+	removed := x.GetResult().GetStructValue().AsMap()["removed"].(map[string]any)
+	require.Equal(t, float64(1), removed["orphan_chunks"], "%v", removed)
+	require.Equal(t, float64(1), removed["orphan_snapshots"], "%v", removed)
+	require.Equal(t, float64(1), removed["dead_replicas"], "%v", removed)
+	require.Equal(t, float64(1), removed["stale_leases"], "%v", removed)
+	require.LessOrEqual(t, removed["expired_results"], float64(1), "%v", removed) // the resultstore's own sweeper may have been first
+	require.Equal(t, 0, r.count(`SELECT count(*) FROM noetl.result WHERE result_id = 'r-expired'`))
+	require.Equal(t, 0, r.count(`SELECT count(*) FROM noetl.result_chunk WHERE result_id IN ('r-expired', 'r-orphan')`))
+	require.Equal(t, 0, r.count(`SELECT count(*) FROM noetl.state_snapshot WHERE execution_id = 'x-purged'`))
+	require.Equal(t, 0, r.count(`SELECT count(*) FROM noetl.materializer_replica WHERE consumer = 'gone-group'`))
+	require.Equal(t, 1, r.count(`SELECT count(*) FROM noetl.materializer_partition WHERE consumer = 'gone-group' AND owner = ''`), "the lease is released, its cursor kept")
+	require.Positive(t, r.count(`SELECT count(*) FROM noetl.materializer_replica WHERE expires_at > now()`), "the live replica keeps its row")
+
+	_, err = system.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: keep})
+	require.NoError(t, err)
+	stuck := r.run(system, "tests/keep", map[string]any{"sleep": 600}, false)
+	moving := r.run(system, "tests/keep", map[string]any{"sleep": 600}, false)
+	_, err = db.Exec(ctx, `UPDATE noetl.execution SET updated_at = now() - interval '1 hour' WHERE execution_id = $1`, stuck)
+	require.NoError(t, err)
+	y := r.fire(system, "default", "system.stalled_report")
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, y.GetStatus(), "error: %v", y.GetError())
+	report := y.GetResult().GetStructValue().AsMap()
+	rows := report["rows"].([]any)
+	var ids []any
+	for _, row := range rows {
+		ids = append(ids, row.(map[string]any)["execution_id"])
+	}
+	require.Contains(t, ids, stuck, "%v", report)
+	require.NotContains(t, ids, moving, "%v", report)
+	require.Equal(t, "default", rows[slices.Index(ids, any(stuck))].(map[string]any)["tenant"])
+}
