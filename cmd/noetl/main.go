@@ -91,7 +91,7 @@ func newRoot() *cobra.Command {
 		return dialWith(gw, key, creds)
 	}
 	root.AddCommand(devCmd(), migrateCmd(), versionCmd(), registerCmd(dial), runCmd(dial), rerunCmd(dial), statusCmd(dial, &output), eventsCmd(dial, &output), cancelCmd(dial), apikeyCmd(dial, &output), resultCmd(dial, &output),
-		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output), schedulesCmd(dial, &output), logsCmd(dial, &output), triggersCmd(dial, &output))
+		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output), schedulesCmd(dial, &output), logsCmd(dial, &output), triggersCmd(dial, &output), systemCmd(dial, &output))
 	return root
 }
 
