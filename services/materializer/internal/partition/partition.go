@@ -99,12 +99,26 @@ func New(cfg Config, d Deps) *Replica {
 	lag.onPoll = sat.observe
 	m := newMetrics(d.Registry)
 	l := &loop{cfg: cfg, log: d.Log, nc: d.NC, js: d.JS, cursors: d.Cursors, w: d.Writer, m: m, tracer: d.Tracer, sat: sat, lag: lag}
+	l.group = newCommitter(l, cfg.BatchSize)
 	own := &ownership{l: l, log: d.Log, m: m, static: cfg.Static, every: cfg.RenewEvery, table: d.Leases, gone: d.Gone}
 	return &Replica{own: own, lag: lag, sat: sat, purge: newPurger(d.JS, d.Cursors, cfg.PurgeEvery, d.Log, d.Registry)}
 }
 
 // Run consumes the owned partitions until ctx ends, then hands the leases back.
-func (r *Replica) Run(ctx context.Context) error { return r.own.run(ctx) }
+func (r *Replica) Run(ctx context.Context) error {
+	// The committer outlives the partitions: a partition that stops waits for nothing, and
+	// a batch it handed over is committed or abandoned with the committer.
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.own.l.group.run(cctx)
+	}()
+	err := r.own.run(ctx)
+	cancel()
+	<-done
+	return err
+}
 
 // RunPurge purges NOETL_EVENTS of committed events until ctx ends (purge.go).
 func (r *Replica) RunPurge(ctx context.Context) error { return r.purge.run(ctx) }
@@ -164,6 +178,8 @@ type loop struct {
 	tracer  trace.Tracer
 	sat     *saturation
 	lag     *lagMonitor
+	// group commits the partitions' batches, several per transaction (group.go).
+	group *committer
 }
 
 // consume runs partition p until ctx ends. It reads the partition's events in stream order
@@ -294,10 +310,10 @@ func (l *loop) process(ctx context.Context, p int, msgs []jetstream.Msg, cursor 
 	if md, err := msgs[len(msgs)-1].Metadata(); err == nil {
 		last = md.Sequence.Stream
 	}
-	cur := &writer.Cursor{Group: l.cfg.Group, Partition: p, StreamSeq: cursor}
+	j := &job{partition: p, evs: evs, bodies: bodies, msgs: keep, cursor: writer.Cursor{Group: l.cfg.Group, Partition: p, StreamSeq: cursor}}
 	backoff := 100 * time.Millisecond
 	for {
-		err := l.commit(ctx, evs, bodies, keep, cur)
+		err := l.group.submit(ctx, j)
 		if err == nil {
 			break
 		}
@@ -315,17 +331,28 @@ func (l *loop) process(ctx context.Context, p int, msgs []jetstream.Msg, cursor 
 	return last, nil
 }
 
-// commit writes evs in one transaction, then forwards the committed commands and the
-// commit notices. An error means the batch must be processed again (as after a crash):
+// commit writes the batches of jobs (of distinct partitions) in one transaction, moving
+// their partitions' cursors in it, then forwards the committed commands and the commit
+// notices. An error means every batch must be processed again (as after a crash):
 // whatever was committed comes back as duplicates, whose commands and notices are
 // forwarded again.
-func (l *loop) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte, msgs []jetstream.Msg, cursor *writer.Cursor) error {
+func (l *loop) commit(ctx context.Context, jobs []*job) error {
+	var evs []*eventv1.Event
+	var bodies [][]byte
+	var msgs []jetstream.Msg
+	var cursors []writer.Cursor
+	for _, j := range jobs {
+		evs, bodies, msgs = append(evs, j.evs...), append(bodies, j.bodies...), append(msgs, j.msgs...)
+		if j.cursor.StreamSeq > 0 {
+			cursors = append(cursors, j.cursor)
+		}
+	}
 	if len(evs) == 0 {
 		return nil
 	}
 	spans := l.startSpans(ctx, evs, msgs)
 	start := time.Now()
-	res, err := l.w.Commit(ctx, evs, bodies, cursor)
+	res, err := l.w.Commit(ctx, evs, bodies, cursors...)
 	if err != nil {
 		spans.end(err)
 		return fmt.Errorf("commit: %w", err)

@@ -137,7 +137,7 @@ type execState struct {
 	present, decide bool
 }
 
-// Commit writes evs in one transaction; cursor, when not nil, is moved in it too. The
+// Commit writes evs in one transaction; each of cursors is moved in it too. The
 // transaction costs two round trips: the first creates the executions the batch starts,
 // locks the batch's executions (in id order) and finds which events are already logged;
 // the second inserts the new events, updates the projections and commits. Between them
@@ -148,7 +148,7 @@ type execState struct {
 //
 // bodies, when not nil, holds each event as published (index-aligned with evs): an event
 // published without seq and commit time is stored as those bytes, not marshalled again.
-func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte, cursor *Cursor) (*Result, error) {
+func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte, cursors ...Cursor) (*Result, error) {
 	now := time.Now
 	if w.Now != nil {
 		now = w.Now
@@ -336,8 +336,10 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 			return nil, fmt.Errorf("append events: %w", err)
 		}
 	}
-	if cursor != nil && cursor.StreamSeq > 0 {
-		b.Queue(sqlCursor, cursor.Group, cursor.Partition, int64(cursor.StreamSeq))
+	for _, c := range cursors {
+		if c.StreamSeq > 0 {
+			b.Queue(sqlCursor, c.Group, c.Partition, int64(c.StreamSeq))
+		}
 	}
 	// Under tests with failpoints the commit is a statement of its own, so a crash between
 	// insert and commit can be simulated.

@@ -42,7 +42,7 @@ func TestCommitDedupesSequencesAndRejects(t *testing.T) {
 		wrongTenant,
 		ev("zzz", "z1", domain.EventStepEnter), // unknown execution
 		ev("b", "b2", domain.EventCommandCompleted),
-	}, nil, nil)
+	}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Committed, Committed, Committed, Duplicate, Rejected, Rejected, Committed}, res.Outcomes)
 	require.Equal(t, 4, res.Committed)
@@ -53,19 +53,19 @@ func TestCommitDedupesSequencesAndRejects(t *testing.T) {
 	}
 
 	// A redelivery of the whole batch changes nothing but still re-sends notices.
-	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a1", domain.EventPlaybookStarted), ev("a", "a2", domain.EventStepEnter)}, nil, nil)
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a1", domain.EventPlaybookStarted), ev("a", "a2", domain.EventStepEnter)}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Duplicate, Duplicate}, res.Outcomes)
 	require.Len(t, res.Notices, 1)
 	require.Equal(t, int64(2), res.Notices[0].GetSeq())
 
 	// After the terminal event only its duplicate is accepted (as a duplicate).
-	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted), ev("a", "a10", domain.EventStepEnter)}, nil, nil)
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted), ev("a", "a10", domain.EventStepEnter)}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Committed, Rejected}, res.Outcomes)
 	require.True(t, res.Notices[0].GetTerminal())
 	require.False(t, res.Notices[0].GetNeedsDecision())
-	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted)}, nil, nil)
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventPlaybookCompleted)}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Duplicate}, res.Outcomes)
 
@@ -107,7 +107,7 @@ func TestCommitTerminalInsideBatchAndTimers(t *testing.T) {
 		ev("c", "c6", domain.EventStepEnter), // after the terminal event
 		ev("c", "c5", domain.EventPlaybookFailed),
 		ev("c", "c2", domain.EventTimerScheduled),
-	}, nil, nil)
+	}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Committed, Committed, Committed, Committed, Committed, Rejected, Duplicate, Duplicate}, res.Outcomes)
 	require.Len(t, res.Notices, 1)
@@ -145,7 +145,7 @@ func TestCommitMovesTheCursorAndKeepsBodies(t *testing.T) {
 	started := ev("d", "d1", domain.EventPlaybookStarted)
 	published, err := proto.Marshal(started)
 	require.NoError(t, err)
-	res, err := w.Commit(ctx, []*eventv1.Event{started}, [][]byte{published}, &Cursor{Group: "g", Partition: 3, StreamSeq: 42})
+	res, err := w.Commit(ctx, []*eventv1.Event{started}, [][]byte{published}, Cursor{Group: "g", Partition: 3, StreamSeq: 42})
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Committed}, res.Outcomes)
 	require.Equal(t, int64(1), started.GetSeq())
@@ -155,11 +155,11 @@ func TestCommitMovesTheCursorAndKeepsBodies(t *testing.T) {
 	require.Equal(t, published, body)
 
 	// A batch of duplicates moves it too; a cursor behind the stored one does not move it.
-	res, err = w.Commit(ctx, []*eventv1.Event{ev("d", "d1", domain.EventPlaybookStarted)}, nil, &Cursor{Group: "g", Partition: 3, StreamSeq: 50})
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("d", "d1", domain.EventPlaybookStarted)}, nil, Cursor{Group: "g", Partition: 3, StreamSeq: 50})
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Duplicate}, res.Outcomes)
 	require.Equal(t, int64(50), cursor())
-	_, err = w.Commit(ctx, []*eventv1.Event{ev("d", "d2", domain.EventStepEnter)}, nil, &Cursor{Group: "g", Partition: 3, StreamSeq: 7})
+	_, err = w.Commit(ctx, []*eventv1.Event{ev("d", "d2", domain.EventStepEnter)}, nil, Cursor{Group: "g", Partition: 3, StreamSeq: 7})
 	require.NoError(t, err)
 	require.Equal(t, int64(50), cursor())
 }
@@ -181,7 +181,7 @@ func TestCommitLargeBatch(t *testing.T) {
 		return append(evs, ev("e", "e1", domain.EventStepEnter)) // an in-batch duplicate
 	}
 	evs := batch()
-	res, err := w.Commit(ctx, evs, nil, nil)
+	res, err := w.Commit(ctx, evs, nil)
 	require.NoError(t, err)
 	require.Equal(t, len(evs)-1, res.Committed)
 	require.Equal(t, Duplicate, res.Outcomes[len(evs)-1])
@@ -200,7 +200,7 @@ func TestCommitLargeBatch(t *testing.T) {
 		require.Equal(t, e.GetEventId(), id)
 	}
 
-	res, err = w.Commit(ctx, batch(), nil, nil)
+	res, err = w.Commit(ctx, batch(), nil)
 	require.NoError(t, err)
 	require.Zero(t, res.Committed)
 	for _, o := range res.Outcomes {
@@ -228,7 +228,7 @@ func TestCommitKeepsOneOutcomePerCommand(t *testing.T) {
 	}
 	commit := func(evs ...*eventv1.Event) []Outcome {
 		t.Helper()
-		res, err := w.Commit(ctx, evs, nil, nil)
+		res, err := w.Commit(ctx, evs, nil)
 		require.NoError(t, err)
 		return res.Outcomes
 	}
@@ -282,7 +282,7 @@ func TestCommitProjectsTheLabelsOfAStart(t *testing.T) {
 	w := &Writer{DB: db}
 	labelled := ev("l", "l1", domain.EventPlaybookStarted)
 	labelled.PayloadJson = []byte(`{"path":"p","version":1,"workload":{},"labels":{"team":"data","env":"prod"}}`)
-	_, err = w.Commit(ctx, []*eventv1.Event{labelled, ev("u", "u1", domain.EventPlaybookStarted)}, nil, nil)
+	_, err = w.Commit(ctx, []*eventv1.Event{labelled, ev("u", "u1", domain.EventPlaybookStarted)}, nil)
 	require.NoError(t, err)
 	for id, want := range map[string]string{"l": `{"env": "prod", "team": "data"}`, "u": `{}`} {
 		var got string
@@ -308,7 +308,7 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 		ev("a", "a2", domain.EventStepEnter), // in-batch duplicate: carried once
 		ev("b", "b2", domain.EventStepEnter),
 		issued("a", "a3"),
-	}, nil, nil)
+	}, nil)
 	require.NoError(t, err)
 	carried := map[string][]string{}
 	for _, n := range res.Notices {
@@ -344,14 +344,14 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 	require.Len(t, res.Commands, 1)
 	require.Equal(t, "a3-cmd", res.Commands[0].GetCommandId(), "the command is still forwarded")
 
-	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a2", domain.EventStepEnter)}, nil, nil)
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a2", domain.EventStepEnter)}, nil)
 	require.NoError(t, err)
 	require.Len(t, res.Notices, 1)
 	require.Empty(t, res.Notices[0].GetEvents(), "duplicates only: nothing new to carry")
 
 	big := ev("a", "a4", domain.EventCommandCompleted)
 	big.ResultJson = []byte(fmt.Sprintf("%q", make([]byte, NoticeEventsBudget)))
-	res, err = w.Commit(ctx, []*eventv1.Event{big}, nil, nil)
+	res, err = w.Commit(ctx, []*eventv1.Event{big}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Committed}, res.Outcomes)
 	require.EqualValues(t, 4, res.Notices[0].GetSeq())
