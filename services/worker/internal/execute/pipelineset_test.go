@@ -2,6 +2,7 @@ package execute
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -38,4 +39,34 @@ func TestAttemptCountsDurableRetries(t *testing.T) {
 	evs := ex.Execute(context.Background(), cmd)
 	require.Len(t, evs, 1)
 	require.JSONEq(t, `{"attempt": 3}`, string(evs[0].GetResultJson()))
+}
+
+// failing is a tool that always fails.
+type failing struct{}
+
+func (failing) Run(context.Context, *tools.Call) (any, error) {
+	return nil, &tools.Error{Msg: "boom"}
+}
+
+// TestRetriesOutCountEveryRun: a step whose retry policy runs out names how many runs it
+// had, the commands of a durable retry (the last command is attempt 3 of 3) as well as the
+// runs within one command (a pipeline's item retried without a delay).
+func TestRetriesOutCountEveryRun(t *testing.T) {
+	ex := testExecutor()
+	ex.Tools["fails"] = failing{}
+	ex.Tools["noop"] = tools.Noop{}
+	retry := func(delay int) []byte {
+		return fmt.Appendf(nil, `{"spec": {"policy": {"rules": [{"when": "{{ output.status == 'error' }}", "then": {"do": "retry", "attempts": 3, "delay": %d}}]}}}`, delay)
+	}
+	durable := &eventv1.Command{CommandId: "c3", ExecutionId: "x1", Tenant: "t", Step: "s", PlaybookPath: "p", Attempt: 3,
+		Iteration: &eventv1.Iteration{Index: -1}, Tools: []*eventv1.ToolCall{{Kind: "fails", ConfigJson: retry(1)}}}
+	evs := ex.Execute(context.Background(), durable)
+	require.Len(t, evs, 1)
+	require.Contains(t, evs[0].GetError().GetMessage(), "failed after 3 attempts: boom")
+
+	inCommand := &eventv1.Command{CommandId: "c4", ExecutionId: "x1", Tenant: "t", Step: "s", PlaybookPath: "p", Attempt: 1,
+		Iteration: &eventv1.Iteration{Index: -1}, Tools: []*eventv1.ToolCall{{Kind: "noop", ConfigJson: []byte(`{}`)}, {Kind: "fails", ConfigJson: retry(0)}}}
+	evs = ex.Execute(context.Background(), inCommand)
+	require.Len(t, evs, 1)
+	require.Contains(t, evs[0].GetError().GetMessage(), "failed after 3 attempts: boom")
 }

@@ -117,11 +117,15 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 			// the orchestrator (it survives restarts and frees this slot), and so does the
 			// retry of an attempt past its spec.timeout; retries inside pipelines and loop
 			// iterations wait here (past the timeout they cannot: the attempt is over).
+			// ran counts the runs so far: the commands of a durable retry, or the runs of
+			// this item within the command.
+			ran := attempts[i]
 			durable := len(calls) == 1 && cmd.GetIteration().GetIndex() < 0
 			if delay := backoff(action, int(cmd.GetAttempt())); (delay > 0 || timedOut) && durable {
 				if int(cmd.GetAttempt()) < max {
 					return nil, &retryRequest{attempts: int32(max), delay: delay, cause: runErr}
 				}
+				ran = int(cmd.GetAttempt())
 			} else if attempts[i] < max && !timedOut {
 				if err := sleepCtx(ctx, backoff(action, attempts[i])); err != nil {
 					return nil, err
@@ -129,7 +133,7 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 				continue
 			}
 			if runErr != nil {
-				return nil, fmt.Errorf("%s: failed after %d attempts: %w", where, attempts[i], runErr)
+				return nil, fmt.Errorf("%s: failed after %s: %w", where, runs(ran), runErr)
 			}
 			// A successful output that still asks for a retry after the last attempt goes on.
 		case playbook.DoFail:
@@ -245,4 +249,12 @@ func (e *Executor) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv
 		Tenant: cmd.GetTenant(), ExecutionID: cmd.GetExecutionId(), PlaybookPath: cmd.GetPlaybookPath()})
 	telemetry.ErrorStatus(span, scrub.FromContext(ctx).Err(err))
 	return res, err
+}
+
+// runs reads n runs of a tool: "1 attempt", "3 attempts".
+func runs(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
 }
