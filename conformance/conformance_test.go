@@ -370,6 +370,18 @@ func cases() []expectation {
 			code, got := r.api.do("GET", "/v1/playbooks/%2Fconformance%2Fleading_slash", nil)
 			require.Equal(t, http.StatusOK, code, "the slashed spelling finds the entry: %v", got)
 		}},
+		{file: "engine.system_sql_read.yaml", status: completed, check: func(t *testing.T, r run) {
+			start := r.stepResult("start")
+			rows, _ := start["rows"].([]any)
+			require.Len(t, rows, 1, "%v", start)
+			row, _ := rows[0].(map[string]any)
+			require.EqualValues(t, 1, row["status"], "the execution reads itself running: %v", row)
+			require.Equal(t, "system/conformance_sql_read", row["playbook_path"])
+			require.GreaterOrEqual(t, row["events"], float64(3), "playbook.started, step.enter, command.issued at least: %v", row)
+			capped := r.stepResult("capped")
+			require.Equal(t, true, capped["truncated"], "%v", capped)
+			require.EqualValues(t, 2, capped["row_count"], "%v", capped)
+		}},
 		{file: "engine.step_logs.yaml", status: completed, check: func(t *testing.T, r run) {
 			require.EqualValues(t, 3, r.stepResult("say")["ticks"], "%v", r.stepResult("say"))
 			code, page := r.api.do("GET", "/v1/executions/"+r.id+"/logs?step=say", nil)
