@@ -21,18 +21,9 @@ import (
 // TestReconcilerRecoversLostNoticesAndCommands loses a commit notice and, separately, a
 // committed command; the execution stalls until the reconciler re-drives it.
 func TestReconcilerRecoversLostNoticesAndCommands(t *testing.T) {
-	pg := testkit.StartPostgres(t)
-	natsURL := testkit.StartNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, ReconcileEvery: 200 * time.Millisecond, StaleAfter: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(m.Stop)
-	conn, err := m.Dial()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	h := &harness{m: m, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn)}
-	t.Cleanup(failpoint.Reset)
+	h := reconcilingMesh(t, ctx)
 	for _, point := range []string{failpoint.MaterializerLoseNotice, failpoint.MaterializerLoseCommand} {
 		t.Run(point, func(t *testing.T) {
 			failpoint.Reset()
@@ -47,6 +38,22 @@ func TestReconcilerRecoversLostNoticesAndCommands(t *testing.T) {
 			require.Equal(t, 1, failpoint.Hits(point), "the message was lost once")
 		})
 	}
+}
+
+// reconcilingMesh starts a mesh whose reconciler re-drives an execution still for a second,
+// and resets the failpoints when the test ends.
+func reconcilingMesh(t *testing.T, ctx context.Context) *harness {
+	t.Helper()
+	pg := testkit.StartPostgres(t)
+	natsURL := testkit.StartNATS(t)
+	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, ReconcileEvery: 200 * time.Millisecond, StaleAfter: time.Second})
+	require.NoError(t, err)
+	t.Cleanup(m.Stop)
+	conn, err := m.Dial()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	t.Cleanup(failpoint.Reset)
+	return &harness{m: m, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn)}
 }
 
 // A loop whose three iterations are issued at once, as the execution's first commands.
@@ -72,18 +79,10 @@ workflow:
 // and, separately, the command of a retry's second attempt: the reconciler finds each
 // in the log, sees that the commands stream no longer holds it, and publishes it again.
 func TestReconcilerRepublishesLostLoopAndRetryCommands(t *testing.T) {
-	pg := testkit.StartPostgres(t)
-	natsURL := testkit.StartNATS(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL, ReconcileEvery: 200 * time.Millisecond, StaleAfter: time.Second})
-	require.NoError(t, err)
-	t.Cleanup(m.Stop)
-	conn, err := m.Dial()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	cat, exe := apiv1.NewCatalogServiceClient(conn), apiv1.NewExecutionServiceClient(conn)
-	t.Cleanup(failpoint.Reset)
+	h := reconcilingMesh(t, ctx)
+	cat, exe := h.cat, h.exe
 	issued := func(id string) map[string]int {
 		resp, err := exe.ListExecutionEvents(ctx, &apiv1.ListExecutionEventsRequest{ExecutionId: id, PageSize: 1000})
 		require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +23,29 @@ func batchOf(p, events int) *job {
 	return j
 }
 
+// fakeCommit records the partitions of each group it is given; the first group waits for
+// release (the transaction that runs while the others queue up), and a group holding
+// partition 3 fails with poison.
+func fakeCommit(mu *sync.Mutex, groups *[][]int, release chan struct{}, poison error) func(context.Context, []*job) error {
+	return func(_ context.Context, jobs []*job) error {
+		var parts []int
+		for _, j := range jobs {
+			parts = append(parts, j.partition)
+		}
+		mu.Lock()
+		first := len(*groups) == 0
+		*groups = append(*groups, parts)
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		if slices.Contains(parts, 3) {
+			return poison
+		}
+		return nil
+	}
+}
+
 // TestCommitterGroupsWaitingBatches: batches that wait while a transaction runs are
 // committed together in the next one, up to the event bound; a group that fails is
 // committed again batch by batch, so only the failing partition's batch fails.
@@ -31,25 +55,7 @@ func TestCommitterGroupsWaitingBatches(t *testing.T) {
 	var groups [][]int
 	poison := errors.New("partition 3 cannot commit")
 	c := &committer{jobs: make(chan *job, committerQueue), maxEvents: 10}
-	c.commit = func(_ context.Context, jobs []*job) error {
-		var parts []int
-		for _, j := range jobs {
-			parts = append(parts, j.partition)
-		}
-		mu.Lock()
-		first := len(groups) == 0
-		groups = append(groups, parts)
-		mu.Unlock()
-		if first {
-			<-release // the first transaction runs while the others queue up
-		}
-		for _, p := range parts {
-			if p == 3 {
-				return poison
-			}
-		}
-		return nil
-	}
+	c.commit = fakeCommit(&mu, &groups, release, poison)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go c.run(ctx)
@@ -97,25 +103,7 @@ func TestCommitterGroupsWaitingBatches(t *testing.T) {
 	groups = nil
 	mu.Unlock()
 	blocker := make(chan struct{})
-	c.commit = func(_ context.Context, jobs []*job) error {
-		var parts []int
-		for _, j := range jobs {
-			parts = append(parts, j.partition)
-		}
-		mu.Lock()
-		first := len(groups) == 0
-		groups = append(groups, parts)
-		mu.Unlock()
-		if first {
-			<-blocker
-		}
-		for _, p := range parts {
-			if p == 3 {
-				return poison
-			}
-		}
-		return nil
-	}
+	c.commit = fakeCommit(&mu, &groups, blocker, poison)
 	outcome = map[int]error{}
 	submit(batchOf(0, 1))
 	testkit.WaitFor(t, 5*time.Second, func() error {
