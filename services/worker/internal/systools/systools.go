@@ -185,9 +185,6 @@ func (p *purge) Run(ctx context.Context, c *tools.Call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.d == nil {
-		return nil, invalid(c.Kind, ErrNotWired)
-	}
 	retention, err := duration(c.Config, "retention", 0)
 	if err != nil {
 		return nil, invalid(c.Kind, err)
@@ -199,22 +196,27 @@ func (p *purge) Run(ctx context.Context, c *tools.Call) (any, error) {
 	if err != nil || rounds < 1 || rounds > 1000 {
 		return nil, invalid(c.Kind, fmt.Errorf("max_rounds: must be between 1 and 1000"))
 	}
+	var tenants map[string]int64
+	if m, ok := c.Config["tenants"].(map[string]any); ok && len(m) > 0 && sc.platform {
+		tenants = map[string]int64{}
+		for t := range m {
+			d, err := duration(m, t, 0)
+			if err != nil {
+				return nil, invalid(c.Kind, fmt.Errorf("tenants.%w", err))
+			}
+			if d < sysop.MinRetention {
+				return nil, invalid(c.Kind, fmt.Errorf("tenants.%s: %s is shorter than the minimum of %s", t, d, sysop.MinRetention))
+			}
+			tenants[t] = d.Milliseconds()
+		}
+	}
+	if p.d == nil {
+		return nil, invalid(c.Kind, ErrNotWired)
+	}
 	req := sysop.PurgeRequest{RetentionMS: retention.Milliseconds(), Limit: purgeBatch}
 	principal := auth.ServicePrincipal("worker-" + p.pool)
 	if sc.platform {
-		if m, ok := c.Config["tenants"].(map[string]any); ok && len(m) > 0 {
-			req.Tenants = map[string]int64{}
-			for t := range m {
-				d, err := duration(m, t, 0)
-				if err != nil {
-					return nil, invalid(c.Kind, fmt.Errorf("tenants.%w", err))
-				}
-				if d < sysop.MinRetention {
-					return nil, invalid(c.Kind, fmt.Errorf("tenants.%s: %s is shorter than the minimum of %s", t, d, sysop.MinRetention))
-				}
-				req.Tenants[t] = d.Milliseconds()
-			}
-		}
+		req.Tenants = tenants
 		list, err := p.d.Orchestrator.ListSystemPlaybooks(ctx, &orchv1.ListSystemPlaybooksRequest{Name: sc.name})
 		if err != nil {
 			return nil, failure(c.Kind+": overrides of system/"+sc.name, err)
@@ -316,12 +318,12 @@ func (t *cleanup) Run(ctx context.Context, c *tools.Call) (any, error) {
 	if !sc.platform {
 		return nil, invalid(c.Kind, errors.New("only the platform's system/ playbooks may clean up"))
 	}
-	if t.d == nil {
-		return nil, invalid(c.Kind, ErrNotWired)
-	}
 	grace, err := duration(c.Config, "grace", 10*time.Minute)
 	if err != nil || grace < 0 {
 		return nil, invalid(c.Kind, fmt.Errorf("grace: want a duration of zero or more"))
+	}
+	if t.d == nil {
+		return nil, invalid(c.Kind, ErrNotWired)
 	}
 	var mat sysop.CleanupResponse
 	if err := sysop.Call(ctx, t.d.NC, t.d.Trust, auth.ServicePrincipal("worker-"+t.pool), sysop.OpCleanup, sysop.CleanupRequest{GraceMS: grace.Milliseconds()}, &mat); err != nil {
@@ -370,9 +372,6 @@ func (t *sqlRead) Run(ctx context.Context, c *tools.Call) (any, error) {
 	if !sc.platform {
 		return nil, invalid(c.Kind, errors.New("only the platform's system/ playbooks may read the noetl schema"))
 	}
-	if t.d == nil {
-		return nil, invalid(c.Kind, ErrNotWired)
-	}
 	sql, _ := c.Config["sql"].(string)
 	if strings.TrimSpace(sql) == "" {
 		return nil, invalid(c.Kind, errors.New("sql: required"))
@@ -394,6 +393,9 @@ func (t *sqlRead) Run(ctx context.Context, c *tools.Call) (any, error) {
 	timeout, err := duration(c.Config, "timeout", 5*time.Second)
 	if err != nil || timeout <= 0 || timeout > time.Minute {
 		return nil, invalid(c.Kind, errors.New("timeout: must be a duration up to 1m"))
+	}
+	if t.d == nil {
+		return nil, invalid(c.Kind, ErrNotWired)
 	}
 	resp, err := t.d.State.QueryReadOnly(ctx, &sbv1.QueryReadOnlyRequest{Sql: sql, ParamsJson: params, MaxRows: int32(maxRows), TimeoutMs: int32(timeout.Milliseconds())})
 	if err != nil {
