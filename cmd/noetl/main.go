@@ -62,6 +62,7 @@ type client struct {
 	cred  apiv1.CredentialServiceClient
 	sched apiv1.ScheduleServiceClient
 	trig  apiv1.TriggerServiceClient
+	plug  apiv1.PluginServiceClient
 }
 
 func newRoot() *cobra.Command {
@@ -91,7 +92,7 @@ func newRoot() *cobra.Command {
 		return dialWith(gw, key, creds)
 	}
 	root.AddCommand(devCmd(), migrateCmd(), versionCmd(), registerCmd(dial), runCmd(dial), rerunCmd(dial), statusCmd(dial, &output), eventsCmd(dial, &output), cancelCmd(dial), apikeyCmd(dial, &output), resultCmd(dial, &output),
-		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output), schedulesCmd(dial, &output), logsCmd(dial, &output), triggersCmd(dial, &output), systemCmd(dial, &output))
+		executionsCmd(dial, &output), playbooksCmd(dial, &output), credentialsCmd(dial, &output), schedulesCmd(dial, &output), logsCmd(dial, &output), triggersCmd(dial, &output), systemCmd(dial, &output), pluginsCmd(dial, &output))
 	return root
 }
 
@@ -153,7 +154,7 @@ func dialWith(addr, key string, creds credentials.TransportCredentials) (*client
 	if err != nil {
 		return nil, err
 	}
-	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), admin: apiv1.NewAdminServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn), sched: apiv1.NewScheduleServiceClient(conn), trig: apiv1.NewTriggerServiceClient(conn)}, nil
+	return &client{conn: conn, cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), admin: apiv1.NewAdminServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn), sched: apiv1.NewScheduleServiceClient(conn), trig: apiv1.NewTriggerServiceClient(conn), plug: apiv1.NewPluginServiceClient(conn)}, nil
 }
 
 func registerCmd(dial func() (*client, error)) *cobra.Command {

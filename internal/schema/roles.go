@@ -58,6 +58,8 @@ var grants = []Grant{
 	{Orchestrator, "schedule_tick", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	// Triggers are the orchestrator's own rows (package trigger).
 	{Orchestrator, "trigger", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	// WebAssembly plug-in versions are the orchestrator's, immutable like the catalog's.
+	{Orchestrator, "plugin", []string{"SELECT", "INSERT"}},
 	// The materializer is the sole writer of the log, which it only appends to, and of the
 	// projections it updates in the same transaction; the lease tables are its own.
 	{Materializer, "event", []string{"SELECT", "INSERT"}},

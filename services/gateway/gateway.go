@@ -215,7 +215,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer func() { _ = rc.Close() }()
 	keys := orchv1.NewApiKeyServiceClient(oc)
 	impl := &api.Server{Orchestrator: orchv1.NewOrchestratorServiceClient(oc), Credentials: orchv1.NewCredentialServiceClient(oc), State: sbv1.NewStateServiceClient(sc), Results: rsv1.NewResultStoreServiceClient(rc), Keys: keys,
-		Schedules: orchv1.NewScheduleServiceClient(oc), Triggers: orchv1.NewTriggerServiceClient(oc), System: orchv1.NewSystemServiceClient(oc), Watch: orchv1.NewWatchServiceClient(oc), Stopping: ctx.Done(), Tickets: trust, TicketTTL: cfg.TicketTTL, FlightLocation: cfg.FlightLocation}
+		Schedules: orchv1.NewScheduleServiceClient(oc), Triggers: orchv1.NewTriggerServiceClient(oc), System: orchv1.NewSystemServiceClient(oc), Plugins: orchv1.NewPluginServiceClient(oc), Watch: orchv1.NewWatchServiceClient(oc), Stopping: ctx.Done(), Tickets: trust, TicketTTL: cfg.TicketTTL, FlightLocation: cfg.FlightLocation}
 	authenticator, err := authn.New(authn.Config{
 		Insecure: cfg.Insecure, KeyCacheTTL: cfg.KeyCacheTTL, KeyCacheSize: cfg.KeyCacheSize,
 		JWT: authn.JWTConfig{
@@ -267,6 +267,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	apiv1.RegisterScheduleServiceServer(srv.GRPC, impl)
 	apiv1.RegisterTriggerServiceServer(srv.GRPC, impl)
 	apiv1.RegisterSystemServiceServer(srv.GRPC, impl)
+	apiv1.RegisterPluginServiceServer(srv.GRPC, impl)
 	srv.AddCheck("orchestrator", grpcx.HealthCheck(oc))
 	srv.AddCheck("statebuilder", grpcx.HealthCheck(sc))
 
@@ -298,6 +299,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		apiv1.RegisterScheduleServiceHandler,
 		apiv1.RegisterTriggerServiceHandler,
 		apiv1.RegisterSystemServiceHandler,
+		apiv1.RegisterPluginServiceHandler,
 	} {
 		if err := reg(ctx, mux, lc); err != nil {
 			return err

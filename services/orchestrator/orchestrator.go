@@ -10,6 +10,8 @@ import (
 	"net"
 	"time"
 
+	"google.golang.org/grpc"
+
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
@@ -27,6 +29,7 @@ import (
 	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 	"github.com/noetl/noetl/services/orchestrator/internal/engine"
 	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
+	"github.com/noetl/noetl/services/orchestrator/internal/plugin"
 	"github.com/noetl/noetl/services/orchestrator/internal/schedule"
 	"github.com/noetl/noetl/services/orchestrator/internal/server"
 	"github.com/noetl/noetl/services/orchestrator/internal/systembook"
@@ -238,9 +241,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := app.NewServer("orchestrator", log, grpcLis, adminLis, append(auth.ServerOptions(trust), tel.ServerOption())...)
+	// A plug-in's registration carries its module (plugin.MaxModuleBytes at most).
+	srv := app.NewServer("orchestrator", log, grpcLis, adminLis, append(auth.ServerOptions(trust), tel.ServerOption(), grpc.MaxRecvMsgSize(plugin.MaxModuleBytes+1<<20))...)
 	cat := catalog.New(db, playbook.NewRenderer(), 1024)
 	api := &server.Server{Catalog: cat, Keys: keystore.New(db), NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000), Sealer: sealer}
+	plugins := &plugin.Service{DB: db}
+	api.Plugins = plugins
+	orchv1.RegisterPluginServiceServer(srv.GRPC, plugins)
 	orchv1.RegisterOrchestratorServiceServer(srv.GRPC, api)
 	orchv1.RegisterCredentialServiceServer(srv.GRPC, api)
 	orchv1.RegisterApiKeyServiceServer(srv.GRPC, api)

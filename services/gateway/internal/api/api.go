@@ -54,6 +54,7 @@ type Server struct {
 	apiv1.UnimplementedScheduleServiceServer
 	apiv1.UnimplementedTriggerServiceServer
 	apiv1.UnimplementedSystemServiceServer
+	apiv1.UnimplementedPluginServiceServer
 
 	Orchestrator orchv1.OrchestratorServiceClient
 	Credentials  orchv1.CredentialServiceClient
@@ -66,6 +67,8 @@ type Server struct {
 	Triggers orchv1.TriggerServiceClient
 	// System lists the system playbooks and their overrides (SystemService).
 	System orchv1.SystemServiceClient
+	// Plugins stores the WebAssembly plug-ins (PluginService).
+	Plugins orchv1.PluginServiceClient
 	// Watch streams executions' committed events (WatchExecution).
 	Watch orchv1.WatchServiceClient
 	// Tickets signs Arrow Flight tickets (the internal secret's Trust).

@@ -71,6 +71,12 @@ var permissions = map[string]auth.Permission{
 	// Which system playbooks run and which tenants override them: anyone may read their
 	// own tenant's part; the system role sees every tenant's overrides.
 	apiv1.SystemService_ListSystemPlaybooks_FullMethodName: auth.PermRead,
+
+	// A plug-in is code steps run, like a playbook: registering one is the admin's,
+	// reading is anyone's.
+	apiv1.PluginService_RegisterPlugin_FullMethodName: auth.PermAdmin,
+	apiv1.PluginService_GetPlugin_FullMethodName:      auth.PermRead,
+	apiv1.PluginService_ListPlugins_FullMethodName:    auth.PermRead,
 }
 
 // Required returns the permission method needs; false when method is not mapped (and so

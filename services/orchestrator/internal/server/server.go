@@ -29,6 +29,7 @@ import (
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
 	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
+	"github.com/noetl/noetl/services/orchestrator/internal/plugin"
 )
 
 // Server implements OrchestratorService, CredentialService and ApiKeyService.
@@ -54,6 +55,9 @@ type Server struct {
 	// Registered, when set, is called after a playbook was registered (a tenant's override
 	// of a system playbook gets its schedule there, package systembook).
 	Registered func(ctx context.Context, e *catalog.Entry) error
+	// Plugins, when set, checks the wasm steps of a playbook being registered against the
+	// tenant's plug-ins.
+	Plugins *plugin.Service
 }
 
 // MaxWorkloadBytes is the public limit on an execution's workload as JSON, which the
@@ -76,7 +80,10 @@ func (s *Server) RegisterPlaybook(ctx context.Context, req *orchv1.RegisterPlayb
 	}
 	tenant := tenantOf(req.GetTenant())
 	e, err := s.Catalog.Register(ctx, tenant, req.GetContent(), func(pb *playbook.Playbook, path string) error {
-		return systemGuard(ctx, tenant, pb, path)
+		if err := systemGuard(ctx, tenant, pb, path); err != nil || s.Plugins == nil {
+			return err
+		}
+		return s.Plugins.CheckSteps(ctx, tenant, pb, path)
 	})
 	if err != nil {
 		var pe *playbook.Error
