@@ -10,7 +10,7 @@ import (
 // holds exactly these (a test of the worker checks it), plus SystemToolKinds on the
 // system pool. A kind a worker's configuration may switch off (shell: NOETL_WORKER_SHELL)
 // is still listed, and accepted: some pool may run it.
-var WorkerToolKinds = []string{"artifact", "duckdb", "http", "nats", "noop", "playbook", "postgres", "python", "secrets", "shell"}
+var WorkerToolKinds = []string{"artifact", "duckdb", "http", "nats", "noop", "playbook", "postgres", "python", "secrets", "shell", "wasm"}
 
 // SystemToolKinds are the tool kinds only the system pool's workers run, for playbooks
 // under system/.

@@ -26,7 +26,7 @@ func TestToolTableIsTheKindsRegistrationAccepts(t *testing.T) {
 	} {
 		t.Run(tc.pool, func(t *testing.T) {
 			t.Parallel()
-			table, _, closeTools := toolTable(Config{Pool: tc.pool}, tools.EgressPublic, nil, nil, nil, nil)
+			table, _, closeTools := toolTable(Config{Pool: tc.pool}, tools.EgressPublic, nil, nil, nil, nil, wasmDeps{})
 			defer closeTools()
 			require.ElementsMatch(t, tc.want, slices.Collect(maps.Keys(table)))
 			for k := range table {
@@ -49,7 +49,7 @@ func TestShellRunsOnlyWhereEnabled(t *testing.T) {
 		{"shared", true, true},
 		{"system", false, true},
 	} {
-		table, _, closeTools := toolTable(Config{Pool: tc.pool, Shell: tc.shell}, tools.EgressPublic, nil, nil, nil, nil)
+		table, _, closeTools := toolTable(Config{Pool: tc.pool, Shell: tc.shell}, tools.EgressPublic, nil, nil, nil, nil, wasmDeps{})
 		closeTools()
 		require.Equal(t, tc.on, table["shell"].(*tools.Shell).Enabled, "pool %s, NOETL_WORKER_SHELL=%v", tc.pool, tc.shell)
 	}

@@ -98,6 +98,8 @@ type Config struct {
 	// then are cancelled and left for redelivery. Zero, also the value of a Config built
 	// without Flags, cancels them at once.
 	DrainTimeout time.Duration
+	// Wasm configures kind: wasm (wasm.go).
+	Wasm WasmConfig
 }
 
 // Flags binds the configuration to flags and NOETL_* env vars.
@@ -124,6 +126,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Bool(&c.AllowPrivateHTTP, "allow-private-http", "NOETL_HTTP_ALLOW_PRIVATE", false, "deprecated: true means --http-egress private")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
 	c.Trace.Flags(fs)
+	c.Wasm.flags(fs)
 }
 
 // ParseFlags reads the worker's configuration from args and the NOETL_* environment. A
@@ -310,7 +313,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer func() { _ = sconn.Close() }()
 	sys := &systools.Deps{NC: nc, Trust: trust, Orchestrator: orchv1.NewSystemServiceClient(conn), Results: store.Results, State: sbv1.NewStateServiceClient(sconn)}
-	table, keychain, closeTools := toolTable(cfg, egress, resolve, orchv1.NewOrchestratorServiceClient(conn), store.Fetch, sys)
+	table, keychain, closeTools := toolTable(cfg, egress, resolve, orchv1.NewOrchestratorServiceClient(conn), store.Fetch, sys,
+		wasmDeps{plugins: orchv1.NewPluginServiceClient(conn), js: js})
 	defer closeTools()
 	metrics := execute.NewMetrics(cfg.Pool)
 	exec := &execute.Executor{Pool: cfg.Pool, Renderer: playbook.NewRenderer(), Tools: table, Keychain: keychain,
@@ -331,8 +335,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // playbook.SystemToolKinds on the system pool (a test keeps the two lists equal), and the
 // keychain that resolves commands' keychain entries. fetch loads stored results (kind
 // artifact); sys is what the system tools call (package systools). The returned func
-// releases the tools' pooled connections.
-func toolTable(cfg Config, egress tools.Egress, resolve tools.CredentialResolver, orch orchv1.OrchestratorServiceClient, fetch func(ctx context.Context, tenant, uri string) ([]byte, error), sys *systools.Deps) (tools.Registry, *tools.Keychain, func()) {
+// releases the tools' pooled connections. wd is what kind: wasm needs (wasm.go).
+func toolTable(cfg Config, egress tools.Egress, resolve tools.CredentialResolver, orch orchv1.OrchestratorServiceClient, fetch func(ctx context.Context, tenant, uri string) ([]byte, error), sys *systools.Deps, wd wasmDeps) (tools.Registry, *tools.Keychain, func()) {
 	pg := &tools.Postgres{Resolve: resolve}
 	httpTool := &tools.HTTP{Egress: egress, Resolve: resolve}
 	natsTool := &tools.NATS{Egress: egress, Resolve: resolve, Register: scrub.Register}
@@ -348,6 +352,8 @@ func toolTable(cfg Config, egress tools.Egress, resolve tools.CredentialResolver
 		"secrets":  &tools.Secrets{Resolve: resolve, Register: scrub.Register},
 		"nats":     natsTool,
 	}
+	wasmTool := newWasmTool(cfg, httpTool, fetch, wd)
+	r["wasm"] = wasmTool
 	keychain := &tools.Keychain{Resolve: resolve, Register: scrub.Register, HTTP: httpTool}
 	if cfg.Pool == "system" {
 		r["system_info"] = tools.SystemInfo{Pool: cfg.Pool, Worker: cfg.ID, Tools: &r}
@@ -357,5 +363,6 @@ func toolTable(cfg Config, egress tools.Egress, resolve tools.CredentialResolver
 		pg.Close()
 		httpTool.CloseIdleConnections()
 		natsTool.Close()
+		_ = wasmTool.Close(context.Background())
 	}
 }
