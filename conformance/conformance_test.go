@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -398,6 +399,9 @@ func cases() []expectation {
 			_, page = r.api.do("GET", "/v1/executions/"+r.id+"/logs?step=end", nil)
 			require.Empty(t, page["entries"], "a noop writes nothing")
 		}},
+		{file: "engine.wasm.yaml", status: completed, check: func(t *testing.T, r run) {
+			require.Equal(t, map[string]any{"message": "Good morning, Grace!", "fresh": true, "counted": true}, r.stepResult("check"))
+		}},
 		{file: "engine.nats_kv.yaml", status: completed, check: func(t *testing.T, r run) {
 			require.Equal(t, map[string]any{"text": "hello", "n": float64(1), "revision": float64(1), "other_found": false, "keys": []any{"greeting"}}, r.stepResult("check"))
 		}},
@@ -496,6 +500,16 @@ func TestConformance(t *testing.T) {
 		"client_id": "kc-client", "client_secret": "kc-client-secret-1",
 	}})
 	require.Equal(t, http.StatusOK, code, "credential kc_client: %v", resp)
+
+	// engine.wasm: the sample plug-in, built from the repository and registered as
+	// conformance/greeter, compressed as the CLI sends it.
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	_, err = zw.Write(testkit.BuildWasm(t, testkit.SamplePlugin, ""))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	code, resp = c.do("POST", "/v1/plugins", map[string]any{"path": "conformance/greeter", "module": z.Bytes()})
+	require.Equal(t, http.StatusOK, code, "plug-in conformance/greeter: %v", resp)
 
 	all := cases()
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))

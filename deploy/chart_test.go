@@ -805,6 +805,7 @@ func checkScaling(t *testing.T, r *rendered, tc testCase) {
 	t.Helper()
 	kedaOn := r.values["keda"].(map[string]any)["enabled"].(bool)
 	scaled := map[string]string{} // deployment -> "hpa" | "keda"
+	caps := map[string]int32{}    // worker pool -> maxReplicaCount
 	for _, h := range r.hpas {
 		ref := h.Spec.ScaleTargetRef
 		require.Equal(t, "Deployment", ref.Kind, h.Name)
@@ -846,6 +847,10 @@ func checkScaling(t *testing.T, r *rendered, tc testCase) {
 			pool := env["NOETL_WORKER_POOL"]
 			require.Equal(t, "NOETL_COMMANDS", tr.Metadata["stream"], so.Metadata.Name)
 			require.Equal(t, "worker-"+pool, tr.Metadata["consumer"], "%s scales pool %s on another consumer", so.Metadata.Name, pool)
+			caps[pool] = *so.Spec.MaxReplicaCount
+			for _, k := range []string{"NOETL_WASM_MEMORY_MB", "NOETL_WASM_TIMEOUT", "NOETL_WASM_CACHE_MODULES"} {
+				require.NotEmpty(t, env[k], "%s: %s", d.Name, k)
+			}
 		default:
 			t.Fatalf("%s scales %s with KEDA", so.Metadata.Name, comp)
 		}
@@ -873,6 +878,16 @@ func checkScaling(t *testing.T, r *rendered, tc testCase) {
 	}
 	if kedaOn {
 		require.Len(t, r.scaledObjects, len(tc.pools), "a ScaledObject per pool")
+		// The system pool runs the platform's own playbooks and plug-ins: it scales on its
+		// own consumer's lag, to a smaller cap than any user pool, so that it cannot take the
+		// cluster's capacity from the tenants' work.
+		if sys, ok := caps["system"]; ok {
+			for pool, c := range caps {
+				if pool != "system" {
+					require.Less(t, sys, c, "the system pool's maxReplicaCount (%d) must be below pool %s's (%d)", sys, pool, c)
+				}
+			}
+		}
 	}
 }
 
