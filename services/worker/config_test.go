@@ -25,6 +25,9 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		"NOETL_WORKER_CONCURRENCY":        configtest.Positive,
 		"NOETL_WORKER_DRAIN_TIMEOUT":      configtest.NonNegative,
 		"NOETL_WORKER_RESULT_STORE_RETRY": configtest.Positive,
+		"NOETL_WASM_MEMORY_MB":            configtest.Positive,
+		"NOETL_WASM_TIMEOUT":              configtest.Positive,
+		"NOETL_WASM_CACHE_MODULES":        configtest.Positive,
 	})
 	for _, tc := range []struct{ env, value, want string }{
 		{"NOETL_WORKER_CONCURRENCY", "8x", `NOETL_WORKER_CONCURRENCY="8x": invalid integer`},
@@ -34,6 +37,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		{"NOETL_WORKER_SHELL", "maybe", `NOETL_WORKER_SHELL="maybe": invalid boolean (want true or false)`},
 		{"NOETL_WORKER_SCRIPT_DIR", "/no/such/dir/noetl", `NOETL_WORKER_SCRIPT_DIR="/no/such/dir/noetl": not an existing directory`},
 		{"NOETL_WORKER_SCRIPT_DIR", "config_test.go", `NOETL_WORKER_SCRIPT_DIR="config_test.go": not a directory`},
+		{"NOETL_WASM_ENGINE", "jit", `NOETL_WASM_ENGINE="jit": must be compiler or interpreter`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)
