@@ -4,8 +4,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
-	"sort"
+	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -17,13 +18,35 @@ const stringPiece = 64 << 10
 // memory: maps, lists and scalars of decoded JSON are written piece by piece (other types
 // are marshalled whole, one value at a time). It returns the bytes written.
 func WriteJSON(w io.Writer, v any) (int64, error) {
-	cw := &countWriter{w: w}
-	bw := bufio.NewWriterSize(cw, 64<<10)
-	if err := writeValue(bw, v); err != nil {
-		return cw.n, err
+	jw := jsonWriters.Get().(*jsonWriter)
+	defer jw.release()
+	jw.cw = countWriter{w: w}
+	err := writeValue(jw.bw, v)
+	if err == nil {
+		err = jw.bw.Flush()
 	}
-	err := bw.Flush()
-	return cw.n, err
+	return jw.cw.n, err
+}
+
+// jsonWriter is WriteJSON's buffer and byte count, kept in a pool: a result is written per
+// step, and a fresh 64 KiB buffer each time was most of what writing a small one cost.
+type jsonWriter struct {
+	cw countWriter
+	bw *bufio.Writer
+}
+
+var jsonWriters = sync.Pool{New: func() any {
+	jw := &jsonWriter{}
+	jw.bw = bufio.NewWriterSize(&jw.cw, 64<<10)
+	return jw
+}}
+
+// release drops what a call left in jw (unflushed bytes after an error, a sticky error, the
+// caller's writer) and returns it to the pool.
+func (jw *jsonWriter) release() {
+	jw.cw = countWriter{}
+	jw.bw.Reset(&jw.cw)
+	jsonWriters.Put(jw)
 }
 
 type countWriter struct {
@@ -58,17 +81,18 @@ func writeValue(w *bufio.Writer, v any) error {
 			_, err := w.WriteString("null")
 			return err
 		}
-		keys := make([]string, 0, len(x))
+		var small [16]string
+		keys := small[:0]
 		for k := range x {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
+		slices.Sort(keys)
 		_ = w.WriteByte('{')
 		for i, k := range keys {
 			if i > 0 {
 				_ = w.WriteByte(',')
 			}
-			if err := writeMarshal(w, k); err != nil {
+			if err := writeString(w, k, stringPiece); err != nil {
 				return err
 			}
 			_ = w.WriteByte(':')
@@ -109,6 +133,11 @@ func writeMarshal(w *bufio.Writer, v any) error {
 // time. Pieces are cut before a byte that starts a rune (a continuation byte never
 // belongs to one), so each piece escapes exactly as it does within the whole string.
 func writeString(w *bufio.Writer, s string, piece int) error {
+	if plainASCII(s) {
+		_ = w.WriteByte('"')
+		_, _ = w.WriteString(s)
+		return w.WriteByte('"')
+	}
 	if len(s) <= piece {
 		return writeMarshal(w, s)
 	}
@@ -130,4 +159,17 @@ func writeString(w *bufio.Writer, s string, piece int) error {
 		s = s[n:]
 	}
 	return w.WriteByte('"')
+}
+
+// plainASCII reports whether json.Marshal writes s unchanged between quotes: printable
+// ASCII with nothing it escapes (the quote, the backslash, and <, >, & as HTML-safe JSON
+// does).
+func plainASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -188,5 +189,41 @@ func TestRecordsRoundTripProperty(t *testing.T) {
 		}
 		got, _ := roundTrip(t, any(rows), rapid.IntRange(1, 8).Draw(t, "batch"))
 		require.Equal(t, string(want), got)
+	})
+}
+
+// A writer that failed part-way goes back to the pool: the next call must not see its
+// unflushed bytes or its error.
+func TestWriteJSONAfterAFailedWrite(t *testing.T) {
+	big := map[string]any{"s": strings.Repeat("x", 200<<10)}
+	for range 4 {
+		_, err := WriteJSON(failingWriter{}, big)
+		require.ErrorIs(t, err, errFailing)
+		var b bytes.Buffer
+		n, err := WriteJSON(&b, map[string]any{"a": "b<", "k": []any{int64(1), true, nil}})
+		require.NoError(t, err)
+		require.Equal(t, `{"a":"b\u003c","k":[1,true,null]}`, b.String())
+		require.EqualValues(t, b.Len(), n)
+	}
+}
+
+var errFailing = errors.New("failing writer")
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errFailing }
+
+func TestWriteJSONASCIIKeysAndStringsMatchMarshal(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		ascii := func(label string) string {
+			return string(rapid.SliceOfN(rapid.ByteRange(0, 0x80), 0, 12).Draw(t, label))
+		}
+		v := map[string]any{ascii("k1"): ascii("v1"), ascii("k2"): []any{ascii("v2")}}
+		want, err := json.Marshal(v)
+		require.NoError(t, err)
+		var b bytes.Buffer
+		_, err = WriteJSON(&b, v)
+		require.NoError(t, err)
+		require.Equal(t, string(want), b.String())
 	})
 }
