@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -382,10 +381,9 @@ func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionReq
 		if err != nil {
 			return out, nil // timed out (or the caller left): report what is known
 		}
-		var n eventv1.CommitNotice
-		if proto.Unmarshal(m.Data, &n) == nil {
-			out.Seq = max(out.Seq, n.GetSeq())
-			out.Terminal = n.GetTerminal()
+		if seq, terminal, err := noticeProgress(m.Data); err == nil {
+			out.Seq = max(out.Seq, seq)
+			out.Terminal = terminal
 		}
 	}
 	final, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenantOf(req.GetTenant()), MinSeq: out.Seq})

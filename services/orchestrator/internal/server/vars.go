@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -170,19 +169,19 @@ func (s *Server) publishCommitted(ctx context.Context, st *sbv1.ExecutionState, 
 		if err != nil {
 			break
 		}
-		var n eventv1.CommitNotice
-		if proto.Unmarshal(m.Data, &n) != nil || n.GetSeq() <= after {
+		upTo, terminal, err := noticeProgress(m.Data)
+		if err != nil || upTo <= after {
 			continue
 		}
-		seq, found, err := s.findEvent(ctx, st, ev.GetEventId(), ev.GetType(), after, n.GetSeq())
+		seq, found, err := s.findEvent(ctx, st, ev.GetEventId(), ev.GetType(), after, upTo)
 		if err != nil {
 			return 0, err
 		}
 		if found {
 			return seq, nil
 		}
-		after = n.GetSeq()
-		if n.GetTerminal() {
+		after = upTo
+		if terminal {
 			break
 		}
 	}

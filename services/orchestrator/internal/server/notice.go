@@ -1,0 +1,52 @@
+package server
+
+import (
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+)
+
+// The CommitNotice fields a waiter reads, by number from the generated descriptor.
+var (
+	noticeSeqField      = noticeField("seq")
+	noticeTerminalField = noticeField("terminal")
+)
+
+func noticeField(name protoreflect.Name) protowire.Number {
+	return (&eventv1.CommitNotice{}).ProtoReflect().Descriptor().Fields().ByName(name).Number()
+}
+
+// noticeProgress reads only seq and terminal from a marshalled CommitNotice, skipping the
+// rest unparsed: a notice can carry up to the notice budget of events, and a waiter needs
+// none of them. As proto.Unmarshal does, the last occurrence of a field wins and a field
+// of an unexpected wire type is passed over; bytes that are not a well-formed message are
+// an error.
+func noticeProgress(b []byte) (seq int64, terminal bool, err error) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, false, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if typ == protowire.VarintType && (num == noticeSeqField || num == noticeTerminalField) {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0, false, protowire.ParseError(n)
+			}
+			b = b[n:]
+			if num == noticeSeqField {
+				seq = int64(v)
+			} else {
+				terminal = v != 0
+			}
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, false, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return seq, terminal, nil
+}
