@@ -31,9 +31,9 @@ func refusal(t *testing.T, d time.Duration) error {
 }
 
 func TestRetryExhaustedRetriesRefusalsAndCountsThem(t *testing.T) {
-	var refused atomic.Int64
+	var refused, unavailable atomic.Int64
 	calls := 0
-	v, err := retryExhausted(context.Background(), &refused, func() (string, error) {
+	v, err := retryExhausted(context.Background(), &refused, &unavailable, func() (string, error) {
 		calls++
 		switch calls {
 		case 1:
@@ -52,9 +52,9 @@ func TestRetryExhaustedRetriesRefusalsAndCountsThem(t *testing.T) {
 }
 
 func TestRetryExhaustedStopsOnOtherErrors(t *testing.T) {
-	var refused atomic.Int64
+	var refused, unavailable atomic.Int64
 	calls := 0
-	_, err := retryExhausted(context.Background(), &refused, func() (int, error) {
+	_, err := retryExhausted(context.Background(), &refused, &unavailable, func() (int, error) {
 		calls++
 		return 0, status.Error(codes.NotFound, "no playbook bench/x")
 	})
@@ -67,8 +67,8 @@ func TestRetryExhaustedGivesUpAfterRetryFor(t *testing.T) {
 	old := *retryFor
 	*retryFor = 30 * time.Millisecond
 	t.Cleanup(func() { *retryFor = old })
-	var refused atomic.Int64
-	_, err := retryExhausted(context.Background(), &refused, func() (int, error) {
+	var refused, unavailable atomic.Int64
+	_, err := retryExhausted(context.Background(), &refused, &unavailable, func() (int, error) {
 		return 0, refusal(t, 5*time.Millisecond)
 	})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "giving up") {
@@ -86,6 +86,18 @@ func TestRetryDelayReadsRetryInfo(t *testing.T) {
 	}
 	if d := retryDelay(status.New(codes.ResourceExhausted, "x")); d != 0 {
 		t.Fatalf("delay %s without RetryInfo; want 0", d)
+	}
+	// Without the detail, the gateway's message names the delay.
+	for msg, want := range map[string]time.Duration{
+		"tenant default: 256 calls in flight exceeded; retry after 1s":           time.Second,
+		"authentication: too many failed attempts for k; retry after 2.5s":       2500 * time.Millisecond,
+		"tenant acme: 50 calls per second exceeded; retry after 20ms; then some": 20 * time.Millisecond,
+		"tenant default: 256 calls in flight exceeded; retry after soon":         0,
+		"tenant default: 256 calls in flight exceeded; retry after -1s":          0,
+	} {
+		if d := retryDelay(status.New(codes.ResourceExhausted, msg)); d != want {
+			t.Errorf("delay of %q: %s; want %s", msg, d, want)
+		}
 	}
 }
 

@@ -90,6 +90,8 @@ type cpuMeter struct {
 	trees map[string]int
 	// scope says what the names cover, for the JSON line.
 	scope string
+	// missing names the processes of the mesh the meter cannot read, and why.
+	missing map[string]string
 }
 
 // read is each process's CPU seconds so far; a process that cannot be read is left out.
@@ -134,16 +136,23 @@ func postmasterPID(dataDir string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(line))
 }
 
+// externalPostgres is why an external Postgres has no CPU figure.
+const externalPostgres = "an external Postgres (NOETL_PG_URL): its processes are not the bench's to read"
+
 // inprocCPUMeter meters an in-process mesh: the bench process (every service, the
 // embedded NATS server and the bench's own client) and, when the mesh runs its private
 // Postgres in pgDir, the Postgres cluster.
 func inprocCPUMeter(pgDir string) cpuMeter {
 	m := cpuMeter{pids: map[string]int{"mesh_in_process": os.Getpid()}, trees: map[string]int{},
 		scope: "the mesh runs in the bench process: mesh_in_process is that process's CPU (orchestrator, materializer, worker, statebuilder, resultstore, gateway, embedded NATS and the bench's own client together), postgres the private cluster's postmaster and its children; run with --procs for one figure per service"}
-	if pgDir != "" {
-		if pid, err := postmasterPID(filepath.Join(pgDir, "data")); err == nil {
-			m.trees["postgres"] = pid
-		}
+	m.missing = map[string]string{}
+	switch pid, err := postmasterPID(filepath.Join(pgDir, "data")); {
+	case pgDir == "":
+		m.missing["postgres"] = externalPostgres
+	case err != nil:
+		m.missing["postgres"] = "no postmaster.pid in the private cluster's directory: " + err.Error()
+	default:
+		m.trees["postgres"] = pid
 	}
 	return m
 }
@@ -156,11 +165,16 @@ func procsCPUMeter(p *procMesh) cpuMeter {
 	for _, sp := range p.procs {
 		m.pids[sp.name] = sp.cmd.Process.Pid
 	}
+	m.missing = map[string]string{}
 	if p.natsProc != nil {
 		m.pids["nats"] = p.natsProc.cmd.Process.Pid
+	} else {
+		m.missing["nats"] = "embedded in the bench process: counted in bench"
 	}
 	if p.pg != nil {
 		m.trees["postgres"] = p.pg.PID()
+	} else {
+		m.missing["postgres"] = externalPostgres
 	}
 	return m
 }

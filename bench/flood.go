@@ -89,6 +89,8 @@ func runFloodProcs(ctx context.Context) error {
 			Goroutines: m["go_goroutines"], AtS: round1(time.Since(t0).Seconds())}
 	}
 	before := read()
+	cpu := procsCPUMeter(p)
+	cpuBefore := cpu.read()
 
 	var send func(ctx context.Context) (int, error)
 	var client *http.Client
@@ -192,6 +194,7 @@ func runFloodProcs(ctx context.Context) error {
 		}
 		settling = append(settling, read())
 	}
+	cpuAfter := cpu.read()
 	settled := settling[len(settling)-1]
 	out := map[string]any{
 		"workload": "flood", "transport": *floodTransport, "starts": *floodStarts, "concurrency": *floodConcurrency,
@@ -203,6 +206,8 @@ func runFloodProcs(ctx context.Context) error {
 	if firstErr != nil {
 		out["first_error"] = firstErr.Error()
 	}
+	noStepFields(out, "flood sends starts without waiting for their executions: it measures the gateway's memory, and no step's latency is read; cpu_s_per_1k_steps is per 1,000 started executions (one noop step each) over the flood and the settling, whether or not they have ended by then")
+	cpuFields(out, &cpu, cpuBefore, cpuAfter, int(ok.Load()))
 	if client != nil {
 		client.CloseIdleConnections()
 	}

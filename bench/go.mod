@@ -11,6 +11,7 @@ require (
 	github.com/noetl/noetl/cmd/noetl v0.0.0
 	github.com/noetl/noetl/gen v0.0.0
 	github.com/noetl/noetl/internal v0.0.0
+	github.com/noetl/noetl/services/gateway v0.0.0
 	github.com/noetl/noetl/services/materializer v0.0.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261104224025-d1e00e9f33ab
 	google.golang.org/grpc v1.85.0
@@ -50,7 +51,6 @@ require (
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/nikolalohinski/gonja/v2 v2.9.1 // indirect
-	github.com/noetl/noetl/services/gateway v0.0.0 // indirect
 	github.com/noetl/noetl/services/orchestrator v0.0.0 // indirect
 	github.com/noetl/noetl/services/resultstore v0.0.0 // indirect
 	github.com/noetl/noetl/services/statebuilder v0.0.0 // indirect
@@ -65,6 +65,7 @@ require (
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/sethvargo/go-retry v0.3.0 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
+	github.com/tetratelabs/wazero v1.12.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0 // indirect

@@ -27,6 +27,9 @@ var memprofile = flag.String("memprofile", "", "longloop with --procs=false: wri
 // reading.
 const longloopAt10k = 10_000
 
+// longloopLatencyScope is what step_p50_ms and step_p99_ms measure in the longloop line.
+const longloopLatencyScope = "per-iteration latency: commit time of an iteration's command.completed minus the previous iteration's (step.enter for the first), read back from the event log; step_p50_ms and step_p99_ms over all latency_samples iterations, median_ms_first_1k and median_ms_last_1k over the first and last 1,000; phase_median_ms splits it (first 1k, last 1k): decide = previous command.completed to this command.issued (commit, notice, decision, publish, commit), dispatch = command.issued to the command's start (command.started, or for a short command the start time its command.completed carries: command publish, worker claim), run = that start to command.completed"
+
 // longloopStall is how long the longloop workload waits for its execution's log to grow
 // before it gives up.
 const longloopStall = 2 * time.Minute
@@ -62,7 +65,7 @@ type memReading struct {
 	// under the embedded NATS server's (from the heap profile, scaled for sampling).
 	servicesMB, natsMB float64
 	// procs is, when each service runs as its own process, each one's memory by name
-	// ("bench" for the bench process, which runs the embedded NATS server).
+	// ("bench" for the bench process, "nats" for the NATS server's).
 	procs map[string]procMem
 }
 
@@ -158,7 +161,10 @@ func (inprocMeter) report(out map[string]any, first, end memReading) {
 // iteration's latency as the commit-time distance between its command.completed and the
 // previous iteration's (the first one's: from step.enter), which covers the decision, the
 // materializer's commits and the worker.
-func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.ExecutionServiceClient, n int, m longloopMeter) error {
+//
+// cpu, when set, meters the mesh's processes over the loop (warm-up and log reading
+// excluded) for cpu_s_per_1k_steps, an iteration being a step.
+func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.ExecutionServiceClient, n int, m longloopMeter, cpu *cpuMeter) error {
 	_, inproc := m.(inprocMeter)
 	if inproc {
 		runtime.MemProfileRate = longloopProfileRate
@@ -204,6 +210,10 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		}
 	}()
 
+	var cpuBefore, cpuAfter map[string]float64
+	if cpu != nil {
+		cpuBefore = cpu.read()
+	}
 	loadStart := loadavg()
 	start := time.Now()
 	resp, err := exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: reg.GetPlaybook().GetPath()})
@@ -259,6 +269,9 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		return err
 	}
 	wall := time.Since(start)
+	if cpu != nil {
+		cpuAfter = cpu.read()
+	}
 	end := m.read(final.GetLastSeq())
 	loadEnd := loadavg()
 	stopWatch()
@@ -307,8 +320,9 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		"phase_median_ms":    phaseMedians,
 		"rss_mb_samples":     rss.get(),
 		"loadavg":            []string{loadStart, loadEnd},
-		"latency_scope":      "per-iteration latency: commit time of an iteration's command.completed minus the previous iteration's (step.enter for the first), read back from the event log; phase_median_ms splits it (first 1k, last 1k): decide = previous command.completed to this command.issued (commit, notice, decision, publish, commit), dispatch = command.issued to the command's start (command.started, or for a short command the start time its command.completed carries: command publish, worker claim), run = that start to command.completed",
 	}
+	latencyFields(out, lat, longloopLatencyScope)
+	cpuFields(out, cpu, cpuBefore, cpuAfter, n)
 	m.report(out, first, end)
 	// Between the last iteration's commit and the end, the engine assembles the loop's list
 	// of results (one pass over the log) and routes the loop.

@@ -13,13 +13,16 @@
 // service instead.
 //
 // The line of chain and concurrent has wall_ms, per_step_ms (wall time over the steps of
-// one execution) and steps_per_s; fanout's has tasks and tasks_per_s. Each also has
-// step_p50_ms and step_p99_ms (per-step latency read back from the event logs,
-// latency_scope says what is measured, latency_samples over how many), starts_shed and
-// waits_shed (calls the gateway refused with RESOURCE_EXHAUSTED, retried after its
-// RetryInfo delay or a backoff for at most --retry-for), and, on a mesh the bench started,
-// cpu_s_per_1k_steps (CPU seconds per 1,000 steps or tasks, by process; cpu_scope says
-// which). docs/operations.md ("Benchmarks") has the details.
+// one execution) and steps_per_s (the steps of the executions that completed, over the
+// whole run); fanout's has tasks and tasks_per_s. Each also has step_p50_ms and step_p99_ms
+// (per-step latency read back from the event logs, latency_scope says what is measured,
+// latency_samples over how many), starts_shed, waits_shed and reads_shed (calls the gateway
+// refused with RESOURCE_EXHAUSTED) and calls_unavailable (UNAVAILABLE), each retried after
+// the delay the refusal names or a backoff with jitter, for at most --retry-for and
+// --retry-attempts, and, on a mesh the bench started, cpu_s_per_1k_steps (CPU seconds per
+// 1,000 steps or tasks, by process; cpu_scope says which, cpu_not_measured what is
+// missing). The other workloads have these where they apply and steps_reason where not.
+// docs/operations.md ("Benchmarks") has the details.
 package main
 
 import (
@@ -39,13 +42,11 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
-	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/grpcx"
+	"github.com/noetl/noetl/services/gateway"
 )
 
 func main() {
@@ -54,7 +55,7 @@ func main() {
 	executions := flag.Int("executions", 50, "executions of the concurrent workload (50) and of the chaos workload (1000)")
 	steps := flag.Int("steps", 10, "steps per execution of the concurrent workload")
 	gateway := flag.String("gateway", "", "use a running gateway (gRPC address, API key in $NOETL_API_KEY) instead of an in-process mesh")
-	procs := flag.Bool("procs", true, "longloop (on by default): run each service as its own OS process (built from ./services) against a private Postgres and an embedded NATS server, and measure the orchestrator's and statebuilder's RSS; --procs=false runs the mesh in-process. chain, concurrent, fanout (only when given): run each service and the NATS server as its own OS process, so that cpu_s_per_1k_steps has one figure per process")
+	procs := flag.Bool("procs", true, "longloop (on by default): run each service and the NATS server as its own OS process (built from ./services and bench/chaos/natsnode) against a private Postgres, and measure the orchestrator's and statebuilder's RSS; --procs=false runs the mesh in-process. chain, concurrent, fanout (only when given): run each service and the NATS server as its own OS process, so that cpu_s_per_1k_steps has one figure per process")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured phase (in-process mesh included) to this file")
 	chaosOpts := chaosFlags()
 	flag.StringVar(&natsSync, "nats-sync", "", "the in-process mesh's NATS jetstream.sync_interval: always, a period (2m), or empty for the server's default (2m)")
@@ -95,6 +96,17 @@ func main() {
 	if err := run(*workload, *n, *executions, *steps, *gateway, procsMode); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
+	}
+}
+
+// tenantInFlight is the gateway's per-tenant in-flight cap on a mesh the bench starts (0:
+// the gateway's default).
+var tenantInFlight = flag.Int("tenant-inflight", 0, "chain, concurrent, fanout, longloop on a mesh the bench starts: the gateway's per-tenant in-flight cap (NOETL_GATEWAY_TENANT_INFLIGHT; 0 keeps its default, 256); lowering it shows the client's backoff at a small scale")
+
+// gatewayLimits applies --tenant-inflight to an in-process mesh's gateway.
+func gatewayLimits(c *gateway.Config) {
+	if *tenantInFlight > 0 {
+		c.TenantInFlight = *tenantInFlight
 	}
 }
 
@@ -213,7 +225,8 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		if err := os.Chmod(dir, 0o755); err != nil {
 			return err
 		}
-		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: os.Getenv("NOETL_PG_URL"), NATSSync: natsSync, Log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: os.Getenv("NOETL_PG_URL"), NATSSync: natsSync, Gateway: gatewayLimits,
+			Log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 		if err != nil {
 			return err
 		}
@@ -242,7 +255,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	case "fanout":
 		content = fanout(name, n)
 	case "longloop":
-		return runLongloop(ctx, cat, exe, n, inprocMeter{}) // bench/longloop.go
+		return runLongloop(ctx, cat, exe, n, inprocMeter{}, meter) // bench/longloop.go
 	default:
 		return fmt.Errorf("unknown workload %q (chain, concurrent, fanout)", workload)
 	}
@@ -273,71 +286,29 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		cpuBefore = meter.read()
 	}
 	sh := &shed{}
-	start := time.Now()
-	var wg sync.WaitGroup
-	ids := make([]string, count)
-	errs := make(chan error, count)
-	for i := 0; i < count; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id, err := execute(ctx, exe, reg.GetPlaybook().GetPath(), sh)
-			ids[i] = id
-			errs <- err
-		}()
+	o, err := measure(ctx, exe, reg.GetPlaybook().GetPath(), count, sh)
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	wall := time.Since(start)
 	var cpuAfter map[string]float64
 	if meter != nil {
 		cpuAfter = meter.read()
 	}
 	stopSamples()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	total := perExec * count
 	read, scope := chainStepLatencies, chainLatencyScope
 	if workload == "fanout" {
 		read, scope = fanoutTaskLatencies, fanoutLatencyScope
 	}
-	lat, err := latencies(ctx, exe, ids, sh, read)
+	// Every started execution's log is read, a failed one's too: its steps that ended
+	// are latencies all the same.
+	lat, err := latencies(ctx, exe, o.started(), sh, read)
 	if err != nil {
 		return err
 	}
-	var out map[string]any
-	if workload == "fanout" {
-		out = map[string]any{
-			"workload":    workload,
-			"tasks":       n,
-			"wall_ms":     float64(wall.Microseconds()) / 1000,
-			"tasks_per_s": float64(n) / wall.Seconds(),
-		}
-	} else {
-		out = map[string]any{
-			"workload":    workload,
-			"executions":  count,
-			"steps":       total,
-			"wall_ms":     float64(wall.Microseconds()) / 1000,
-			"per_step_ms": float64(wall.Microseconds()) / 1000 / float64(perExec),
-			"steps_per_s": float64(total) / wall.Seconds(),
-		}
-	}
+	out := stepLine(workload, perExec, o, lat, scope, sh)
 	out["mesh"] = meshMode
 	out["peak_rss_mb"] = peakRSSMB()
-	out["step_p50_ms"] = round3(percentile(lat, 50))
-	out["step_p99_ms"] = round3(percentile(lat, 99))
-	out["latency_samples"] = len(lat)
-	out["latency_scope"] = scope
-	out["starts_shed"] = sh.starts.Load()
-	out["waits_shed"] = sh.waits.Load()
-	if meter != nil {
-		out["cpu_s_per_1k_steps"] = perKSteps(cpuBefore, cpuAfter, total)
-		out["cpu_scope"] = meter.scope
-	}
+	cpuFields(out, meter, cpuBefore, cpuAfter, o.completed()*perExec)
 	if pm != nil {
 		// The bench process holds the client alone: the mesh's peak is its processes'.
 		by := map[string]float64{"bench": round1(peakRSSMB())}
@@ -351,40 +322,13 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		out["peak_rss_mb_by_process"] = by
 		out["rss_scope"] = "peak_rss_mb is the sum of the peak resident sets (VmHWM) of the services' and the NATS server's processes (Postgres not included); peak_rss_mb_by_process gives each, bench being the bench's client"
 	}
-	return json.NewEncoder(os.Stdout).Encode(out)
-}
-
-// once runs one execution of the playbook at path to completion.
-func once(ctx context.Context, exe apiv1.ExecutionServiceClient, path string) error {
-	_, err := execute(ctx, exe, path, &shed{})
-	return err
-}
-
-// execute runs one execution of the playbook at path to completion and returns its id.
-// Calls the gateway refuses for its per-tenant limits are retried (retryExhausted) and
-// counted in sh.
-func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path string, sh *shed) (string, error) {
-	resp, err := retryExhausted(ctx, &sh.starts, func() (*apiv1.StartExecutionResponse, error) {
-		return exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path})
-	})
-	if err != nil {
-		return "", err
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		return err
 	}
-	id := resp.GetExecutionId()
-	for {
-		g, err := retryExhausted(ctx, &sh.waits, func() (*apiv1.WaitExecutionResponse, error) {
-			return exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: id, Timeout: durationpb.New(time.Minute)})
-		})
-		if err != nil {
-			return id, err
-		}
-		switch g.GetExecution().GetStatus() {
-		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED:
-			return id, nil
-		case eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
-			return id, fmt.Errorf("execution %s ended %s: %s", id, g.GetExecution().GetStatus(), g.GetExecution().GetError().GetMessage())
-		}
+	if err := o.firstErr(); err != nil {
+		return fmt.Errorf("%d of %d %w; the first: %w", count-o.completed(), count, errIncomplete, err)
 	}
+	return nil
 }
 
 // peakRSSMB is this process's peak resident set (VmHWM), which includes every in-process

@@ -138,6 +138,12 @@ func medianOf(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// payloadSteps is the number of steps of payloadPlaybook.
+const payloadSteps = 2
+
+// payloadLatencyScope is what step_p50_ms and step_p99_ms measure in the payload lines.
+const payloadLatencyScope = "per step of the completed runs of this size (produce, then consume), as in chain: the commit time of its outcome minus the previous step's (playbook.started for the first), read back from the event logs after the runs; cpu_s_per_1k_steps covers those runs, the python interpreters (children of the bench process, counted once it reaps them) included"
+
 // runPayload passes a JSON document of each --size-mb between two python steps of an
 // in-process mesh, --runs times per size, and prints one line per size: the median wall
 // time from start to completion, the largest event the executions logged, and the peak
@@ -184,7 +190,10 @@ func runPayload(ctx context.Context) error {
 		done := make(chan struct{})
 		go func() { defer close(done); peak.watch(sctx) }()
 		var walls []float64
+		var ids []string
 		ok, maxEvent := true, 0
+		cpu := inprocCPUMeter(m.PostgresDir)
+		cpuBefore := cpu.read()
 		for range *benchRuns {
 			began := time.Now()
 			x, err := runToEnd(ctx, exe, path, map[string]any{"mb": size})
@@ -195,6 +204,7 @@ func runPayload(ctx context.Context) error {
 				continue
 			}
 			walls = append(walls, float64(wall.Microseconds())/1000)
+			ids = append(ids, x.GetExecutionId())
 			got, _ := x.GetSteps()["consume"].GetResult().GetStructValue().AsMap()["len"].(float64)
 			if int(got) != size<<20 {
 				fmt.Fprintf(os.Stderr, "bench: payload: the next step read %v bytes of %d\n", got, size<<20)
@@ -207,9 +217,14 @@ func runPayload(ctx context.Context) error {
 			}
 			maxEvent = max(maxEvent, largest)
 		}
+		cpuAfter := cpu.read()
 		stopSampling()
 		<-done
-		if err := json.NewEncoder(os.Stdout).Encode(map[string]any{
+		lat, err := latencies(ctx, exe, ids, &shed{}, chainStepLatencies)
+		if err != nil {
+			return err
+		}
+		out := map[string]any{
 			"workload":        "payload",
 			"size_mb":         size,
 			"ok":              ok,
@@ -219,7 +234,10 @@ func runPayload(ctx context.Context) error {
 			"max_event_bytes": maxEvent,
 			"peak_rss_mb":     peak.get(),
 			"peak_rss_scope":  "process: all six services and embedded NATS in one process (python and Postgres excluded)",
-		}); err != nil {
+		}
+		latencyFields(out, lat, payloadLatencyScope)
+		cpuFields(out, &cpu, cpuBefore, cpuAfter, len(ids)*payloadSteps)
+		if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
 			return err
 		}
 	}

@@ -45,8 +45,8 @@ var procServices = []string{"statebuilder", "resultstore", "materializer", "orch
 const procStopTimeout = 15 * time.Second
 
 // procMesh is the six services, each built from ./services and running as its own OS
-// process against a private Postgres and an embedded NATS server that runs in the bench
-// process, so that each service's memory can be read from /proc/<pid>/status.
+// process against a private Postgres and a NATS server (its own process, or embedded in the
+// bench process), so that each one's memory and CPU can be read from /proc/<pid>.
 type procMesh struct {
 	// GRPCAddr and HTTPAddr are the gateway's gRPC and REST addresses; AdminKey the
 	// bootstrap admin API key.
@@ -79,10 +79,11 @@ type serviceProc struct {
 }
 
 // startProcMesh builds the service binaries into a temporary directory and starts each as
-// its own process, the next once the one before reports ready; it returns once the gateway
-// serves the catalog. Stop stops everything it started.
+// its own process, the next once the one before reports ready, with the NATS server as a
+// process of its own too (so that every figure by process has NATS's); it returns once the
+// gateway serves the catalog. Stop stops everything it started.
 func startProcMesh(ctx context.Context, log *slog.Logger) (p *procMesh, err error) {
-	return startProcMeshWith(ctx, log, procMeshOptions{})
+	return startProcMeshWith(ctx, log, procMeshOptions{natsProcess: true})
 }
 
 // startProcMeshWith is startProcMesh with options.
@@ -173,6 +174,9 @@ func startProcMeshWith(ctx context.Context, log *slog.Logger, opt procMeshOption
 		"NOETL_GATEWAY_HTTP="+gwHTTP, "NOETL_GATEWAY_GRPC="+gwGRPC,
 		"NOETL_RESULTSTORE_FLIGHT="+fl, "NOETL_RESULTSTORE_FLIGHT_ADDR="+fl, "NOETL_RESULTSTORE_FLIGHT_LOCATION=grpc://"+fl,
 	)
+	if *tenantInFlight > 0 {
+		env = append(env, "NOETL_GATEWAY_TENANT_INFLIGHT="+strconv.Itoa(*tenantInFlight))
+	}
 	// The migrate step first (as a deployment's migrate job would), then each service, as
 	// its own Postgres role, once the ones before it are ready, so that no client starts in
 	// a dial backoff towards a peer still starting.
@@ -492,6 +496,11 @@ func (m procMeter) read(seq int64) memReading {
 		pm.heapInuse = sp.heapInuseMB()
 		r.procs[sp.name] = pm
 	}
+	if sp := m.p.natsProc; sp != nil {
+		var pm procMem
+		pm.rss, pm.hwm = sp.rssMB()
+		r.procs[sp.name] = pm // the NATS server has no Go /metrics
+	}
 	r.procs["bench"] = procMem{rss: currentRSSMB(), hwm: peakRSSMB()}
 	return r
 }
@@ -532,7 +541,7 @@ func (m procMeter) report(out map[string]any, first, end memReading) {
 	}
 	out["by_process_mb"] = by
 	out["other_peak_rss_mb_end"] = others
-	out["memory_scope"] = "each service runs as its own OS process (built from ./services); rss_mb_at_10k and rss_mb_end are the peak resident set (VmHWM, /proc/<pid>/status) of the orchestrator plus the statebuilder process when the log passed 10,000 events and at the end, current_rss_mb their VmRSS then, rss_mb_samples their VmRSS every second; by_process_mb gives each process's rss, peak_rss and heap_inuse (go_memstats_heap_inuse_bytes from its /metrics) at 10k events and at the end, \"bench\" being the bench process, which runs the embedded NATS server; other_peak_rss_mb_end is the other processes' peak at the end, for context (Postgres not included)"
+	out["memory_scope"] = "each service runs as its own OS process (built from ./services); rss_mb_at_10k and rss_mb_end are the peak resident set (VmHWM, /proc/<pid>/status) of the orchestrator plus the statebuilder process when the log passed 10,000 events and at the end, current_rss_mb their VmRSS then, rss_mb_samples their VmRSS every second; by_process_mb gives each process's rss, peak_rss and heap_inuse (go_memstats_heap_inuse_bytes from its /metrics) at 10k events and at the end, \"bench\" being the bench process (the client alone) and \"nats\" the NATS server's process (bench/chaos/natsnode); other_peak_rss_mb_end is the other processes' peak at the end, for context (Postgres not included)"
 }
 
 // runLongloopProcs runs the longloop workload against a process mesh.
@@ -551,7 +560,8 @@ func runLongloopProcs(ctx context.Context, n int) error {
 		return err
 	}
 	defer func() { _ = conn.Close() }()
-	err = runLongloop(ctx, apiv1.NewCatalogServiceClient(conn), apiv1.NewExecutionServiceClient(conn), n, procMeter{p})
+	cpu := procsCPUMeter(p)
+	err = runLongloop(ctx, apiv1.NewCatalogServiceClient(conn), apiv1.NewExecutionServiceClient(conn), n, procMeter{p}, &cpu)
 	if err != nil {
 		for _, s := range procServices {
 			fmt.Fprintf(os.Stderr, "--- %s log (tail):\n%s\n", s, p.logTail(s))

@@ -30,7 +30,7 @@ const (
 func readLog(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, sh *shed, f func(*apiv1.Event)) error {
 	token := ""
 	for {
-		page, err := retryExhausted(ctx, &sh.reads, func() (*apiv1.ListExecutionEventsResponse, error) {
+		page, err := retryExhausted(ctx, &sh.reads, &sh.unavailable, func() (*apiv1.ListExecutionEventsResponse, error) {
 			return exe.ListExecutionEvents(ctx, &apiv1.ListExecutionEventsRequest{ExecutionId: id, PageSize: 1000, PageToken: token})
 		})
 		if err != nil {

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+)
+
+// errIncomplete is a measured run some of whose executions did not complete.
+var errIncomplete = errors.New("executions did not complete")
+
+// runOutcome is what the measured phase of chain, concurrent or fanout did: every
+// execution's id ("" if it never started) and error (nil once it completed).
+type runOutcome struct {
+	ids  []string
+	errs []error
+	wall time.Duration
+}
+
+// completed is how many executions completed.
+func (o runOutcome) completed() int {
+	n := 0
+	for _, err := range o.errs {
+		if err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// started is the ids of the executions that started, completed or not.
+func (o runOutcome) started() []string {
+	var ids []string
+	for _, id := range o.ids {
+		if id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// firstErr is the first execution's error, nil if all completed.
+func (o runOutcome) firstErr() error {
+	for _, err := range o.errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measure starts count executions of the playbook at path at once and waits for each to
+// end. A start carries an idempotency key of this run, so that a start retried after an
+// UNAVAILABLE the gateway answered once it had started the execution returns that
+// execution rather than starting a second.
+func measure(ctx context.Context, exe apiv1.ExecutionServiceClient, path string, count int, sh *shed) (runOutcome, error) {
+	run := make([]byte, 8)
+	if _, err := rand.Read(run); err != nil {
+		return runOutcome{}, err
+	}
+	prefix := "bench-" + hex.EncodeToString(run)
+	o := runOutcome{ids: make([]string, count), errs: make([]error, count)}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Go(func() {
+			o.ids[i], o.errs[i] = execute(ctx, exe, path, fmt.Sprintf("%s-%d", prefix, i), sh)
+		})
+	}
+	wg.Wait()
+	o.wall = time.Since(start)
+	return o, nil
+}
+
+// once runs one execution of the playbook at path to completion.
+func once(ctx context.Context, exe apiv1.ExecutionServiceClient, path string) error {
+	_, err := execute(ctx, exe, path, "", &shed{})
+	return err
+}
+
+// execute runs one execution of the playbook at path to completion and returns its id.
+// Calls the gateway refuses for its per-tenant limits or answers UNAVAILABLE are retried
+// (retryExhausted) and counted in sh; key, when set, is the start's idempotency key.
+func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key string, sh *shed) (string, error) {
+	resp, err := retryExhausted(ctx, &sh.starts, &sh.unavailable, func() (*apiv1.StartExecutionResponse, error) {
+		return exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, IdempotencyKey: key})
+	})
+	if err != nil {
+		return "", fmt.Errorf("start %s: %w", path, err)
+	}
+	id := resp.GetExecutionId()
+	for {
+		g, err := retryExhausted(ctx, &sh.waits, &sh.unavailable, func() (*apiv1.WaitExecutionResponse, error) {
+			return exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: id, Timeout: durationpb.New(time.Minute)})
+		})
+		if err != nil {
+			return id, fmt.Errorf("wait for %s: %w", id, err)
+		}
+		switch g.GetExecution().GetStatus() {
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED:
+			return id, nil
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
+			return id, fmt.Errorf("execution %s ended %s: %s", id, g.GetExecution().GetStatus(), g.GetExecution().GetError().GetMessage())
+		}
+	}
+}
+
+// stepLine is the JSON line of chain, concurrent and fanout, less the mesh's fields: the
+// throughput counts the steps (fanout: tasks) of the executions that completed, over the
+// wall time of the whole measured phase, shed and retried calls included.
+func stepLine(workload string, perExec int, o runOutcome, lat []float64, scope string, sh *shed) map[string]any {
+	done := o.completed()
+	steps := done * perExec
+	wallMS := float64(o.wall.Microseconds()) / 1000
+	var out map[string]any
+	if workload == "fanout" {
+		out = map[string]any{"tasks": steps, "tasks_per_s": float64(steps) / o.wall.Seconds()}
+	} else {
+		out = map[string]any{
+			"executions":  len(o.errs),
+			"steps":       steps,
+			"per_step_ms": wallMS / float64(perExec),
+			"steps_per_s": float64(steps) / o.wall.Seconds(),
+		}
+	}
+	out["workload"] = workload
+	out["wall_ms"] = wallMS
+	out["executions_completed"] = done
+	out["executions_failed"] = len(o.errs) - done
+	if err := o.firstErr(); err != nil {
+		out["first_error"] = err.Error()
+	}
+	latencyFields(out, lat, scope)
+	out["starts_shed"] = sh.starts.Load()
+	out["waits_shed"] = sh.waits.Load()
+	out["reads_shed"] = sh.reads.Load()
+	out["calls_unavailable"] = sh.unavailable.Load()
+	return out
+}
+
+// latencyFields adds the per-step latency fields: step_p50_ms, step_p99_ms,
+// latency_samples and latency_scope.
+func latencyFields(out map[string]any, lat []float64, scope string) {
+	out["step_p50_ms"] = round3(percentile(lat, 50))
+	out["step_p99_ms"] = round3(percentile(lat, 99))
+	out["latency_samples"] = len(lat)
+	out["latency_scope"] = scope
+}
+
+// noStepFields marks a line whose workload has no per-step figures: step_p50_ms,
+// step_p99_ms and cpu_s_per_1k_steps are left out and steps_reason says why.
+func noStepFields(out map[string]any, reason string) {
+	out["steps_reason"] = reason
+}
+
+// cpuFields adds cpu_s_per_1k_steps (per process, between the readings before and after),
+// cpu_scope and cpu_not_measured (processes of the mesh with no figure, and why); without
+// a meter, cpu_reason says why there is none.
+func cpuFields(out map[string]any, m *cpuMeter, before, after map[string]float64, steps int) {
+	if m == nil {
+		out["cpu_reason"] = "a running gateway (--gateway): the mesh's processes are not the bench's to read"
+		return
+	}
+	out["cpu_s_per_1k_steps"] = perKSteps(before, after, steps)
+	out["cpu_scope"] = m.scope
+	missing := map[string]string{}
+	for name, why := range m.missing {
+		missing[name] = why
+	}
+	for name := range m.pids {
+		if _, ok := after[name]; !ok {
+			missing[name] = "its /proc/<pid>/stat could not be read"
+		}
+	}
+	for name := range m.trees {
+		if _, ok := after[name]; !ok {
+			missing[name] = "its /proc/<pid>/stat could not be read"
+		}
+	}
+	if len(missing) > 0 {
+		out["cpu_not_measured"] = missing
+	}
+}
