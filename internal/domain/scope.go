@@ -61,7 +61,9 @@ type Scope struct {
 // keys (ctx is also flat, as in NoETL), then each step's unwrapped result under its name,
 // then the reserved names workload, ctx, steps and execution_id.
 func (s *Scope) Vars() map[string]any {
-	vars := make(map[string]any, len(s.Workload)+len(s.Ctx)+len(s.Steps)+4)
+	// Room for the reserved names set here and those a worker adds per tool (command_id,
+	// keychain, _attempt, _task, output, result, _prev), so the map is not grown twice.
+	vars := make(map[string]any, len(s.Workload)+len(s.Ctx)+len(s.Steps)+varsReserved)
 	for k, v := range s.Workload {
 		vars[k] = v
 	}
@@ -98,6 +100,9 @@ func (s *Scope) Vars() map[string]any {
 	}
 	return vars
 }
+
+// varsReserved is how many names besides the scope's own Vars leaves room for.
+const varsReserved = 16
 
 // Value is the step's user data as templates see it: the result the tool returned, with a
 // synthetic "data" alias when the result is an object without its own "data" key; for a

@@ -1,0 +1,27 @@
+package execute
+
+import (
+	"context"
+	"testing"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/services/worker/internal/tools"
+)
+
+// BenchmarkExecuteNoopStep runs the command of a chain's noop step (bench's chain and
+// concurrent workloads) whose context carries a small workload and three earlier steps.
+func BenchmarkExecuteNoopStep(b *testing.B) {
+	ex := testExecutor()
+	ex.Tools["noop"] = tools.Noop{}
+	cmd := &eventv1.Command{CommandId: "c1", ExecutionId: "x1", Tenant: "t", Step: "s4", PlaybookPath: "bench/chain", Attempt: 1,
+		Tools: []*eventv1.ToolCall{{Kind: "noop", ConfigJson: []byte(`{"kind":"noop"}`)}},
+		ContextJson: []byte(`{"execution_id":"x1","workload":{"n":10,"name":"bench"},"ctx":{},` +
+			`"steps":{"start":{"status":"completed"},"s1":{"status":"completed"},"s2":{"status":"completed","result":{"ok":true}}}}`)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if evs := ex.Execute(ctx, cmd); len(evs) != 1 || evs[0].GetError() != nil {
+			b.Fatalf("%v", evs)
+		}
+	}
+}
