@@ -467,6 +467,9 @@ var pathPattern = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-
 // the paths the command's templates read with the full stored payload. Paths into the
 // summary (`{{ s.count }}`) and the reference itself (`{{ s._ref }}`) need no fetch.
 func (s *Store) ResolveRefs(ctx context.Context, cmd *eventv1.Command, scope *domain.Scope) error {
+	if !holdsRefs(scope) {
+		return nil // nothing held by reference: no template text to read
+	}
 	var texts []string
 	collect := func(b []byte) {
 		if len(b) > 0 {
@@ -493,6 +496,16 @@ func (s *Store) ResolveRefs(ctx context.Context, cmd *eventv1.Command, scope *do
 		scope.Steps[name] = domain.StepResult{Status: r.Status, Result: body}
 	}
 	return nil
+}
+
+// holdsRefs reports whether any step result in scope is held by reference.
+func holdsRefs(scope *domain.Scope) bool {
+	for _, r := range scope.Steps {
+		if r.Ref != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // needsPayload reports whether a template path into step name goes beyond its summary.
