@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -70,11 +71,11 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 		attempts[i]++
 		label := tc.GetLabel()
 		if label == "" {
-			label = fmt.Sprintf("task_%d", i)
+			label = "task_" + strconv.Itoa(i)
 		}
-		where := fmt.Sprintf("step %s: tool %s", cmd.GetStep(), tc.GetKind())
+		where := "step " + cmd.GetStep() + ": tool " + tc.GetKind()
 		if tc.GetLabel() != "" {
-			where = fmt.Sprintf("step %s: tool %s (%s)", cmd.GetStep(), tc.GetLabel(), tc.GetKind())
+			where = "step " + cmd.GetStep() + ": tool " + tc.GetLabel() + " (" + tc.GetKind() + ")"
 		}
 		// The attempt of the command (a durable retry is a new command) plus the runs of
 		// this item within it.
