@@ -1,6 +1,8 @@
 package playbook
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,4 +42,73 @@ workflow:
 		`start: tool.output: storage hints of a tool are ignored (a step's output.output_select is read)`,
 		`start: "tool.spec.timeout" is not read by this engine; it is ignored`,
 	}, got)
+}
+
+// TestToolKeysWarn: a key a tool's kind does not read registers with a warning naming the
+// key, the kind, the step and the line, for a single tool, each item of a pipeline and a
+// workbook task (whose callers may set the keys of the task's kind); the keys a kind reads
+// register without one.
+func TestToolKeysWarn(t *testing.T) {
+	t.Parallel()
+	pb, err := Parse([]byte(`apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: w, path: tests/w}
+workbook:
+  - name: count
+    tool: {kind: postgres, auth: pg, query: "select 1", qurey: "select 2"}
+workflow:
+  - step: start
+    tool:
+      kind: postgres
+      auth: pg
+      query: select 1
+      qurey: select 2
+      params: [1]
+      as_objects: true
+    next: fetch
+  - step: fetch
+    tool:
+      - {name: get, kind: http, url: "http://example.test", methd: GET, method: GET, set: {a: "{{ output }}"}}
+      - {name: py, kind: python, code: "result = 1", auth: pg, input: {x: 1}, args: {y: 2}, spec: {policy: {rules: [{else: {then: {do: continue}}}]}}}
+      - {name: wb, kind: workbook, task: count, query: "select 3", colour: red}
+    next: call
+  - step: call
+    tool: {kind: workbook, name: count, auth: other, colour: blue}
+`))
+	require.NoError(t, err)
+	type w struct {
+		line       int
+		step, text string
+	}
+	var got []w
+	for _, x := range pb.Warnings {
+		got = append(got, w{x.Line, x.Step, x.Msg})
+	}
+	require.ElementsMatch(t, []w{
+		{6, "", `workbook task "count": tool "postgres" key "qurey" is not read by this engine; it is ignored`},
+		{13, "start", `tool "postgres" key "qurey" is not read by this engine; it is ignored`},
+		{19, "fetch", `tool[0] "http" key "methd" is not read by this engine; it is ignored`},
+		{20, "fetch", `tool[1] "python" key "auth" is not read by this engine; it is ignored`},
+		{21, "fetch", `tool[2] "workbook" key "colour" is not read by this engine; it is ignored`},
+		{24, "call", `tool "workbook" key "colour" is not read by this engine; it is ignored`},
+	}, got)
+}
+
+// TestToolKeysLists: every kind Parse accepts has its list of keys, each holding the
+// common keys and, for every kind that takes a configuration, keys of its own; a kind
+// Parse refuses has none.
+func TestToolKeysLists(t *testing.T) {
+	t.Parallel()
+	require.ElementsMatch(t, ToolKinds(), slices.Collect(maps.Keys(toolKeys)), "a list for every kind, and only for those")
+	for _, kind := range ToolKinds() {
+		keys := ToolKeys(kind)
+		require.Subset(t, keys, CommonToolKeys, kind)
+		require.True(t, slices.IsSorted(keys), kind)
+		require.Equal(t, len(keys), len(slices.Compact(slices.Clone(keys))), kind)
+		if kind != "system_info" { // it reports the worker and reads no configuration
+			require.Greater(t, len(keys), len(CommonToolKeys), "%s reads keys of its own", kind)
+		}
+	}
+	require.Nil(t, ToolKeys("task_sequence"))
+	require.Nil(t, ToolKeys("nope"))
 }

@@ -123,11 +123,13 @@ func TestSQLTemplateWarnings(t *testing.T) {
 		"      kind: postgres\n      query: \"select * from t where id in ({{ workload.ids | map('sql_literal') | join(', ') }})\"\n",
 		"      kind: postgres\n      query: \"select {{ 'a' ~ (workload.x | sql_literal) }}, {{ 1 }}{% if workload.f %} where f{% endif %}\"\n",
 		"      kind: postgres\n      query: \"select {{ workload.a | sql_literal if workload.c else 'NULL' }}\"\n",
-		"      kind: python\n      code: 'print(1)'\n      command: 'select {{ workload.t }}'\n",
 	} {
 		pb := mustParse(t, sqlPlaybook(tool))
 		require.Empty(t, pb.Warnings, tool)
 	}
+	// A python tool's command is no SQL: the only warning is that python ignores it.
+	pb = mustParse(t, sqlPlaybook("      kind: python\n      code: 'print(1)'\n      command: 'select {{ workload.t }}'\n"))
+	require.Equal(t, []string{`tool "python" key "command" is not read by this engine; it is ignored`}, warningsOf(pb))
 
 	// Unquoted in every other way: warned.
 	for tool, template := range map[string]string{
@@ -203,7 +205,12 @@ workflow:
   - step: py
     tool: {kind: python, code: "x", `+SQLLiteralDigestsKey+`: [forged]}
 `))
-	require.Empty(t, pb.Warnings)
+	// The author's digests are ignored, and registration says so.
+	require.Equal(t, []string{
+		`tool "postgres" key "` + SQLLiteralDigestsKey + `" is not read by this engine; it is ignored`,
+		`tool "workbook" key "` + SQLLiteralDigestsKey + `" is not read by this engine; it is ignored`,
+		`tool "python" key "` + SQLLiteralDigestsKey + `" is not read by this engine; it is ignored`,
+	}, warningsOf(pb))
 	require.Equal(t, []any{SQLTextDigest(script)}, pb.Step("start").Tool[0].Config[SQLLiteralDigestsKey],
 		"only the literal field is recorded; the author's value is replaced")
 	require.Equal(t, []any{SQLTextDigest("select 2; select 3")}, pb.Workbook["task"].Config[SQLLiteralDigestsKey])
