@@ -11,38 +11,42 @@ import (
 
 var idEncoding = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
-// hash derives a 26-character id (128 bits) from the parts of a cause tuple. Parts are
-// length-prefixed so that no two different tuples share an encoding.
-func hash(parts ...string) string {
-	h := sha256.New()
-	var n [20]byte
+// deriveID derives prefix and a 26-character id (128 bits) from the parts of a cause tuple.
+// Parts are length-prefixed so that no two different tuples share an encoding. The tuple
+// is hashed in one buffer (on the stack for usual lengths) and the id is built in place:
+// one allocation, the string returned.
+func deriveID(prefix byte, parts ...string) string {
+	var buf [256]byte
+	b := buf[:0]
 	for _, p := range parts {
-		b := strconv.AppendInt(n[:0], int64(len(p)), 10)
+		b = strconv.AppendInt(b, int64(len(p)), 10)
 		b = append(b, ':')
-		_, _ = h.Write(b)
-		_, _ = h.Write([]byte(p))
+		b = append(b, p...)
 	}
-	sum := h.Sum(nil)
-	return idEncoding.EncodeToString(sum[:16])
+	sum := sha256.Sum256(b)
+	var out [1 + 26]byte
+	out[0] = prefix
+	idEncoding.Encode(out[1:], sum[:16])
+	return string(out[:])
 }
 
 // CommandID derives a command's id from its cause: execution, step, loop epoch, iteration
 // index (-1 outside loops) and attempt.
 func CommandID(executionID, step string, epoch, index, attempt int32) string {
-	return "c" + hash(executionID, step, itoa(epoch), itoa(index), itoa(attempt))
+	return deriveID('c', executionID, step, itoa(epoch), itoa(index), itoa(attempt))
 }
 
 // CursorClaimID derives the id of a cursor loop's claim command: execution, step, loop
 // epoch, claim slot and the claim's sequence number within the slot.
 func CursorClaimID(executionID, step string, epoch, slot, claim int32) string {
-	return "c" + hash(executionID, step, itoa(epoch), "claim", itoa(slot), itoa(claim))
+	return deriveID('c', executionID, step, itoa(epoch), "claim", itoa(slot), itoa(claim))
 }
 
 // CursorBodyID derives the id of a cursor loop's body command: execution, step, loop
 // epoch, claim slot, the claim that returned the frame, the unit (row index, or 0 for a
 // frame processed whole) and the attempt.
 func CursorBodyID(executionID, step string, epoch, slot, claim, unit, attempt int32) string {
-	return "c" + hash(executionID, step, itoa(epoch), "body", itoa(slot), itoa(claim), itoa(unit), itoa(attempt))
+	return deriveID('c', executionID, step, itoa(epoch), "body", itoa(slot), itoa(claim), itoa(unit), itoa(attempt))
 }
 
 // CursorLeaseTimerID is the id of the durable timer that ends the lease of body command
@@ -54,7 +58,7 @@ func CursorLeaseTimerID(slot, unit int32, bodyID string) string {
 // EventID derives an event's id from its cause (a command id, or the id of the committed
 // event whose decision produced it) and its type.
 func EventID(cause, eventType string) string {
-	return "e" + hash(cause, eventType)
+	return deriveID('e', cause, eventType)
 }
 
 // StepEnterCause is the cause of a step.enter event: the execution, the step and the epoch
