@@ -1,6 +1,8 @@
 // Package orchestrator is the NoETL orchestrator service: the playbook catalog, execution
 // start and cancel, credential resolution, and the decision loop driven by commit notices.
-// It holds no authoritative state.
+// It holds no authoritative state. This root holds only Config, Run and the wiring; each
+// gRPC service lives in its room under internal/ (playbooks, executions, vars, credentials,
+// apikeys, watch, plugin, schedule, trigger, systembook) and the decision loop in engine.
 package orchestrator
 
 import (
@@ -8,9 +10,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
@@ -25,15 +29,19 @@ import (
 	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/internal/schema"
+	"github.com/noetl/noetl/services/orchestrator/internal/apikeys"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
+	"github.com/noetl/noetl/services/orchestrator/internal/credentials"
 	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 	"github.com/noetl/noetl/services/orchestrator/internal/engine"
-	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
+	"github.com/noetl/noetl/services/orchestrator/internal/executions"
+	"github.com/noetl/noetl/services/orchestrator/internal/playbooks"
 	"github.com/noetl/noetl/services/orchestrator/internal/plugin"
 	"github.com/noetl/noetl/services/orchestrator/internal/schedule"
-	"github.com/noetl/noetl/services/orchestrator/internal/server"
 	"github.com/noetl/noetl/services/orchestrator/internal/systembook"
 	"github.com/noetl/noetl/services/orchestrator/internal/trigger"
+	"github.com/noetl/noetl/services/orchestrator/internal/vars"
+	"github.com/noetl/noetl/services/orchestrator/internal/watch"
 )
 
 // Config is the orchestrator's configuration.
@@ -68,7 +76,7 @@ type Config struct {
 	// from which the others are created. `noetl dev` passes its admin.key.
 	BootstrapAPIKey string
 	// MaxWatches bounds concurrent WatchExecution streams; past it a watch is refused with
-	// ResourceExhausted. Zero means server.DefaultMaxWatches.
+	// ResourceExhausted. Zero means watch.DefaultMaxWatches.
 	MaxWatches int
 	// MaxStepEntries and MaxEvents bound every execution: how many times one step may be
 	// entered, and how many events the execution may have (zero: decide's defaults,
@@ -103,6 +111,34 @@ type Config struct {
 	Ready func(grpcAddr string) `json:"-"`
 }
 
+// errorCodes are the orchestrator's sentinel errors and the gRPC codes its one error
+// interceptor (grpcx.Errors, for unary and streaming calls) answers them with.
+var errorCodes = slices.Concat(credentials.Codes, apikeys.Codes, []grpcx.Sentinel{
+	{Err: catalog.ErrNotFound, Code: codes.NotFound},
+	{Err: plugin.ErrNotFound, Code: codes.NotFound},
+	{Err: trigger.ErrNotFound, Code: codes.NotFound},
+})
+
+// orchestratorService is OrchestratorService assembled from its rooms: the catalog's RPCs
+// (package playbooks), the executions' (package executions) and their variables' (package
+// vars). The nested unimplemented sits one level deeper than the rooms' methods, so theirs
+// win and an RPC added to the proto answers Unimplemented.
+type orchestratorService struct {
+	*playbookRPCs
+	*executionRPCs
+	*varsRPCs
+	unimplemented
+}
+
+type (
+	playbookRPCs  = playbooks.Service
+	executionRPCs = executions.Service
+	varsRPCs      = vars.Service
+	unimplemented struct {
+		orchv1.UnimplementedOrchestratorServiceServer
+	}
+)
+
 // DefaultRetention is how long system/retention keeps a terminal execution by default.
 const DefaultRetention = 30 * 24 * time.Hour
 
@@ -123,7 +159,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Duration(&c.ScheduleEvery, "schedule-every", "NOETL_SCHEDULE_EVERY", time.Second, "how often the scheduler looks for due schedules", config.Positive)
 	fs.Secret(&c.EncryptionKey, "encryption-key", "NOETL_ENCRYPTION_KEY", "", "base64 of the 32-byte key that encrypts credentials at rest")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs principals in internal calls (at least 32 bytes)")
-	fs.Int(&c.MaxWatches, "max-watches", "NOETL_ORCHESTRATOR_MAX_WATCHES", server.DefaultMaxWatches, "most concurrent WatchExecution streams", config.Positive)
+	fs.Int(&c.MaxWatches, "max-watches", "NOETL_ORCHESTRATOR_MAX_WATCHES", watch.DefaultMaxWatches, "most concurrent WatchExecution streams", config.Positive)
 	fs.Int(&c.MaxStepEntries, "max-step-entries", "NOETL_MAX_STEP_ENTRIES", decide.DefaultMaxStepEntries, "most entries of one step in one execution (a playbook may lower it)", config.Positive)
 	fs.Int(&c.MaxEvents, "max-events", "NOETL_MAX_EVENTS", decide.DefaultMaxEvents, "most events of one execution (a playbook may lower it)", config.Positive)
 	fs.String(&c.TenantLimits, "tenant-limits", "NOETL_TENANT_LIMITS", "", `per-tenant limits as JSON: {"tenant": {"max_step_entries": N, "max_events": N}}`, func(s string) error {
@@ -180,13 +216,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer tel.Close(log)
-	var sealer *server.Sealer
+	var sealer *credentials.Sealer
 	if cfg.EncryptionKey != "" {
-		key, err := server.ParseKey(cfg.EncryptionKey)
+		key, err := credentials.ParseKey(cfg.EncryptionKey)
 		if err != nil {
 			return err
 		}
-		if sealer, err = server.NewSealer(key); err != nil {
+		if sealer, err = credentials.NewSealer(key); err != nil {
 			return err
 		}
 	} else {
@@ -200,8 +236,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := schema.Check(ctx, db, schema.Orchestrator); err != nil {
 		return err
 	}
+	creds := &credentials.Service{Store: credentials.NewStore(db), Sealer: sealer}
 	if sealer != nil {
-		n, err := (&server.Server{Keys: keystore.New(db), Sealer: sealer}).SealPlaintextCredentials(ctx)
+		n, err := creds.SealPlaintextCredentials(ctx)
 		if err != nil {
 			return err
 		}
@@ -243,36 +280,42 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	// A plug-in's registration carries its module (plugin.MaxModuleBytes at most).
 	srv := app.NewServer("orchestrator", log, grpcLis, adminLis, append(auth.ServerOptions(trust), tel.ServerOption(), grpc.MaxRecvMsgSize(plugin.MaxModuleBytes+1<<20))...)
+	srv.MapErrors(errorCodes...)
 	cat := catalog.New(db, playbook.NewRenderer(), 1024)
-	api := &server.Server{Catalog: cat, Keys: keystore.New(db), NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000), Sealer: sealer}
 	plugins := &plugin.Service{DB: db}
-	api.Plugins = plugins
 	orchv1.RegisterPluginServiceServer(srv.GRPC, plugins)
-	orchv1.RegisterOrchestratorServiceServer(srv.GRPC, api)
-	orchv1.RegisterCredentialServiceServer(srv.GRPC, api)
-	orchv1.RegisterApiKeyServiceServer(srv.GRPC, api)
-	watch := server.NewWatcher(nc, state, cfg.MaxWatches)
-	orchv1.RegisterWatchServiceServer(srv.GRPC, watch)
+	books := &playbooks.Service{Catalog: cat, Plugins: plugins}
+	execs := &executions.Service{Catalog: cat, NC: nc, JS: js, State: state, Partitions: cfg.Partitions, StartTimeout: cfg.StartTimeout, Waiters: make(chan struct{}, 10000)}
+	orchv1.RegisterOrchestratorServiceServer(srv.GRPC, &orchestratorService{
+		playbookRPCs:  books,
+		executionRPCs: execs,
+		varsRPCs:      &vars.Service{NC: nc, JS: js, State: state, Partitions: cfg.Partitions, CommitTimeout: cfg.StartTimeout},
+	})
+	orchv1.RegisterCredentialServiceServer(srv.GRPC, creds)
+	keys := &apikeys.Service{Store: apikeys.NewStore(db)}
+	orchv1.RegisterApiKeyServiceServer(srv.GRPC, keys)
+	watcher := watch.NewWatcher(nc, state, cfg.MaxWatches)
+	orchv1.RegisterWatchServiceServer(srv.GRPC, watcher)
 	schedules := &schedule.Service{DB: db}
 	orchv1.RegisterScheduleServiceServer(srv.GRPC, schedules)
 	shelf := &systembook.Shelf{Catalog: cat, Schedules: schedules, Log: log,
 		Settings: systembook.Settings{Tenant: systembook.PlatformTenant, Retention: cfg.Retention, TenantRetention: tenantRetention}}
 	orchv1.RegisterSystemServiceServer(srv.GRPC, shelf)
-	api.Registered = shelf.Registered
+	books.Registered = shelf.Registered
 	if cfg.SystemPlaybooks {
 		if err := shelf.Register(ctx); err != nil {
 			return err
 		}
 	}
-	ticks := &schedule.Loop{DB: db, Start: startTick(api), Every: cfg.ScheduleEvery, Log: log}
-	triggers := &trigger.Service{DB: db, JS: js, Start: startFire(api)}
+	ticks := &schedule.Loop{DB: db, Start: startTick(execs), Every: cfg.ScheduleEvery, Log: log}
+	triggers := &trigger.Service{DB: db, JS: js, Start: startFire(execs)}
 	if sealer != nil {
 		triggers.Sealer = sealer
 	}
 	orchv1.RegisterTriggerServiceServer(srv.GRPC, triggers)
-	deliveries := &trigger.Loop{DB: db, JS: js, Start: startFire(api), Log: log}
+	deliveries := &trigger.Loop{DB: db, JS: js, Start: startFire(execs), Log: log}
 	if cfg.BootstrapAPIKey != "" {
-		created, err := api.EnsureAPIKey(ctx, cfg.BootstrapAPIKey, "default", []string{auth.RoleAdmin, auth.RoleSystem}, "bootstrap")
+		created, err := keys.EnsureAPIKey(ctx, cfg.BootstrapAPIKey, "default", []string{auth.RoleAdmin, auth.RoleSystem}, "bootstrap")
 		if err != nil {
 			return err
 		}
@@ -287,14 +330,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		cfg.Ready(srv.GRPCAddr())
 	}
 	log.Info("orchestrator serving", slog.String("grpc", srv.GRPCAddr()), slog.String("admin", srv.AdminAddr()))
-	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers, eng.Reconcile, watch.Run, ticks.Run, deliveries.Run)
+	return srv.Run(ctx, 10*time.Second, eng.Run, eng.RunTimers, eng.Reconcile, watcher.Run, ticks.Run, deliveries.Run)
 }
 
 // startTick starts a schedule's tick through StartExecution, as the schedule's own
 // principal in its tenant (with the system role for a system/ playbook, which only the
 // system role may schedule), with the tick's idempotency key and the label
 // schedule=<name>.
-func startTick(api *server.Server) schedule.Starter {
+func startTick(api *executions.Service) schedule.Starter {
 	return func(ctx context.Context, t schedule.Tick) (string, error) {
 		p := &auth.Principal{Tenant: t.Tenant, Subject: "schedule:" + t.Name, Roles: []string{auth.RoleOperator}}
 		if domain.PoolFor(t.Path) == "system" {
@@ -315,7 +358,7 @@ func startTick(api *server.Server) schedule.Starter {
 // principal in its tenant (with the system role for a system/ playbook, which only the
 // system role may trigger), with the delivery's idempotency key and the label
 // trigger=<name>.
-func startFire(api *server.Server) trigger.Starter {
+func startFire(api *executions.Service) trigger.Starter {
 	return func(ctx context.Context, f trigger.Fire) (string, error) {
 		p := &auth.Principal{Tenant: f.Tenant, Subject: "trigger:" + f.Name, Roles: []string{auth.RoleOperator}}
 		if domain.PoolFor(f.Path) == "system" {

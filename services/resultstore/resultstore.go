@@ -129,7 +129,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		location = "grpc://" + flightLis.Addr().String()
 	}
 	fsrv := grpc.NewServer(append(auth.ServerOptions(trust), tel.ServerOption(),
-		grpc.ChainUnaryInterceptor(grpcx.UnaryErrors(log)),
+		grpc.ChainUnaryInterceptor((&grpcx.Errors{Log: log}).Unary),
 		grpc.MaxRecvMsgSize(store.MaxFlightMessage), grpc.MaxSendMsgSize(store.MaxFlightMessage))...)
 	flight.RegisterFlightServiceServer(fsrv, &store.Flight{Store: st, Trust: trust, Location: location, TicketTTL: cfg.TicketTTL})
 	serveFlight := func(ctx context.Context) error {

@@ -43,6 +43,13 @@ type Server struct {
 
 	mu     sync.Mutex
 	checks map[string]Check
+	errs   *grpcx.Errors
+}
+
+// MapErrors adds the service's sentinel errors to the one interceptor that maps handler
+// errors to gRPC codes (grpcx.Errors), for unary and streaming calls. Call it before Run.
+func (s *Server) MapErrors(sentinels ...grpcx.Sentinel) {
+	s.errs.Sentinels = append(s.errs.Sentinels, sentinels...)
 }
 
 // Listen returns l when non-nil, else a new TCP listener on addr. It lets in-process meshes
@@ -72,9 +79,10 @@ func NewServer(name string, log *slog.Logger, grpcLis, adminLis net.Listener, op
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), natsx.RefusedTooLarge)
 	metrics := grpcx.NewServerMetrics(reg)
+	errs := &grpcx.Errors{Log: log}
 	opts = append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(metrics.Unary, grpcx.UnaryErrors(log)),
-		grpc.ChainStreamInterceptor(metrics.Stream, grpcx.StreamErrors(log)),
+		grpc.ChainUnaryInterceptor(metrics.Unary, errs.Unary),
+		grpc.ChainStreamInterceptor(metrics.Stream, errs.Stream),
 		grpc.MaxRecvMsgSize(8 << 20),
 	}, opts...)
 	s := &Server{
@@ -86,6 +94,7 @@ func NewServer(name string, log *slog.Logger, grpcLis, adminLis net.Listener, op
 		grpcLis:  grpcLis,
 		adminLis: adminLis,
 		checks:   map[string]Check{},
+		errs:     errs,
 	}
 	healthpb.RegisterHealthServer(s.GRPC, s.Health)
 	reflection.Register(s.GRPC)

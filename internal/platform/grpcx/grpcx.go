@@ -24,25 +24,48 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// UnaryErrors maps errors that carry no gRPC status to codes (ToStatus).
-func UnaryErrors(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		resp, err := handler(ctx, req)
-		if err == nil {
-			return resp, nil
-		}
-		return resp, ToStatus(log, info.FullMethod, err)
-	}
+// Sentinel pairs a service's sentinel error with the gRPC code that answers it. An error
+// that wraps the sentinel (errors.Is) is answered with that code and its own message, which
+// is the handler's words for the caller (it names the field, step or resource).
+type Sentinel struct {
+	Err  error
+	Code codes.Code
 }
 
-// StreamErrors is UnaryErrors for streaming calls.
-func StreamErrors(log *slog.Logger) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := handler(srv, ss); err != nil {
-			return ToStatus(log, info.FullMethod, err)
-		}
+// Errors is the one interceptor that maps the errors of a service's handlers to gRPC status
+// errors, for unary and streaming calls alike: a status passes as it is, an error wrapping
+// one of Sentinels gets its code, anything else is ToStatus's.
+type Errors struct {
+	Log *slog.Logger
+	// Sentinels are the service's sentinel errors, looked up in order.
+	Sentinels []Sentinel
+}
+
+// Status maps err, returned by method, to a gRPC status error; nil stays nil.
+func (e *Errors) Status(method string, err error) error {
+	if err == nil {
 		return nil
 	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, s := range e.Sentinels {
+		if errors.Is(err, s.Err) {
+			return status.Error(s.Code, err.Error())
+		}
+	}
+	return ToStatus(e.Log, method, err)
+}
+
+// Unary is the unary interceptor.
+func (e *Errors) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	return resp, e.Status(info.FullMethod, err)
+}
+
+// Stream is the stream interceptor.
+func (e *Errors) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return e.Status(info.FullMethod, handler(srv, ss))
 }
 
 // UnavailableRetry is the delay an Unavailable answer asks the client to wait before it

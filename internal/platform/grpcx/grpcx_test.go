@@ -98,3 +98,42 @@ func TestToStatusUnavailable(t *testing.T) {
 		require.Equal(t, codes.Internal, status.Code(grpcx.ToStatus(nil, "/x", err)), name)
 	}
 }
+
+// Errors maps a handler's error the same way for unary and streaming calls: a status as it
+// is, a wrapped sentinel to its code with the handler's message, anything else as ToStatus.
+func TestErrorsMapSentinelsForUnaryAndStreamingCalls(t *testing.T) {
+	t.Parallel()
+	errGone := errors.New("gone")
+	errLocked := errors.New("locked")
+	e := &grpcx.Errors{Sentinels: []grpcx.Sentinel{{Err: errGone, Code: codes.NotFound}, {Err: errLocked, Code: codes.FailedPrecondition}}}
+	for _, c := range []struct {
+		name string
+		err  error
+		code codes.Code
+		msg  string
+	}{
+		{"nil", nil, codes.OK, ""},
+		{"sentinel", errGone, codes.NotFound, "gone"},
+		{"wrapped sentinel", fmt.Errorf("credential %q: %w", "pg", errLocked), codes.FailedPrecondition, `credential "pg": locked`},
+		{"status", status.Error(codes.InvalidArgument, "name: required"), codes.InvalidArgument, "name: required"},
+		{"unknown", errors.New("db at 10.0.0.1 said no"), codes.Internal, "internal error"},
+		{"context", fmt.Errorf("read: %w", context.Canceled), codes.Canceled, "request cancelled"},
+	} {
+		unary := func() error {
+			_, err := e.Unary(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/svc/Unary"}, func(context.Context, any) (any, error) { return nil, c.err })
+			return err
+		}
+		stream := func() error {
+			return e.Stream(nil, nil, &grpc.StreamServerInfo{FullMethod: "/svc/Stream"}, func(any, grpc.ServerStream) error { return c.err })
+		}
+		for kind, call := range map[string]func() error{"unary": unary, "stream": stream} {
+			err := call()
+			require.Equal(t, c.code, status.Code(err), "%s %s", kind, c.name)
+			if c.err != nil {
+				require.Equal(t, c.msg, status.Convert(err).Message(), "%s %s", kind, c.name)
+			} else {
+				require.NoError(t, err, kind)
+			}
+		}
+	}
+}

@@ -66,13 +66,6 @@ type Service struct {
 	DB *pgxpool.Pool
 }
 
-func tenantOf(t string) string {
-	if t == "" {
-		return "default"
-	}
-	return t
-}
-
 // checkPath cleans and validates a plug-in path, as an InvalidArgument error naming field.
 func checkPath(field, path string) (string, error) {
 	path = playbook.CleanPath(strings.Trim(path, "/"))
@@ -96,7 +89,7 @@ func scan(r pgx.Row, tenant string, extra ...any) (*orchv1.Plugin, error) {
 
 // RegisterPlugin implements PluginService.
 func (s *Service) RegisterPlugin(ctx context.Context, req *orchv1.RegisterPluginRequest) (*orchv1.RegisterPluginResponse, error) {
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	path, err := checkPath("path", req.GetPath())
 	if err != nil {
 		return nil, err
@@ -182,7 +175,7 @@ func (s *Service) GetPlugin(ctx context.Context, req *orchv1.GetPluginRequest) (
 	if req.GetVersion() < 0 {
 		return nil, status.Error(codes.InvalidArgument, "version: must be zero (the latest) or positive")
 	}
-	p, err := s.Get(ctx, tenantOf(req.GetTenant()), path, req.GetVersion(), req.GetIncludeModule())
+	p, err := s.Get(ctx, domain.TenantOrDefault(req.GetTenant()), path, req.GetVersion(), req.GetIncludeModule())
 	if errors.Is(err, ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "plug-in %q (version %d) not found", path, req.GetVersion())
 	}
@@ -200,7 +193,7 @@ func (s *Service) ListPlugins(ctx context.Context, req *orchv1.ListPluginsReques
 		n = 50
 	}
 	n = min(n, 500)
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	var rows pgx.Rows
 	var err error
 	if req.GetPath() != "" {

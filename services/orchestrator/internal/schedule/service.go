@@ -42,13 +42,6 @@ func (s *Service) now() time.Time {
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
-func tenantOf(t string) string {
-	if t == "" {
-		return "default"
-	}
-	return t
-}
-
 // invalid is the InvalidArgument error of err, a *FieldError or another.
 func invalid(err error) error {
 	return status.Error(codes.InvalidArgument, err.Error())
@@ -113,7 +106,7 @@ func timingOf(p *orchv1.Schedule, anchor time.Time) (*Timing, error) {
 
 // CreateSchedule implements ScheduleService.
 func (s *Service) CreateSchedule(ctx context.Context, req *orchv1.CreateScheduleRequest) (*orchv1.CreateScheduleResponse, error) {
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	p := req.GetSchedule()
 	if !nameRE.MatchString(p.GetName()) {
 		return nil, status.Errorf(codes.InvalidArgument, "name: %q does not match [a-z0-9][a-z0-9_.-]{0,62}", p.GetName())
@@ -196,7 +189,7 @@ func previewCount(n int32) int {
 
 // GetSchedule implements ScheduleService.
 func (s *Service) GetSchedule(ctx context.Context, req *orchv1.GetScheduleRequest) (*orchv1.GetScheduleResponse, error) {
-	x, err := s.get(ctx, tenantOf(req.GetTenant()), req.GetName())
+	x, err := s.get(ctx, domain.TenantOrDefault(req.GetTenant()), req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +214,7 @@ func (s *Service) ListSchedules(ctx context.Context, req *orchv1.ListSchedulesRe
 		n = 50
 	}
 	n = min(n, 500)
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	rows, err := s.DB.Query(ctx, `SELECT `+columns+` FROM noetl.schedule WHERE tenant = $1 AND name > $2 ORDER BY name LIMIT $3`, tenant, req.GetPageToken(), n)
 	if err != nil {
 		return nil, err
@@ -246,7 +239,7 @@ func (s *Service) ListSchedules(ctx context.Context, req *orchv1.ListSchedulesRe
 
 // PauseSchedule implements ScheduleService.
 func (s *Service) PauseSchedule(ctx context.Context, req *orchv1.PauseScheduleRequest) (*orchv1.PauseScheduleResponse, error) {
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	if _, err := s.DB.Exec(ctx, `UPDATE noetl.schedule SET paused = true WHERE tenant = $1 AND name = $2`, tenant, req.GetName()); err != nil {
 		return nil, err
 	}
@@ -259,7 +252,7 @@ func (s *Service) PauseSchedule(ctx context.Context, req *orchv1.PauseScheduleRe
 
 // ResumeSchedule implements ScheduleService: the next tick is the first after now.
 func (s *Service) ResumeSchedule(ctx context.Context, req *orchv1.ResumeScheduleRequest) (*orchv1.ResumeScheduleResponse, error) {
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	x, err := s.get(ctx, tenant, req.GetName())
 	if err != nil {
 		return nil, err
@@ -281,7 +274,7 @@ func (s *Service) ResumeSchedule(ctx context.Context, req *orchv1.ResumeSchedule
 
 // DeleteSchedule implements ScheduleService.
 func (s *Service) DeleteSchedule(ctx context.Context, req *orchv1.DeleteScheduleRequest) (*orchv1.DeleteScheduleResponse, error) {
-	tag, err := s.DB.Exec(ctx, `DELETE FROM noetl.schedule WHERE tenant = $1 AND name = $2`, tenantOf(req.GetTenant()), req.GetName())
+	tag, err := s.DB.Exec(ctx, `DELETE FROM noetl.schedule WHERE tenant = $1 AND name = $2`, domain.TenantOrDefault(req.GetTenant()), req.GetName())
 	if err != nil {
 		return nil, err
 	}

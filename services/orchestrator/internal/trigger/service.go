@@ -94,13 +94,6 @@ type Service struct {
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
-func tenantOf(t string) string {
-	if t == "" {
-		return "default"
-	}
-	return t
-}
-
 // Key returns the idempotency key of the start of trigger id's delivery.
 func Key(id, delivery string) string {
 	if delivery == "" {
@@ -222,7 +215,7 @@ const (
 
 // CreateTrigger implements TriggerService.
 func (s *Service) CreateTrigger(ctx context.Context, req *orchv1.CreateTriggerRequest) (*orchv1.CreateTriggerResponse, error) {
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	p := req.GetTrigger()
 	if !nameRE.MatchString(p.GetName()) {
 		return nil, status.Errorf(codes.InvalidArgument, "name: %q does not match [a-z0-9][a-z0-9_.-]{0,62}", p.GetName())
@@ -352,7 +345,7 @@ func (s *Service) get(ctx context.Context, tenant, name string) (*row, error) {
 
 // GetTrigger implements TriggerService.
 func (s *Service) GetTrigger(ctx context.Context, req *orchv1.GetTriggerRequest) (*orchv1.GetTriggerResponse, error) {
-	x, err := s.get(ctx, tenantOf(req.GetTenant()), req.GetName())
+	x, err := s.get(ctx, domain.TenantOrDefault(req.GetTenant()), req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -366,7 +359,7 @@ func (s *Service) ListTriggers(ctx context.Context, req *orchv1.ListTriggersRequ
 		n = 50
 	}
 	n = min(n, 500)
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	rows, err := s.DB.Query(ctx, `SELECT `+columns+` FROM noetl.trigger WHERE tenant = $1 AND name > $2 ORDER BY name LIMIT $3`, tenant, req.GetPageToken(), n)
 	if err != nil {
 		return nil, err
@@ -393,7 +386,7 @@ func (s *Service) ListTriggers(ctx context.Context, req *orchv1.ListTriggersRequ
 // consumer gone does not declare it again.
 func (s *Service) DeleteTrigger(ctx context.Context, req *orchv1.DeleteTriggerRequest) (*orchv1.DeleteTriggerResponse, error) {
 	var id, kind, stream string
-	err := s.DB.QueryRow(ctx, `DELETE FROM noetl.trigger WHERE tenant = $1 AND name = $2 RETURNING id, kind, stream`, tenantOf(req.GetTenant()), req.GetName()).Scan(&id, &kind, &stream)
+	err := s.DB.QueryRow(ctx, `DELETE FROM noetl.trigger WHERE tenant = $1 AND name = $2 RETURNING id, kind, stream`, domain.TenantOrDefault(req.GetTenant()), req.GetName()).Scan(&id, &kind, &stream)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, status.Errorf(codes.NotFound, "trigger %q not found", req.GetName())
 	}
@@ -458,7 +451,7 @@ func (s *Service) verify(x *row, sealed []byte, signature string, body []byte) e
 // unauthenticated call) must sign the body with the trigger's secret; a user caller must
 // hold the execute permission.
 func (s *Service) FireTrigger(ctx context.Context, req *orchv1.FireTriggerRequest) (*orchv1.FireTriggerResponse, error) {
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	caller := auth.FromContext(ctx)
 	if caller == nil {
 		return nil, status.Error(codes.Unauthenticated, "credentials: required")

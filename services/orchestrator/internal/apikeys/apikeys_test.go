@@ -1,4 +1,4 @@
-package server
+package apikeys
 
 import (
 	"context"
@@ -13,17 +13,22 @@ import (
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/testkit"
-	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 )
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// mapped is err as the service's error interceptor answers it.
+func mapped(err error) error { return (&grpcx.Errors{Sentinels: Codes}).Status("/test", err) }
 
 func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 	bg := context.Background()
 	db, err := pgxext.Open(bg, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
-	s := &Server{Keys: keystore.New(db)}
+	s := &Service{Store: NewStore(db)}
 	as := func(tenant string, roles ...string) context.Context {
 		return auth.NewContext(bg, &auth.Principal{Tenant: tenant, Subject: "apikey:" + tenant + "-" + strings.Join(roles, "-"), Roles: roles})
 	}
@@ -47,7 +52,7 @@ func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 	// Verify: only services may; a right key returns what it grants and records its use,
 	// at most once a minute.
 	_, err = s.VerifyApiKey(admin, &orchv1.VerifyApiKeyRequest{Key: secret})
-	require.Equal(t, codes.PermissionDenied, status.Code(err))
+	require.Equal(t, codes.PermissionDenied, status.Code(mapped(err)))
 	v, err := s.VerifyApiKey(gateway, &orchv1.VerifyApiKeyRequest{Key: secret})
 	require.NoError(t, err)
 	require.Equal(t, k.GetId(), v.GetKey().GetId())
@@ -72,13 +77,13 @@ func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 	require.NoError(t, err)
 	for _, bad := range []string{wrong, other, "noetl_x", "", secret + "x"} {
 		_, err := s.VerifyApiKey(gateway, &orchv1.VerifyApiKeyRequest{Key: bad})
-		require.Equal(t, codes.NotFound, status.Code(err), bad)
-		require.Equal(t, "invalid API key", status.Convert(err).Message())
+		require.Equal(t, codes.NotFound, status.Code(mapped(err)), bad)
+		require.Equal(t, "invalid API key", status.Convert(mapped(err)).Message())
 	}
 
 	// Revocation, scoped to the tenant: another tenant's revoke is NotFound.
 	_, err = s.RevokeApiKey(as("acme", auth.RoleAdmin), &orchv1.RevokeApiKeyRequest{Tenant: "acme", Id: k.GetId()})
-	require.Equal(t, codes.NotFound, status.Code(err))
+	require.Equal(t, codes.NotFound, status.Code(mapped(err)))
 	_, err = s.VerifyApiKey(gateway, &orchv1.VerifyApiKeyRequest{Key: secret})
 	require.NoError(t, err)
 	r, err := s.RevokeApiKey(admin, &orchv1.RevokeApiKeyRequest{Tenant: "default", Id: k.GetId()})
@@ -88,11 +93,11 @@ func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, r.GetKey().GetRevokeTime().AsTime(), again.GetKey().GetRevokeTime().AsTime(), "revoking twice keeps the first time")
 	_, err = s.VerifyApiKey(gateway, &orchv1.VerifyApiKeyRequest{Key: secret})
-	require.Equal(t, codes.NotFound, status.Code(err), "revoked")
+	require.Equal(t, codes.NotFound, status.Code(mapped(err)), "revoked")
 
 	// Expiry.
 	_, err = s.CreateApiKey(admin, &orchv1.CreateApiKeyRequest{Tenant: "default", Roles: []string{"viewer"}, ExpireTime: timestamppb.New(time.Now().Add(-time.Second))})
-	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.Equal(t, codes.InvalidArgument, status.Code(mapped(err)))
 	require.Contains(t, err.Error(), "expire_time:")
 	short, err := s.CreateApiKey(admin, &orchv1.CreateApiKeyRequest{Tenant: "default", Roles: []string{"viewer"}, ExpireTime: timestamppb.New(time.Now().Add(time.Hour))})
 	require.NoError(t, err)
@@ -101,7 +106,7 @@ func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 	_, err = db.Exec(bg, `UPDATE noetl.api_key SET expires_at = now() - interval '1 second' WHERE id = $1`, short.GetKey().GetId())
 	require.NoError(t, err)
 	_, err = s.VerifyApiKey(gateway, &orchv1.VerifyApiKeyRequest{Key: short.GetSecret()})
-	require.Equal(t, codes.NotFound, status.Code(err), "expired")
+	require.Equal(t, codes.NotFound, status.Code(mapped(err)), "expired")
 
 	// Who may create what.
 	cases := []struct {
@@ -122,8 +127,8 @@ func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 	}
 	for _, tc := range cases {
 		_, err := s.CreateApiKey(tc.ctx, tc.req)
-		require.Equal(t, tc.code, status.Code(err), tc.name)
-		require.Contains(t, status.Convert(err).Message(), tc.inText, tc.name)
+		require.Equal(t, tc.code, status.Code(mapped(err)), tc.name)
+		require.Contains(t, status.Convert(mapped(err)).Message(), tc.inText, tc.name)
 	}
 	root := as("default", auth.RoleAdmin, auth.RoleSystem)
 	acme, err := s.CreateApiKey(root, &orchv1.CreateApiKeyRequest{Tenant: "default", KeyTenant: "acme", Roles: []string{"admin"}})
@@ -151,7 +156,7 @@ func TestAPIKeysAreHashedRevocableAndTenantScoped(t *testing.T) {
 	require.Len(t, ids, 4)
 	require.IsIncreasing(t, ids)
 	_, err = s.ListApiKeys(admin, &orchv1.ListApiKeysRequest{PageSize: -1})
-	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.Equal(t, codes.InvalidArgument, status.Code(mapped(err)))
 }
 
 func TestBootstrapKeyIsStoredOnceAndStaysRevoked(t *testing.T) {
@@ -159,7 +164,7 @@ func TestBootstrapKeyIsStoredOnceAndStaysRevoked(t *testing.T) {
 	db, err := pgxext.Open(bg, testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
-	s := &Server{Keys: keystore.New(db)}
+	s := &Service{Store: NewStore(db)}
 	gateway := auth.NewContext(bg, auth.ServicePrincipal("gateway"))
 	key, id, _, err := auth.NewAPIKey()
 	require.NoError(t, err)
@@ -179,7 +184,7 @@ func TestBootstrapKeyIsStoredOnceAndStaysRevoked(t *testing.T) {
 	_, err = s.EnsureAPIKey(bg, key, "default", []string{auth.RoleAdmin}, "bootstrap")
 	require.NoError(t, err)
 	_, err = s.VerifyApiKey(gateway, &orchv1.VerifyApiKeyRequest{Key: key})
-	require.Equal(t, codes.NotFound, status.Code(err), "a revoked bootstrap key stays revoked across restarts")
+	require.Equal(t, codes.NotFound, status.Code(mapped(err)), "a revoked bootstrap key stays revoked across restarts")
 
 	// Same id, another secret: refused rather than silently ignored.
 	forged := auth.APIKeyPrefix + id + "_" + strings.Repeat("a", len(key)-len(auth.APIKeyPrefix+id+"_"))

@@ -1,4 +1,4 @@
-package server
+package credentials
 
 import (
 	"bytes"
@@ -12,23 +12,26 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/testkit"
-	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
 )
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
+// mapped is err as the service's error interceptor answers it.
+func mapped(err error) error { return (&grpcx.Errors{Sentinels: Codes}).Status("/test", err) }
+
 func TestCredentialsNeedTheKeyAndNeverEchoData(t *testing.T) {
 	t.Parallel()
-	s := &Server{} // no key, no database: every case below fails before either is used
+	s := &Service{} // no key, no database: every case below fails before either is used
 	ctx := auth.NewContext(context.Background(), auth.ServicePrincipal("worker"))
 
 	_, err := s.PutCredential(ctx, &orchv1.PutCredentialRequest{Name: "pg", DataJson: []byte(`{"password":"x"}`)})
-	require.Equal(t, codes.FailedPrecondition, status.Code(err))
-	require.Equal(t, "NOETL_ENCRYPTION_KEY is not set", status.Convert(err).Message())
+	require.Equal(t, codes.FailedPrecondition, status.Code(mapped(err)))
+	require.Equal(t, "NOETL_ENCRYPTION_KEY is not set", status.Convert(mapped(err)).Message())
 	_, err = s.ResolveCredential(ctx, &orchv1.ResolveCredentialRequest{Name: "pg"})
-	require.Equal(t, codes.FailedPrecondition, status.Code(err))
+	require.Equal(t, codes.FailedPrecondition, status.Code(mapped(err)))
 
 	for name, data := range map[string]string{
 		"not json":   `{"password": hunter2`,
@@ -36,12 +39,12 @@ func TestCredentialsNeedTheKeyAndNeverEchoData(t *testing.T) {
 		"empty":      ``,
 	} {
 		_, err := s.PutCredential(ctx, &orchv1.PutCredentialRequest{Name: "pg", DataJson: []byte(data)})
-		require.Equal(t, codes.InvalidArgument, status.Code(err), name)
+		require.Equal(t, codes.InvalidArgument, status.Code(mapped(err)), name)
 		require.NotContains(t, err.Error(), "hunter2", name)
 		require.Contains(t, err.Error(), "data:", name)
 	}
 	_, err = s.PutCredential(ctx, &orchv1.PutCredentialRequest{Name: "bad name", DataJson: []byte(`{}`)})
-	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.Equal(t, codes.InvalidArgument, status.Code(mapped(err)))
 	_, err = s.PutCredential(ctx, &orchv1.PutCredentialRequest{Name: "pg", DataJson: make([]byte, domain.MaxCredentialBytes+1)})
 	require.ErrorContains(t, err, "exceeds the limit")
 }
@@ -53,7 +56,7 @@ func TestPlaintextCredentialsAreSealedAndListsPage(t *testing.T) {
 	t.Cleanup(db.Close)
 	sealer, err := NewSealer(bytes.Repeat([]byte{1}, KeySize))
 	require.NoError(t, err)
-	s := &Server{Keys: keystore.New(db), Sealer: sealer}
+	s := &Service{Store: NewStore(db), Sealer: sealer}
 
 	// Rows written in plaintext before encryption at rest.
 	for _, n := range []string{"legacy_a", "legacy_b"} {
@@ -61,7 +64,7 @@ func TestPlaintextCredentialsAreSealedAndListsPage(t *testing.T) {
 		require.NoError(t, err)
 	}
 	_, err = s.ResolveCredential(ctx, &orchv1.ResolveCredentialRequest{Name: "legacy_a"})
-	require.Equal(t, codes.FailedPrecondition, status.Code(err), "plaintext rows are not served")
+	require.Equal(t, codes.FailedPrecondition, status.Code(mapped(err)), "plaintext rows are not served")
 	n, err := s.SealPlaintextCredentials(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)

@@ -1,4 +1,13 @@
-package server
+// Package watch is the orchestrator's WatchService: it streams an execution's committed
+// events to a client as the materializer's commit notices announce them, reading the events
+// from the log (the statebuilder) in pages.
+//
+// Invariants: a watch subscribes to the notices before it reads the log, so no commit
+// between the two is missed; notices only say that the log grew (the log is the truth,
+// re-read after a NATS reconnect); events go out in seq order, at most watchMessageBytes
+// per response, and the stream ends after the terminal event; watches are bounded in
+// number and ended with Unavailable on shutdown, resumable from the last seq received.
+package watch
 
 import (
 	"context"
@@ -146,7 +155,7 @@ func (w *Watcher) WatchExecution(req *orchv1.WatchExecutionRequest, stream grpc.
 // for the tenant) sends the response header.
 func (w *Watcher) sendCommitted(ctx context.Context, stream grpc.ServerStreamingServer[orchv1.WatchExecutionResponse], tenant, id string, after *int64, started *bool) (bool, error) {
 	for {
-		resp, err := w.state.ListEvents(ctx, &sbv1.ListEventsRequest{Tenant: tenantOf(tenant), ExecutionId: id, AfterSeq: *after, PageSize: watchPageSize})
+		resp, err := w.state.ListEvents(ctx, &sbv1.ListEventsRequest{Tenant: domain.TenantOrDefault(tenant), ExecutionId: id, AfterSeq: *after, PageSize: watchPageSize})
 		if err != nil {
 			return false, err
 		}
@@ -155,7 +164,7 @@ func (w *Watcher) sendCommitted(ctx context.Context, stream grpc.ServerStreaming
 				// Nothing after the seq asked for: when the execution has ended, nothing
 				// ever will be, and the watch ends at once (without a header: a client
 				// learns there was nothing to watch).
-				st, err := w.state.GetState(ctx, &sbv1.GetStateRequest{Tenant: tenantOf(tenant), ExecutionId: id})
+				st, err := w.state.GetState(ctx, &sbv1.GetStateRequest{Tenant: domain.TenantOrDefault(tenant), ExecutionId: id})
 				if err != nil {
 					return false, err
 				}

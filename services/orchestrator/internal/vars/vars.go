@@ -1,4 +1,13 @@
-package server
+// Package vars is the variables part of the orchestrator's OrchestratorService:
+// UpdateExecutionVariables writes an execution's variables as one vars.updated event and
+// answers once the log holds it.
+//
+// Invariants: a write is checked against the committed state (a terminal execution's
+// variables no longer change; every name to unset must be set; the variables after the
+// write stay within domain.MaxVars and domain.MaxVarsBytes); each write's event id derives
+// from a fresh request id, so two writes never collapse into one; the answer's seq is the
+// seq the log gave the event.
+package vars
 
 import (
 	"context"
@@ -7,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -17,14 +28,25 @@ import (
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/services/orchestrator/internal/notice"
 )
+
+// Service implements UpdateExecutionVariables of OrchestratorService.
+type Service struct {
+	NC         *nats.Conn
+	JS         jetstream.JetStream
+	State      sbv1.StateServiceClient
+	Partitions int
+	// CommitTimeout bounds how long a write waits for its event to commit.
+	CommitTimeout time.Duration
+}
 
 // UpdateExecutionVariables writes an execution's variables as one vars.updated event and
 // answers once it is committed. It is checked against the committed state: the execution
 // must not be terminal, every name to unset must be set, and the variables after the write
 // must stay within domain.MaxVars and domain.MaxVarsBytes. The event's id derives from a
 // fresh request id (its cause is the request), so two writes never collapse into one.
-func (s *Server) UpdateExecutionVariables(ctx context.Context, req *orchv1.UpdateExecutionVariablesRequest) (*orchv1.UpdateExecutionVariablesResponse, error) {
+func (s *Service) UpdateExecutionVariables(ctx context.Context, req *orchv1.UpdateExecutionVariablesRequest) (*orchv1.UpdateExecutionVariablesResponse, error) {
 	if req.GetExecutionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
 	}
@@ -32,7 +54,7 @@ func (s *Server) UpdateExecutionVariables(ctx context.Context, req *orchv1.Updat
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenantOf(req.GetTenant())})
+	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: domain.TenantOrDefault(req.GetTenant())})
 	if err != nil {
 		return nil, err
 	}
@@ -142,9 +164,9 @@ func varsPayload(req *orchv1.UpdateExecutionVariablesRequest) (*domain.VarsPaylo
 }
 
 // publishCommitted publishes ev, an event of the execution whose state is st, and waits
-// until the log holds it, returning its seq. Past the start timeout it reads the state
+// until the log holds it, returning its seq. Past the commit timeout it reads the state
 // again: a terminal execution (whose log refuses the event) is FailedPrecondition.
-func (s *Server) publishCommitted(ctx context.Context, st *sbv1.ExecutionState, ev *eventv1.Event) (int64, error) {
+func (s *Service) publishCommitted(ctx context.Context, st *sbv1.ExecutionState, ev *eventv1.Event) (int64, error) {
 	id := st.GetExecutionId()
 	sub, err := s.NC.SubscribeSync(natsx.CommittedWildcard(id))
 	if err != nil {
@@ -157,7 +179,7 @@ func (s *Server) publishCommitted(ctx context.Context, st *sbv1.ExecutionState, 
 	if err := eventbus.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
 		return 0, status.Errorf(codes.Unavailable, "publish %s: %v", ev.GetType(), err)
 	}
-	timeout := s.StartTimeout
+	timeout := s.CommitTimeout
 	if timeout <= 0 {
 		timeout = 15 * time.Second
 	}
@@ -169,7 +191,7 @@ func (s *Server) publishCommitted(ctx context.Context, st *sbv1.ExecutionState, 
 		if err != nil {
 			break
 		}
-		upTo, terminal, err := noticeProgress(m.Data)
+		upTo, terminal, err := notice.Progress(m.Data)
 		if err != nil || upTo <= after {
 			continue
 		}
@@ -193,7 +215,7 @@ func (s *Server) publishCommitted(ctx context.Context, st *sbv1.ExecutionState, 
 
 // findEvent looks for event id of type typ among the execution's events after seq after,
 // up to upTo.
-func (s *Server) findEvent(ctx context.Context, st *sbv1.ExecutionState, id, typ string, after, upTo int64) (int64, bool, error) {
+func (s *Service) findEvent(ctx context.Context, st *sbv1.ExecutionState, id, typ string, after, upTo int64) (int64, bool, error) {
 	for {
 		page, err := s.State.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: st.GetExecutionId(), Tenant: st.GetTenant(), AfterSeq: after, UpToSeq: upTo, Types: []string{typ}, PageSize: 1000})
 		if err != nil {

@@ -1,14 +1,20 @@
-// Package server implements the orchestrator's gRPC API: catalog, start, cancel and
-// credentials.
-package server
+// Package executions is the execution half of the orchestrator's OrchestratorService:
+// starting, rerunning, cancelling and waiting for executions. Each is a command to the log
+// (playbook.started, playbook.cancelled, published to the events stream for the
+// materializer to commit) or a read of the log's state (the statebuilder); the package
+// holds no state of its own.
+//
+// Invariants: a start answers only once its playbook.started is committed (it subscribes to
+// the commit notice before publishing); a start with an idempotency key has a UUIDv5 id of
+// tenant and key, so a retried start names the same execution and the log keeps one copy;
+// a cancelled execution's running children are cancelled with it; system/ playbooks are
+// started and rerun only by the system role.
+package executions
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,36 +33,21 @@ import (
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
-	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
-	"github.com/noetl/noetl/services/orchestrator/internal/plugin"
+	"github.com/noetl/noetl/services/orchestrator/internal/notice"
 )
 
-// Server implements OrchestratorService, CredentialService and ApiKeyService.
-type Server struct {
-	orchv1.UnimplementedOrchestratorServiceServer
-	orchv1.UnimplementedCredentialServiceServer
-	orchv1.UnimplementedApiKeyServiceServer
-
-	Catalog *catalog.Catalog
-	// Keys stores credentials and API keys.
-	Keys       *keystore.Store
+// Service implements the execution RPCs of OrchestratorService (StartExecution,
+// RerunExecution, CancelExecution, WaitExecution).
+type Service struct {
+	Catalog    *catalog.Catalog
 	NC         *nats.Conn
 	JS         jetstream.JetStream
 	State      sbv1.StateServiceClient
 	Partitions int
-	// StartTimeout bounds how long StartExecution waits for playbook.started to commit.
+	// StartTimeout bounds how long a start waits for playbook.started to commit.
 	StartTimeout time.Duration
-	// Waiters bounds concurrent WaitExecution calls; nil means 10,000.
+	// Waiters bounds concurrent WaitExecution calls.
 	Waiters chan struct{}
-	// Sealer encrypts credential data at rest; nil (no NOETL_ENCRYPTION_KEY) makes storing
-	// and resolving credentials fail with FailedPrecondition.
-	Sealer *Sealer
-	// Registered, when set, is called after a playbook was registered (a tenant's override
-	// of a system playbook gets its schedule there, package systembook).
-	Registered func(ctx context.Context, e *catalog.Entry) error
-	// Plugins, when set, checks the wasm steps of a playbook being registered against the
-	// tenant's plug-ins.
-	Plugins *plugin.Service
 }
 
 // MaxWorkloadBytes is the public limit on an execution's workload as JSON, which the
@@ -65,120 +56,9 @@ const MaxWorkloadBytes = domain.MaxWorkloadBytes
 
 var idempotencyNS = uuid.MustParse("6f1c3f36-58b4-4c1e-9a43-6e6f65746c21")
 
-func tenantOf(t string) string {
-	if t == "" {
-		return "default"
-	}
-	return t
-}
-
-// RegisterPlaybook validates and stores a playbook.
-func (s *Server) RegisterPlaybook(ctx context.Context, req *orchv1.RegisterPlaybookRequest) (*orchv1.RegisterPlaybookResponse, error) {
-	if len(req.GetContent()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "content: playbook YAML is required")
-	}
-	tenant := tenantOf(req.GetTenant())
-	e, err := s.Catalog.Register(ctx, tenant, req.GetContent(), func(pb *playbook.Playbook, path string) error {
-		if err := systemGuard(ctx, tenant, pb, path); err != nil || s.Plugins == nil {
-			return err
-		}
-		return s.Plugins.CheckSteps(ctx, tenant, pb, path)
-	})
-	if err != nil {
-		var pe *playbook.Error
-		if errors.As(err, &pe) {
-			return nil, status.Error(codes.InvalidArgument, "invalid playbook: "+err.Error())
-		}
-		return nil, err
-	}
-	if s.Registered != nil {
-		if err := s.Registered(ctx, e); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "playbook %s version %d registered, but its schedule was not: %v; register it again", e.Path, e.Version, err)
-		}
-	}
-	return &orchv1.RegisterPlaybookResponse{Entry: entryProto(e, true)}, nil
-}
-
-func entryProto(e *catalog.Entry, content bool) *orchv1.CatalogEntry {
-	p := &orchv1.CatalogEntry{Tenant: e.Tenant, Path: e.Path, Version: e.Version, Name: e.Name, Description: e.Description, Warnings: e.Warnings, CreateTime: timestamppb.New(e.Created), ContentSha256: e.SHA256}
-	if content {
-		p.Content = e.Content
-	}
-	return p
-}
-
-// GetPlaybook returns a catalog entry.
-func (s *Server) GetPlaybook(ctx context.Context, req *orchv1.GetPlaybookRequest) (*orchv1.GetPlaybookResponse, error) {
-	if req.GetPath() == "" {
-		return nil, status.Error(codes.InvalidArgument, "path: required")
-	}
-	e, err := s.Catalog.Get(ctx, tenantOf(req.GetTenant()), req.GetPath(), req.GetVersion())
-	if errors.Is(err, catalog.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "playbook %q (version %d) not found", req.GetPath(), req.GetVersion())
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &orchv1.GetPlaybookResponse{Entry: entryProto(e, true)}, nil
-}
-
-// ListPlaybooks returns a page of the catalog.
-func (s *Server) ListPlaybooks(ctx context.Context, req *orchv1.ListPlaybooksRequest) (*orchv1.ListPlaybooksResponse, error) {
-	n := int(req.GetPageSize())
-	if n <= 0 {
-		n = 50
-	}
-	if n > 500 {
-		n = 500
-	}
-	if req.GetPath() != "" {
-		return s.listVersions(ctx, req, n)
-	}
-	es, err := s.Catalog.List(ctx, tenantOf(req.GetTenant()), n, req.GetPageToken())
-	if err != nil {
-		return nil, err
-	}
-	resp := &orchv1.ListPlaybooksResponse{}
-	for _, e := range es {
-		resp.Entries = append(resp.Entries, entryProto(e, false))
-	}
-	if len(es) == n {
-		resp.NextPageToken = es[len(es)-1].Path
-	}
-	return resp, nil
-}
-
-// listVersions is ListPlaybooks for one path: its versions, newest first, n per page; the
-// page token is the last version returned.
-func (s *Server) listVersions(ctx context.Context, req *orchv1.ListPlaybooksRequest, n int) (*orchv1.ListPlaybooksResponse, error) {
-	var before int64
-	if t := req.GetPageToken(); t != "" {
-		v, err := strconv.ParseInt(t, 10, 64)
-		if err != nil || v <= 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "page_token: %q is not a token of this listing", t)
-		}
-		before = v
-	}
-	es, err := s.Catalog.Versions(ctx, tenantOf(req.GetTenant()), req.GetPath(), n, before)
-	if errors.Is(err, catalog.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "playbook %q not found", req.GetPath())
-	}
-	if err != nil {
-		return nil, err
-	}
-	resp := &orchv1.ListPlaybooksResponse{}
-	for _, e := range es {
-		resp.Entries = append(resp.Entries, entryProto(e, false))
-	}
-	if len(es) == n && es[len(es)-1].Version > 1 {
-		resp.NextPageToken = strconv.FormatInt(es[len(es)-1].Version, 10)
-	}
-	return resp, nil
-}
-
 // StartExecution publishes playbook.started and waits until it is committed.
-func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionRequest) (*orchv1.StartExecutionResponse, error) {
-	tenant := tenantOf(req.GetTenant())
+func (s *Service) StartExecution(ctx context.Context, req *orchv1.StartExecutionRequest) (*orchv1.StartExecutionResponse, error) {
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	req.Path = playbook.CleanPath(req.GetPath())
 	if req.GetPath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "path: required")
@@ -234,7 +114,7 @@ func (s *Server) StartExecution(ctx context.Context, req *orchv1.StartExecutionR
 // for a start larger than a message may be. existing reports that the idempotency key
 // named an execution already logged (or already in the stream), which this call did not
 // start.
-func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, parent string, payload []byte, tooLarge func() error) (id string, existing bool, err error) {
+func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, parent string, payload []byte, tooLarge func() error) (id string, existing bool, err error) {
 	if k := idempotencyKey; k != "" {
 		id = uuid.NewSHA1(idempotencyNS, []byte(tenant+"\x00"+k)).String()
 		// A start already logged answers at once. When the statebuilder cannot tell, the
@@ -303,11 +183,11 @@ func (s *Server) publishStart(ctx context.Context, tenant, idempotencyKey, paren
 }
 
 // CancelExecution publishes playbook.cancelled for a running execution.
-func (s *Server) CancelExecution(ctx context.Context, req *orchv1.CancelExecutionRequest) (*orchv1.CancelExecutionResponse, error) {
+func (s *Service) CancelExecution(ctx context.Context, req *orchv1.CancelExecutionRequest) (*orchv1.CancelExecutionResponse, error) {
 	if req.GetExecutionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
 	}
-	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenantOf(req.GetTenant())})
+	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: domain.TenantOrDefault(req.GetTenant())})
 	if err != nil {
 		return nil, err
 	}
@@ -341,7 +221,7 @@ func (s *Server) CancelExecution(ctx context.Context, req *orchv1.CancelExecutio
 
 // WaitExecution waits for an execution's terminal commit notice. It subscribes before
 // reading the state, so a terminal commit between the two cannot be missed.
-func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRequest) (*orchv1.WaitExecutionResponse, error) {
+func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRequest) (*orchv1.WaitExecutionResponse, error) {
 	if req.GetExecutionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
 	}
@@ -365,7 +245,7 @@ func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionReq
 	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
-	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenantOf(req.GetTenant())})
+	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: domain.TenantOrDefault(req.GetTenant())})
 	if err != nil {
 		return nil, err
 	}
@@ -381,12 +261,12 @@ func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionReq
 		if err != nil {
 			return out, nil // timed out (or the caller left): report what is known
 		}
-		if seq, terminal, err := noticeProgress(m.Data); err == nil {
+		if seq, terminal, err := notice.Progress(m.Data); err == nil {
 			out.Seq = max(out.Seq, seq)
 			out.Terminal = terminal
 		}
 	}
-	final, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenantOf(req.GetTenant()), MinSeq: out.Seq})
+	final, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: domain.TenantOrDefault(req.GetTenant()), MinSeq: out.Seq})
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +277,7 @@ func (s *Server) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionReq
 // cancelChildren cancels the running child executions of a cancelled execution (their own
 // cancellation cascades further). Children that already ended are left alone; failures are
 // not fatal for the parent's cancellation.
-func (s *Server) cancelChildren(ctx context.Context, tenant, parent, reason string) {
+func (s *Service) cancelChildren(ctx context.Context, tenant, parent, reason string) {
 	token := ""
 	for {
 		resp, err := s.State.ListExecutions(ctx, &sbv1.ListExecutionsRequest{Tenant: tenant, ParentExecutionId: parent, Status: eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, PageSize: 500, PageToken: token})
@@ -411,49 +291,4 @@ func (s *Server) cancelChildren(ctx context.Context, tenant, parent, reason stri
 			return
 		}
 	}
-}
-
-// systemGuard enforces the system pool's rules at registration: only the system role
-// registers playbooks under system/, and only those may use system_* tool kinds, except
-// that a tenant's override of a system playbook (<tenant>/system/<name> in its own
-// catalog), which needs the admin role, may use playbook.TenantSafeToolKinds.
-func systemGuard(ctx context.Context, tenant string, pb *playbook.Playbook, path string) error {
-	system := domain.PoolFor(path) == "system"
-	if system && !auth.FromContext(ctx).Can(auth.PermSystem) {
-		return status.Errorf(codes.PermissionDenied, "metadata.path: registering system/ playbooks requires the system role")
-	}
-	if system {
-		return nil
-	}
-	_, override := domain.OverrideName(tenant, path)
-	allowed := func(kind string) bool {
-		return !strings.HasPrefix(kind, "system_") || (override && slices.Contains(playbook.TenantSafeToolKinds, kind))
-	}
-	uses := false
-	for _, st := range pb.Steps {
-		for _, t := range st.Tool {
-			if !allowed(t.Kind) {
-				return status.Errorf(codes.InvalidArgument, "line %d: step %q: tool kind %q is reserved for system/ playbooks%s", st.Line, st.Name, t.Kind, tenantSafeHint(override))
-			}
-			uses = uses || strings.HasPrefix(t.Kind, "system_")
-		}
-	}
-	for name, t := range pb.Workbook {
-		if !allowed(t.Kind) {
-			return status.Errorf(codes.InvalidArgument, "workbook task %q: tool kind %q is reserved for system/ playbooks%s", name, t.Kind, tenantSafeHint(override))
-		}
-		uses = uses || strings.HasPrefix(t.Kind, "system_")
-	}
-	if uses && !auth.FromContext(ctx).Can(auth.PermAdmin) {
-		return status.Errorf(codes.PermissionDenied, "metadata.path: registering an override of a system playbook (%s) requires the admin role", path)
-	}
-	return nil
-}
-
-// tenantSafeHint names the system tools an override of a system playbook may use.
-func tenantSafeHint(override bool) string {
-	if !override {
-		return ""
-	}
-	return " (an override of a system playbook may use " + strings.Join(playbook.TenantSafeToolKinds, ", ") + ")"
 }

@@ -1,4 +1,7 @@
-package server
+// Package notice reads the materializer's commit notices as the orchestrator's waiters need
+// them (WaitExecution, a variables write waiting for its own commit): how far the log of an
+// execution has grown and whether it ended, without decoding the events a notice carries.
+package notice
 
 import (
 	"google.golang.org/protobuf/encoding/protowire"
@@ -17,12 +20,12 @@ func noticeField(name protoreflect.Name) protowire.Number {
 	return (&eventv1.CommitNotice{}).ProtoReflect().Descriptor().Fields().ByName(name).Number()
 }
 
-// noticeProgress reads only seq and terminal from a marshalled CommitNotice, skipping the
+// Progress reads only seq and terminal from a marshalled CommitNotice, skipping the
 // rest unparsed: a notice can carry up to the notice budget of events, and a waiter needs
 // none of them. As proto.Unmarshal does, the last occurrence of a field wins and a field
 // of an unexpected wire type is passed over; bytes that are not a well-formed message are
 // an error.
-func noticeProgress(b []byte) (seq int64, terminal bool, err error) {
+func Progress(b []byte) (seq int64, terminal bool, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {

@@ -1,4 +1,4 @@
-package server
+package credentials
 
 import (
 	"crypto/aes"

@@ -1,4 +1,13 @@
-package server
+// Package apikeys is the orchestrator's ApiKeyService: the API keys a gateway admits
+// callers with, in noetl.api_key (Store, the package's only SQL), and the bootstrap key a
+// deployment starts from (EnsureAPIKey).
+//
+// Invariants: a key's secret is shown once, at creation, and stored only as its SHA-256
+// digest, compared in constant time; a key grants at most the roles of the admin who made
+// it, in the admin's tenant unless the admin holds the system role; a revoked key stays
+// revoked (a bootstrap key is never stored again); every refusal of a presented key is the
+// same ErrInvalidKey, saying nothing of which check failed; only service principals verify.
+package apikeys
 
 import (
 	"context"
@@ -12,20 +21,43 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/auth"
-	"github.com/noetl/noetl/services/orchestrator/internal/keystore"
+	"github.com/noetl/noetl/internal/platform/grpcx"
 )
 
 // API key limits and the interval at which a key's last use is recorded.
 const (
 	MaxAPIKeyName     = 128
 	lastUsedThrottle  = time.Minute
-	errInvalidAPIKey  = "invalid API key"
 	defaultAPIKeyPage = 50
 )
 
+// Sentinel errors of the API key service; Codes maps them to gRPC codes.
+var (
+	// ErrNotFound is returned for a key the tenant does not have.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalidKey is every refusal of a presented key: malformed, unknown, wrong secret,
+	// revoked or expired alike.
+	ErrInvalidKey = errors.New("invalid API key")
+)
+
+// Codes maps the package's sentinel errors to the gRPC codes that answer them (the
+// service's one error interceptor, grpcx.Errors).
+var Codes = []grpcx.Sentinel{
+	{Err: ErrNotFound, Code: codes.NotFound},
+	{Err: ErrInvalidKey, Code: codes.NotFound},
+}
+
+// Service implements ApiKeyService.
+type Service struct {
+	orchv1.UnimplementedApiKeyServiceServer
+
+	Store *Store
+}
+
 // apiKeyInfo is a stored key as the API shows it.
-func apiKeyInfo(k *keystore.APIKey) *orchv1.ApiKeyInfo {
+func apiKeyInfo(k *APIKey) *orchv1.ApiKeyInfo {
 	ts := func(t *time.Time) *timestamppb.Timestamp {
 		if t == nil {
 			return nil
@@ -38,12 +70,12 @@ func apiKeyInfo(k *keystore.APIKey) *orchv1.ApiKeyInfo {
 
 // CreateApiKey creates a key for the caller's tenant (another tenant needs the system
 // role) with roles the caller holds, and returns its secret once.
-func (s *Server) CreateApiKey(ctx context.Context, req *orchv1.CreateApiKeyRequest) (*orchv1.CreateApiKeyResponse, error) {
+func (s *Service) CreateApiKey(ctx context.Context, req *orchv1.CreateApiKeyRequest) (*orchv1.CreateApiKeyResponse, error) {
 	p := auth.FromContext(ctx)
 	if !p.Can(auth.PermAdmin) {
 		return nil, status.Error(codes.PermissionDenied, "creating API keys needs the admin role")
 	}
-	tenant := tenantOf(req.GetTenant())
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	keyTenant := req.GetKeyTenant()
 	if keyTenant == "" {
 		keyTenant = tenant
@@ -84,7 +116,7 @@ func (s *Server) CreateApiKey(ctx context.Context, req *orchv1.CreateApiKeyReque
 	if err != nil {
 		return nil, fmt.Errorf("create api key: %w", err)
 	}
-	k, err := s.Keys.CreateAPIKey(ctx, keystore.APIKey{ID: id, Tenant: keyTenant, Roles: roles, Name: req.GetName(), CreatedBy: p.Subject, Expires: expires}, digest)
+	k, err := s.Store.CreateAPIKey(ctx, APIKey{ID: id, Tenant: keyTenant, Roles: roles, Name: req.GetName(), CreatedBy: p.Subject, Expires: expires}, digest)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +124,7 @@ func (s *Server) CreateApiKey(ctx context.Context, req *orchv1.CreateApiKeyReque
 }
 
 // ListApiKeys returns a page of a tenant's keys ordered by id, without secrets.
-func (s *Server) ListApiKeys(ctx context.Context, req *orchv1.ListApiKeysRequest) (*orchv1.ListApiKeysResponse, error) {
+func (s *Service) ListApiKeys(ctx context.Context, req *orchv1.ListApiKeysRequest) (*orchv1.ListApiKeysResponse, error) {
 	if req.GetPageSize() < 0 {
 		return nil, status.Error(codes.InvalidArgument, "page_size: must not be negative")
 	}
@@ -101,7 +133,7 @@ func (s *Server) ListApiKeys(ctx context.Context, req *orchv1.ListApiKeysRequest
 		n = defaultAPIKeyPage
 	}
 	n = min(n, 500)
-	ks, err := s.Keys.ListAPIKeys(ctx, tenantOf(req.GetTenant()), req.GetPageToken(), n)
+	ks, err := s.Store.ListAPIKeys(ctx, domain.TenantOrDefault(req.GetTenant()), req.GetPageToken(), n)
 	if err != nil {
 		return nil, err
 	}
@@ -117,16 +149,13 @@ func (s *Server) ListApiKeys(ctx context.Context, req *orchv1.ListApiKeysRequest
 
 // RevokeApiKey revokes a key of the tenant; revoking twice keeps the first time. A key of
 // another tenant is NotFound.
-func (s *Server) RevokeApiKey(ctx context.Context, req *orchv1.RevokeApiKeyRequest) (*orchv1.RevokeApiKeyResponse, error) {
+func (s *Service) RevokeApiKey(ctx context.Context, req *orchv1.RevokeApiKeyRequest) (*orchv1.RevokeApiKeyResponse, error) {
 	if req.GetId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "id: required")
 	}
-	k, err := s.Keys.RevokeAPIKey(ctx, tenantOf(req.GetTenant()), req.GetId())
-	if errors.Is(err, keystore.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "api key %q not found", req.GetId())
-	}
+	k, err := s.Store.RevokeAPIKey(ctx, domain.TenantOrDefault(req.GetTenant()), req.GetId())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("api key %q %w", req.GetId(), err)
 	}
 	return &orchv1.RevokeApiKeyResponse{Key: apiKeyInfo(k)}, nil
 }
@@ -135,27 +164,27 @@ func (s *Server) RevokeApiKey(ctx context.Context, req *orchv1.RevokeApiKeyReque
 // with the stored one, and revoked or expired keys are refused. Every refusal is the same
 // NotFound, saying nothing of which check failed. The key's last use is recorded at most
 // once a minute.
-func (s *Server) VerifyApiKey(ctx context.Context, req *orchv1.VerifyApiKeyRequest) (*orchv1.VerifyApiKeyResponse, error) {
+func (s *Service) VerifyApiKey(ctx context.Context, req *orchv1.VerifyApiKeyRequest) (*orchv1.VerifyApiKeyResponse, error) {
 	if err := auth.RequireService(ctx); err != nil {
 		return nil, err
 	}
 	id, digest, ok := auth.ParseAPIKey(req.GetKey())
 	if !ok {
-		return nil, status.Error(codes.NotFound, errInvalidAPIKey)
+		return nil, ErrInvalidKey
 	}
-	k, stored, err := s.Keys.APIKeyByID(ctx, id)
-	if errors.Is(err, keystore.ErrNotFound) {
-		return nil, status.Error(codes.NotFound, errInvalidAPIKey)
+	k, stored, err := s.Store.APIKeyByID(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, ErrInvalidKey
 	}
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
 	if !auth.DigestEqual(digest, stored) || k.Revoked != nil || (k.Expires != nil && !now.Before(*k.Expires)) {
-		return nil, status.Error(codes.NotFound, errInvalidAPIKey)
+		return nil, ErrInvalidKey
 	}
 	if k.LastUsed == nil || now.Sub(*k.LastUsed) >= lastUsedThrottle {
-		if err := s.Keys.TouchAPIKey(ctx, id, lastUsedThrottle); err != nil {
+		if err := s.Store.TouchAPIKey(ctx, id, lastUsedThrottle); err != nil {
 			return nil, err
 		}
 		k.LastUsed = &now
@@ -166,12 +195,12 @@ func (s *Server) VerifyApiKey(ctx context.Context, req *orchv1.VerifyApiKeyReque
 // EnsureAPIKey stores key (noetl_<id>_<secret>, for example the dev mesh's admin.key or a
 // key provisioned from a deployment secret) for tenant with roles unless its id is stored
 // already, so a key revoked once stays revoked. It reports whether it stored it.
-func (s *Server) EnsureAPIKey(ctx context.Context, key, tenant string, roles []string, name string) (bool, error) {
+func (s *Service) EnsureAPIKey(ctx context.Context, key, tenant string, roles []string, name string) (bool, error) {
 	id, digest, ok := auth.ParseAPIKey(key)
 	if !ok {
 		return false, errors.New("bootstrap API key: not of the form " + auth.APIKeyPrefix + "<id>_<secret>")
 	}
-	created, stored, err := s.Keys.EnsureAPIKey(ctx, keystore.APIKey{ID: id, Tenant: tenant, Roles: roles, Name: name, CreatedBy: "bootstrap"}, digest)
+	created, stored, err := s.Store.EnsureAPIKey(ctx, APIKey{ID: id, Tenant: tenant, Roles: roles, Name: name, CreatedBy: "bootstrap"}, digest)
 	if err != nil || created {
 		return created, err
 	}

@@ -1,4 +1,4 @@
-package server
+package executions
 
 import (
 	"context"
@@ -34,8 +34,8 @@ const rerunPage = 1000
 // of that moment, go into the new execution's playbook.started, whose fold makes them
 // completed and routed, and the first decision enters from_step. The original must have
 // entered from_step; it may still be running.
-func (s *Server) RerunExecution(ctx context.Context, req *orchv1.RerunExecutionRequest) (*orchv1.RerunExecutionResponse, error) {
-	tenant := tenantOf(req.GetTenant())
+func (s *Service) RerunExecution(ctx context.Context, req *orchv1.RerunExecutionRequest) (*orchv1.RerunExecutionResponse, error) {
+	tenant := domain.TenantOrDefault(req.GetTenant())
 	if req.GetExecutionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
 	}
@@ -97,7 +97,7 @@ func (s *Server) RerunExecution(ctx context.Context, req *orchv1.RerunExecutionR
 // that state, in name order, and its ctx. A completed step that the state had not routed
 // yet (the decision entering from routes it in the same output) gets its fired arcs, and a
 // loop its assembled list of results, from its step.exit further on.
-func (s *Server) rerunSeed(ctx context.Context, tenant, id, from string) (*domain.StartedPayload, error) {
+func (s *Service) rerunSeed(ctx context.Context, tenant, id, from string) (*domain.StartedPayload, error) {
 	first, err := s.State.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: id, Tenant: tenant, Step: from, Types: []string{domain.EventStepEnter}, PageSize: 1})
 	if err != nil {
 		return nil, err

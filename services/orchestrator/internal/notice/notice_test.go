@@ -1,4 +1,4 @@
-package server
+package notice
 
 import (
 	"strings"
@@ -39,7 +39,7 @@ func TestNoticeProgressReadsWhatUnmarshalReads(t *testing.T) {
 		require.NoError(t, err)
 		var full eventv1.CommitNotice
 		require.NoError(t, proto.Unmarshal(b, &full))
-		seq, terminal, err := noticeProgress(b)
+		seq, terminal, err := Progress(b)
 		require.NoError(t, err)
 		require.Equal(t, full.GetSeq(), seq)
 		require.Equal(t, full.GetTerminal(), terminal)
@@ -58,7 +58,7 @@ func TestNoticeProgressLastFieldWinsAndUnknownFieldsAreSkipped(t *testing.T) {
 	b = protowire.AppendVarint(b, 0)
 	var full eventv1.CommitNotice
 	require.NoError(t, proto.Unmarshal(b, &full))
-	seq, terminal, err := noticeProgress(b)
+	seq, terminal, err := Progress(b)
 	require.NoError(t, err)
 	require.Equal(t, int64(9), seq)
 	require.Equal(t, full.GetSeq(), seq)
@@ -75,7 +75,7 @@ func TestNoticeProgressRefusesMalformedBytes(t *testing.T) {
 		"bad tag":          {0x00},
 		"truncated varint": {0x18, 0xff},
 	} {
-		_, _, err := noticeProgress(bad)
+		_, _, err := Progress(bad)
 		require.Error(t, err, name)
 		require.Error(t, proto.Unmarshal(bad, &eventv1.CommitNotice{}), name)
 	}
@@ -98,7 +98,7 @@ func BenchmarkNoticeProgress(b *testing.B) {
 	b.Run("fields", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := noticeProgress(data); err != nil {
+			if _, _, err := Progress(data); err != nil {
 				b.Fatal(err)
 			}
 		}
