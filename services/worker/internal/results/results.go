@@ -145,20 +145,34 @@ func (s *Store) retry() time.Duration {
 // between attempts grow exponentially from 100 ms to 5 s, each randomised by ±50% so that
 // the workers of a pool do not come back in step.
 func retryUnavailable[T any](ctx context.Context, bound time.Duration, retry func(error) bool, notify cbackoff.Notify, op func() (T, error)) (T, error) {
+	// The first attempt is made here, as Retry would make it: most calls end with it (a
+	// result kept inline never reaches the store), and need no backoff. A failure worth
+	// another attempt is handed to Retry as its first attempt's outcome, with the time the
+	// attempt took taken off the bound.
+	begun := time.Now()
+	first, firstErr := op()
+	if firstErr == nil || !retry(firstErr) {
+		return first, firstErr
+	}
 	b := cbackoff.NewExponentialBackOff()
 	b.InitialInterval = 100 * time.Millisecond
 	b.MaxInterval = 5 * time.Second
 	b.Multiplier = 2
 	b.RandomizationFactor = 0.5
-	var last error
+	last := firstErr
+	attempted := false
 	v, err := cbackoff.Retry(ctx, func() (T, error) {
+		if !attempted {
+			attempted = true
+			return first, firstErr
+		}
 		v, err := op()
 		if err != nil && !retry(err) {
 			return v, cbackoff.Permanent(err)
 		}
 		last = err
 		return v, err
-	}, cbackoff.WithBackOff(b), cbackoff.WithMaxElapsedTime(max(bound, time.Nanosecond)), cbackoff.WithNotify(notify))
+	}, cbackoff.WithBackOff(b), cbackoff.WithMaxElapsedTime(max(bound-time.Since(begun), time.Nanosecond)), cbackoff.WithNotify(notify))
 	if err != nil && last != nil && ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
 		// Retry reports the end of ctx; what failed is more telling.
 		err = fmt.Errorf("%w (after: %w)", last, err)
