@@ -28,10 +28,13 @@ func envelope(res any, err error) map[string]any {
 
 // itemSet reads a pipeline item's set: mapping (nil when it has none).
 func itemSet(tc *eventv1.ToolCall) map[string]any {
+	if tc.GetLabel() == "" {
+		return nil // only a pipeline item (a labelled tool) has one
+	}
 	var cfg struct {
 		Set map[string]any `json:"set"`
 	}
-	if tc.GetLabel() == "" || json.Unmarshal(tc.GetConfigJson(), &cfg) != nil {
+	if json.Unmarshal(tc.GetConfigJson(), &cfg) != nil {
 		return nil
 	}
 	return cfg.Set

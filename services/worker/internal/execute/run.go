@@ -51,9 +51,11 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 	}
 	var stepInput map[string]any
 	if len(cmd.GetInputJson()) > 0 && string(cmd.GetInputJson()) != "null" {
-		if err := domain.DecodeJSON(cmd.GetInputJson(), &stepInput); err != nil {
+		var in map[string]any // declared here, so a command without input allocates none
+		if err := domain.DecodeJSON(cmd.GetInputJson(), &in); err != nil {
 			return nil, fmt.Errorf("command input: %w", err)
 		}
+		stepInput = in
 	}
 	out := &outcome{set: map[string]map[string]any{}}
 	calls := cmd.GetTools()
