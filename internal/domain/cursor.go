@@ -72,22 +72,35 @@ func cursorUnpack(index int32) (slot, unit int32) {
 
 const cursorLeasePrefix = "lease:"
 
-// parseLeaseTimer splits a lease timer id (CursorLeaseTimerID).
-func parseLeaseTimer(id string) (slot, unit int32, bodyID string, ok bool) {
-	rest, ok := strings.CutPrefix(id, cursorLeasePrefix)
+// parseLeaseTimer splits a lease timer id (CursorLeaseTimerID, or CursorLeaseRenewalID
+// with its renewal number).
+func parseLeaseTimer(id string) (slot, unit, renewal int32, bodyID string, ok bool) {
+	rest, ok := strings.CutPrefix(id, "lease")
 	if !ok {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
+	}
+	if r, found := strings.CutPrefix(rest, "."); found {
+		num, tail, good := strings.Cut(r, ":")
+		k, err := strconv.ParseInt(num, 10, 32)
+		if !good || err != nil || k < 1 {
+			return 0, 0, 0, "", false
+		}
+		renewal, rest = int32(k), ":"+tail
+	}
+	rest, ok = strings.CutPrefix(rest, ":")
+	if !ok {
+		return 0, 0, 0, "", false
 	}
 	parts := strings.SplitN(rest, ":", 3)
 	if len(parts) != 3 {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
 	}
 	s, err1 := strconv.ParseInt(parts[0], 10, 32)
 	u, err2 := strconv.ParseInt(parts[1], 10, 32)
 	if err1 != nil || err2 != nil {
-		return 0, 0, "", false
+		return 0, 0, 0, "", false
 	}
-	return int32(s), int32(u), parts[2], true
+	return int32(s), int32(u), renewal, parts[2], true
 }
 
 // newCursorState starts a cursor loop's state from its step.enter payload.
@@ -103,7 +116,8 @@ func newCursorState(p *CursorPayload) *sbv1.CursorState {
 // cursorEvent reports whether typ is an event the cursor fold handles for a cursor step.
 func cursorEvent(typ string) bool {
 	switch typ {
-	case EventCommandIssued, EventCommandStarted, EventCallDone, EventCallError, EventCommandCompleted, EventCommandFailed, EventTimerScheduled, EventTimerFired:
+	case EventCommandIssued, EventCommandStarted, EventCallDone, EventCallError, EventCommandCompleted, EventCommandFailed, EventTimerScheduled, EventTimerFired,
+		EventCommandHeartbeat:
 		return true
 	}
 	return false
@@ -115,8 +129,14 @@ func applyCursor(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) 
 	if s.GetStatus() != eventv1.StepStatus_STEP_STATUS_RUNNING {
 		return nil // late events after the drain (or a failure) change nothing
 	}
-	if ev.GetType() == EventTimerFired {
+	switch ev.GetType() {
+	case EventTimerFired:
 		return cursorLeaseOver(st, s, ev)
+	case EventTimerScheduled:
+		return cursorLeaseScheduled(st, s, ev) // cursorlease.go
+	case EventCommandHeartbeat:
+		cursorHeartbeat(st, s, ev) // cursorlease.go
+		return nil
 	}
 	if ev.GetType() != EventCommandIssued && ev.GetType() != EventCommandCompleted && ev.GetType() != EventCommandFailed {
 		return nil
@@ -168,6 +188,7 @@ func applyCursor(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) 
 		if ci.Attempt > u.GetAttempt() && !u.GetDone() && !u.GetFailed() {
 			u.Attempt = ci.Attempt
 			u.Due = false
+			leaseReset(u)
 			c.Attempts++
 			if ci.Attempt > 1 {
 				c.Reissued++
@@ -261,29 +282,22 @@ func cursorReleased(f *sbv1.CursorFrame, ev *eventv1.Event) {
 }
 
 // cursorLeaseOver folds a lease timer's timer.fired: the attempt it leased, when it has no
-// outcome yet, is over.
+// outcome yet, is over, unless a heartbeat came within lease_seconds of the timer's due
+// time: then the lease is renewed (cursorlease.go).
 func cursorLeaseOver(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) error {
 	var p TimerPayload
 	if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
 		return fmt.Errorf("timer.fired payload: %w", err)
 	}
-	slotIdx, unit, bodyID, ok := parseLeaseTimer(p.TimerID)
-	c := s.GetCursor()
-	if !ok || slotIdx < 0 || int(slotIdx) >= len(c.GetSlots()) {
+	c, slot, f, u, renewal, ok := leasedUnit(st, s, p.TimerID)
+	if !ok || renewal != u.GetLeaseRenewals() {
 		return nil
 	}
-	slot := c.GetSlots()[slotIdx]
-	f := slot.GetFrame()
-	if f == nil || unit < 0 || int(unit) >= len(f.GetUnits()) {
-		return nil
-	}
-	u := f.GetUnits()[unit]
-	if u.GetDone() || u.GetFailed() || u.GetDue() || u.GetAttempt() < 1 ||
-		bodyID != CursorBodyID(st.GetExecutionId(), s.GetName(), s.GetEpoch(), slotIdx, f.GetClaim(), unit, u.GetAttempt()) {
+	if leaseRenewed(c, u, p.DueAt) {
 		return nil
 	}
 	cursorAttemptOver(c, slot, f, u, ev, &eventv1.ErrorInfo{Code: "lease_expired", Retryable: true,
-		Message: fmt.Sprintf("attempt %d held its frame past the lease of %d s with no outcome (its worker stopped?)", u.GetAttempt(), c.GetLeaseSeconds())})
+		Message: leaseExpiredMessage(c, u)})
 	return nil
 }
 
@@ -357,6 +371,9 @@ func CursorSummary(c *sbv1.CursorState) []byte {
 	}
 	if e := c.GetLastError(); e != nil {
 		m["last_error"] = e.GetMessage()
+	}
+	if c.GetHeartbeats() > 0 {
+		m["heartbeats"], m["renewals"] = c.GetHeartbeats(), c.GetRenewals()
 	}
 	b, _ := json.Marshal(m)
 	return b

@@ -54,14 +54,25 @@ func TestCursorIndexAndLeaseTimerRoundTrip(t *testing.T) {
 			s, u := cursorUnpack(CursorIndex(slot, unit))
 			require.Equal(t, [2]int32{slot, unit}, [2]int32{s, u})
 			body := CursorBodyID("x", "step", 1, slot, 3, max(unit, 0), 2)
-			s, u, id, ok := parseLeaseTimer(CursorLeaseTimerID(slot, unit, body))
+			s, u, k, id, ok := parseLeaseTimer(CursorLeaseTimerID(slot, unit, body))
 			require.True(t, ok)
-			require.Equal(t, [2]int32{slot, unit}, [2]int32{s, u})
+			require.Equal(t, [3]int32{slot, unit, 0}, [3]int32{s, u, k})
+			require.Equal(t, body, id)
+			s, u, k, id, ok = parseLeaseTimer(CursorLeaseRenewalID(slot, unit, 7, body))
+			require.True(t, ok)
+			require.Equal(t, [3]int32{slot, unit, 7}, [3]int32{s, u, k}, "a renewal's timer names its renewal")
 			require.Equal(t, body, id)
 		}
 	}
-	_, _, _, ok := parseLeaseTimer("t123")
-	require.False(t, ok, "a retry timer is not a lease")
+	for _, bad := range []string{"t123", "lease.0:1:2:c", "lease.x:1:2:c", "lease.3", "leases:1:2:c", "lease:1:c"} {
+		_, _, _, _, ok := parseLeaseTimer(bad)
+		require.False(t, ok, "%q is not a lease timer", bad)
+	}
+	require.NotEqual(t, HeartbeatEventID("c1", 1), HeartbeatEventID("c1", 2))
+	require.NotEqual(t, HeartbeatEventID("c1", 1), EventID("c1", EventCommandStarted))
+	require.True(t, NeedsDecision(EventCommandCompleted))
+	require.False(t, NeedsDecision(EventCommandHeartbeat), "a heartbeat moves a lease's end, read when its timer fires")
+	require.False(t, NeedsDecision(EventTimerScheduled))
 	require.NotEqual(t, CursorClaimID("x", "s", 1, 0, 1), CursorBodyID("x", "s", 1, 0, 1, 0, 1))
 	require.NotEqual(t, CursorClaimID("x", "s", 1, 0, 1), CommandID("x", "s", 1, 0, 1))
 }

@@ -18,6 +18,7 @@ const (
 	EventCtxUpdated        = "ctx.updated"
 	EventCommandIssued     = "command.issued"
 	EventCommandStarted    = "command.started"
+	EventCommandHeartbeat  = "command.heartbeat"
 	EventCallDone          = "call.done"
 	EventCallError         = "call.error"
 	EventCommandCompleted  = "command.completed"

@@ -55,6 +55,13 @@ func CursorLeaseTimerID(slot, unit int32, bodyID string) string {
 	return cursorLeasePrefix + itoa(slot) + ":" + itoa(unit) + ":" + bodyID
 }
 
+// CursorLeaseRenewalID is the id of renewal number renewal (from 1) of the lease of body
+// command bodyID: the timer armed when the lease's previous timer fired while heartbeats
+// kept the attempt alive.
+func CursorLeaseRenewalID(slot, unit, renewal int32, bodyID string) string {
+	return "lease." + itoa(renewal) + ":" + itoa(slot) + ":" + itoa(unit) + ":" + bodyID
+}
+
 // EventID derives an event's id from its cause (a command id, or the id of the committed
 // event whose decision produced it) and its type.
 func EventID(cause, eventType string) string {

@@ -1,10 +1,6 @@
 package playbook
 
-import (
-	"fmt"
-
-	"go.yaml.in/yaml/v3"
-)
+import "go.yaml.in/yaml/v3"
 
 // Cursor is the work queue a cursor loop drains: loop.cursor with the loop's
 // spec.frame. The orchestrator runs the claim on up to max_in_flight slots; each
@@ -32,8 +28,19 @@ type Frame struct {
 	// an outcome, the frame's body is issued again (default 300; 0 in the document: the
 	// default).
 	LeaseSeconds int
-	// HeartbeatSeconds is accepted and kept; workers do not send heartbeats yet.
+	// HeartbeatSeconds is how often a worker running a body reports command.heartbeat
+	// (0: never). Each heartbeat keeps the attempt's lease alive: it runs out
+	// LeaseSeconds after the latest heartbeat rather than after the claim. Below
+	// LeaseSeconds.
 	HeartbeatSeconds int
+	// MaxSeconds bounds one body attempt: past it the worker stops the body and the
+	// attempt fails (deadline_exceeded), counting against MaxAttempts (0: no bound but
+	// the step's spec.timeout).
+	MaxSeconds int
+	// MaxBytes bounds a frame's rows, as JSON: the claim reads it as
+	// {{ cursor.max_bytes }}, and a frame over it fails the step naming the setting
+	// (0: no bound).
+	MaxBytes int
 	// MaxAttempts is how many body attempts a row (or frame) gets (default 3).
 	MaxAttempts int
 	// Process is row (a body command per row, the default) or frame (one body command
@@ -130,6 +137,7 @@ func (b *builder) frame(n *yaml.Node, step string, f *Frame) bool {
 		return false
 	}
 	ok := true
+	var hbNode *yaml.Node
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, v := n.Content[i].Value, n.Content[i+1]
 		field := "loop.spec.frame." + key
@@ -140,10 +148,6 @@ func (b *builder) frame(n *yaml.Node, step string, f *Frame) bool {
 		}
 		if isNull(v) {
 			continue
-		}
-		switch key {
-		case "heartbeat_seconds", "max_seconds", "max_bytes":
-			b.warnings = append(b.warnings, Warning{Line: n.Content[i].Line, Step: step, Msg: fmt.Sprintf("field %q is accepted and not enforced: workers send no heartbeats, and a frame is the rows its claim returned", field)})
 		}
 		if key == "process" {
 			s, good := b.str(v, step, field)
@@ -177,6 +181,11 @@ func (b *builder) frame(n *yaml.Node, step string, f *Frame) bool {
 			}
 		case "heartbeat_seconds":
 			f.HeartbeatSeconds = num
+			hbNode = v
+		case "max_seconds":
+			f.MaxSeconds = num
+		case "max_bytes":
+			f.MaxBytes = num
 		case "row_concurrency":
 			f.RowConcurrency = num
 		case "max_attempts":
@@ -187,6 +196,12 @@ func (b *builder) frame(n *yaml.Node, step string, f *Frame) bool {
 			}
 			f.MaxAttempts = num
 		}
+	}
+	if hbNode != nil && f.HeartbeatSeconds >= f.LeaseSeconds {
+		// A heartbeat at or past the lease could not keep it alive: the frame would be
+		// issued again while its worker runs it.
+		b.errorf(hbNode, step, "loop.spec.frame.heartbeat_seconds", "must be under lease_seconds (%d), or the lease runs out between heartbeats", f.LeaseSeconds)
+		ok = false
 	}
 	return ok
 }

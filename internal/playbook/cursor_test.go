@@ -79,6 +79,33 @@ func TestParseCursorLoopErrors(t *testing.T) {
 	}
 }
 
+func TestParseCursorFrameBounds(t *testing.T) {
+	t.Parallel()
+	pb := mustParse(t, cursorStep("      cursor: {claim: SELECT 1}\n      iterator: row\n      spec: {frame: {lease_seconds: 30, heartbeat_seconds: 5, max_seconds: 120, max_bytes: 65536}}\n"))
+	f := pb.Step("start").Loop.Cursor.Frame
+	require.Equal(t, 5, f.HeartbeatSeconds)
+	require.Equal(t, 120, f.MaxSeconds)
+	require.Equal(t, 65536, f.MaxBytes)
+	require.Empty(t, pb.Warnings, "the three are enforced: no warning")
+
+	// The default lease (300 s) bounds a heartbeat too.
+	pb = mustParse(t, cursorStep("      cursor: {claim: SELECT 1}\n      iterator: row\n      spec: {frame: {heartbeat_seconds: 299}}\n"))
+	require.Equal(t, 299, pb.Step("start").Loop.Cursor.Frame.HeartbeatSeconds)
+
+	for _, frame := range []string{"{lease_seconds: 10, heartbeat_seconds: 10}", "{heartbeat_seconds: 300}", "{heartbeat_seconds: 60, lease_seconds: 30}"} {
+		_, err := Parse(cursorStep("      cursor: {claim: SELECT 1}\n      iterator: row\n      spec: {frame: " + frame + "}\n"))
+		e := firstError(t, err)
+		require.Equal(t, "loop.spec.frame.heartbeat_seconds", e.Field, frame)
+		require.Contains(t, e.Msg, "must be under lease_seconds", frame)
+	}
+	for _, key := range []string{"max_seconds", "max_bytes", "heartbeat_seconds"} {
+		_, err := Parse(cursorStep("      cursor: {claim: SELECT 1}\n      iterator: row\n      spec: {frame: {" + key + ": -1}}\n"))
+		e := firstError(t, err)
+		require.Equal(t, "loop.spec.frame."+key, e.Field)
+		require.Contains(t, e.Msg, "non-negative integer")
+	}
+}
+
 func TestParseCursorWarnsAboutWhatItDoesNotEnforce(t *testing.T) {
 	t.Parallel()
 	msgs := func(pb *Playbook) string {
@@ -88,10 +115,7 @@ func TestParseCursorWarnsAboutWhatItDoesNotEnforce(t *testing.T) {
 		}
 		return strings.Join(out, "\n")
 	}
-	pb := mustParse(t, cursorStep("      cursor: {claim: SELECT 1}\n      iterator: row\n      spec: {frame: {heartbeat_seconds: 5, max_bytes: 100}}\n"))
-	require.Contains(t, msgs(pb), `field "loop.spec.frame.heartbeat_seconds" is accepted and not enforced`)
-	require.Contains(t, msgs(pb), `field "loop.spec.frame.max_bytes" is accepted and not enforced`)
-	pb = mustParse(t, cursorStep("      in: [1, 2]\n      iterator: row\n      spec: {frame: {max_rows: 5}}\n"))
+	pb := mustParse(t, cursorStep("      in: [1, 2]\n      iterator: row\n      spec: {frame: {max_rows: 5}}\n"))
 	require.Contains(t, msgs(pb), `field "loop.spec.frame" applies to cursor loops only and is ignored`)
 	pb = mustParse(t, cursorStep("      cursor: {claim: SELECT 1}\n      iterator: row\n      spec: {frame: {max_rows: 5, lease_seconds: 9}}\n"))
 	require.NotContains(t, msgs(pb), "loop.spec.frame")

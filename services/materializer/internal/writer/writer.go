@@ -318,7 +318,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 		s := state[ev.GetExecutionId()]
 		s.present = true
-		s.decide = s.decide || !domain.IsDecisionOutput(ev.GetType())
+		s.decide = s.decide || domain.NeedsDecision(ev.GetType())
 		if ev.GetType() == domain.EventPlaybookCancelled || ev.GetType() == domain.EventPlaybookFailed && ev.GetError().GetCode() == "deadline_exceeded" {
 			res.Cancelled = append(res.Cancelled, ev.GetExecutionId())
 		}

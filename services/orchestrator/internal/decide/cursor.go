@@ -136,6 +136,9 @@ func (d *decider) advanceCursors() error {
 				continue
 			}
 			if f := slot.GetFrame(); f != nil {
+				if err := d.renewLeases(ps, s, int32(w), f); err != nil { // cursorlease.go
+					return err
+				}
 				if err := d.issueBodies(ps, s, int32(w), f); err != nil {
 					return err
 				}
@@ -172,7 +175,7 @@ func (d *decider) issueClaim(ps *playbook.Step, epoch, slot, claim int32, cause 
 	sc.Iterator = "cursor"
 	sc.Iter = map[string]any{"cursor": map[string]any{
 		"slot": slot, "claim": claim, "max_rows": f.MaxRows, "lease_seconds": f.LeaseSeconds,
-		"max_attempts": f.MaxAttempts, "process": f.Process,
+		"max_attempts": f.MaxAttempts, "process": f.Process, "max_bytes": f.MaxBytes,
 	}, "_index": slot}
 	if cmd.ContextJson, err = json.Marshal(sc); err != nil {
 		return err
@@ -220,6 +223,9 @@ func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, 
 	} else if c.GetPerRow() && len(rows) < len(units) {
 		return &Error{Step: ps.Name, Msg: fmt.Sprintf("the cursor's claim holds %d rows, its frame %d", len(rows), len(units))}
 	}
+	if err := checkFrameBytes(ps, rows); err != nil { // cursorlease.go
+		return err
+	}
 	// row_concurrency: at most that many of the frame's bodies in flight at once.
 	budget := len(units)
 	if rc := ps.Loop.Cursor.Frame.RowConcurrency; rc > 0 && c.GetPerRow() {
@@ -265,6 +271,7 @@ func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, 
 		if err != nil {
 			return err
 		}
+		bodyBounds(cmd, ps.Loop.Cursor.Frame) // cursorlease.go
 		cause := f.GetClaimEventId()
 		if u.GetDueEventId() != "" {
 			cause = u.GetDueEventId()

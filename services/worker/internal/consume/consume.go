@@ -218,7 +218,9 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 			}
 		}
 	})
+	stopBeats := c.heartbeats(ctx, cmd, log) // heartbeat.go
 	events := c.Exec.Execute(runCtx, cmd)
+	stopBeats()
 	startedTimer.Stop()
 	startedMu.Lock()
 	ran = true

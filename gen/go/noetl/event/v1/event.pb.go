@@ -707,7 +707,11 @@ type Command struct {
 	// The playbook's keychain declarations the step's templates reference (with the entries
 	// those reference), as a JSON list: names, kinds and templates only, never a resolved
 	// value. The worker resolves them when it renders the tools. Empty: none.
-	KeychainJson  []byte `protobuf:"bytes,18,opt,name=keychain_json,json=keychainJson,proto3" json:"keychain_json,omitempty"`
+	KeychainJson []byte `protobuf:"bytes,18,opt,name=keychain_json,json=keychainJson,proto3" json:"keychain_json,omitempty"`
+	// How often the worker reports command.heartbeat while the command runs (a cursor
+	// body's loop.spec.frame.heartbeat_seconds), so its frame's lease stays alive. Unset:
+	// the worker sends none.
+	Heartbeat     *durationpb.Duration `protobuf:"bytes,19,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -868,6 +872,13 @@ func (x *Command) GetKeychainJson() []byte {
 	return nil
 }
 
+func (x *Command) GetHeartbeat() *durationpb.Duration {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return nil
+}
+
 // CommitNotice tells the orchestrator that an execution's log grew.
 type CommitNotice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1020,7 +1031,7 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x1f\n" +
 	"\vconfig_json\x18\x03 \x01(\fR\n" +
-	"configJson\"\xc0\x05\n" +
+	"configJson\"\xf9\x05\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12!\n" +
@@ -1043,7 +1054,8 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\vcontext_ref\x18\x10 \x01(\v2\x19.noetl.event.v1.ResultRefR\n" +
 	"contextRef\x123\n" +
 	"\atimeout\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12#\n" +
-	"\rkeychain_json\x18\x12 \x01(\fR\fkeychainJson\"\xcd\x01\n" +
+	"\rkeychain_json\x18\x12 \x01(\fR\fkeychainJson\x127\n" +
+	"\theartbeat\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\theartbeat\"\xcd\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -1109,12 +1121,13 @@ var file_noetl_event_v1_event_proto_depIdxs = []int32{
 	10, // 10: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
 	5,  // 11: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
 	11, // 12: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
-	2,  // 13: noetl.event.v1.CommitNotice.events:type_name -> noetl.event.v1.Event
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	11, // 13: noetl.event.v1.Command.heartbeat:type_name -> google.protobuf.Duration
+	2,  // 14: noetl.event.v1.CommitNotice.events:type_name -> noetl.event.v1.Event
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_noetl_event_v1_event_proto_init() }

@@ -628,7 +628,11 @@ type CursorState struct {
 	// Body commands issued again, after a lease ran out or a failure.
 	Reissued int32 `protobuf:"varint,12,opt,name=reissued,proto3" json:"reissued,omitempty"`
 	// The last body failure, when a row or frame failed.
-	LastError     *v1.ErrorInfo `protobuf:"bytes,13,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LastError *v1.ErrorInfo `protobuf:"bytes,13,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// Heartbeats folded (command.heartbeat of body attempts in flight).
+	Heartbeats int64 `protobuf:"varint,14,opt,name=heartbeats,proto3" json:"heartbeats,omitempty"`
+	// Lease renewals: lease timers re-armed because heartbeats kept an attempt alive.
+	Renewals      int32 `protobuf:"varint,15,opt,name=renewals,proto3" json:"renewals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -752,6 +756,20 @@ func (x *CursorState) GetLastError() *v1.ErrorInfo {
 		return x.LastError
 	}
 	return nil
+}
+
+func (x *CursorState) GetHeartbeats() int64 {
+	if x != nil {
+		return x.Heartbeats
+	}
+	return 0
+}
+
+func (x *CursorState) GetRenewals() int32 {
+	if x != nil {
+		return x.Renewals
+	}
+	return 0
 }
 
 // CursorSlot is one claim slot of a cursor loop: it claims, processes the frame it got,
@@ -945,9 +963,21 @@ type CursorUnit struct {
 	// one is due.
 	Due bool `protobuf:"varint,5,opt,name=due,proto3" json:"due,omitempty"`
 	// Id of the event that made the next attempt due: its cause.
-	DueEventId    string `protobuf:"bytes,6,opt,name=due_event_id,json=dueEventId,proto3" json:"due_event_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DueEventId string `protobuf:"bytes,6,opt,name=due_event_id,json=dueEventId,proto3" json:"due_event_id,omitempty"`
+	// Commit time of the latest command.heartbeat of the attempt in flight; unset before
+	// its first. The attempt's lease runs out lease_seconds after it (or after the lease's
+	// origin when the worker sent none).
+	HeartbeatTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=heartbeat_time,json=heartbeatTime,proto3" json:"heartbeat_time,omitempty"`
+	// Times the lease of the attempt in flight was renewed: its timer fired while
+	// heartbeats kept the lease alive, and a new one was due (0: the first timer runs).
+	LeaseRenewals int32 `protobuf:"varint,8,opt,name=lease_renewals,json=leaseRenewals,proto3" json:"lease_renewals,omitempty"`
+	// Due time of the latest renewal's timer.
+	LeaseDue *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=lease_due,json=leaseDue,proto3" json:"lease_due,omitempty"`
+	// Whether the latest renewal's timer.scheduled is not committed yet: the decision
+	// schedules it.
+	LeaseRenewPending bool `protobuf:"varint,10,opt,name=lease_renew_pending,json=leaseRenewPending,proto3" json:"lease_renew_pending,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CursorUnit) Reset() {
@@ -1020,6 +1050,34 @@ func (x *CursorUnit) GetDueEventId() string {
 		return x.DueEventId
 	}
 	return ""
+}
+
+func (x *CursorUnit) GetHeartbeatTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeartbeatTime
+	}
+	return nil
+}
+
+func (x *CursorUnit) GetLeaseRenewals() int32 {
+	if x != nil {
+		return x.LeaseRenewals
+	}
+	return 0
+}
+
+func (x *CursorUnit) GetLeaseDue() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseDue
+	}
+	return nil
+}
+
+func (x *CursorUnit) GetLeaseRenewPending() bool {
+	if x != nil {
+		return x.LeaseRenewPending
+	}
+	return false
 }
 
 // RetryState is a retry waiting on its durable timer.
@@ -2343,7 +2401,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"held_bytes\x18\x11 \x01(\x03R\theldBytes\x12!\n" +
 	"\fheld_dropped\x18\x12 \x01(\x05R\vheldDropped\x12\x16\n" +
 	"\x06reused\x18\x13 \x01(\bR\x06reused\x12:\n" +
-	"\x06cursor\x18\x14 \x01(\v2\".noetl.statebuilder.v1.CursorStateR\x06cursor\"\xb5\x03\n" +
+	"\x06cursor\x18\x14 \x01(\v2\".noetl.statebuilder.v1.CursorStateR\x06cursor\"\xf1\x03\n" +
 	"\vCursorState\x12\x1a\n" +
 	"\biterator\x18\x01 \x01(\tR\biterator\x12\x17\n" +
 	"\aper_row\x18\x02 \x01(\bR\x06perRow\x12!\n" +
@@ -2359,7 +2417,11 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\battempts\x18\v \x01(\x05R\battempts\x12\x1a\n" +
 	"\breissued\x18\f \x01(\x05R\breissued\x128\n" +
 	"\n" +
-	"last_error\x18\r \x01(\v2\x19.noetl.event.v1.ErrorInfoR\tlastError\"\xa0\x01\n" +
+	"last_error\x18\r \x01(\v2\x19.noetl.event.v1.ErrorInfoR\tlastError\x12\x1e\n" +
+	"\n" +
+	"heartbeats\x18\x0e \x01(\x03R\n" +
+	"heartbeats\x12\x1a\n" +
+	"\brenewals\x18\x0f \x01(\x05R\brenewals\"\xa0\x01\n" +
 	"\n" +
 	"CursorSlot\x12\x14\n" +
 	"\x05claim\x18\x01 \x01(\x05R\x05claim\x12(\n" +
@@ -2373,7 +2435,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x04rows\x18\x04 \x01(\x05R\x04rows\x127\n" +
 	"\x05units\x18\x05 \x03(\v2!.noetl.statebuilder.v1.CursorUnitR\x05units\x12$\n" +
 	"\x0eclaim_event_id\x18\x06 \x01(\tR\fclaimEventId\x12=\n" +
-	"\fclaimed_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vclaimedTime\"\xc1\x01\n" +
+	"\fclaimed_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vclaimedTime\"\x94\x03\n" +
 	"\n" +
 	"CursorUnit\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x12\n" +
@@ -2383,7 +2445,12 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"lease_from\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tleaseFrom\x12\x10\n" +
 	"\x03due\x18\x05 \x01(\bR\x03due\x12 \n" +
 	"\fdue_event_id\x18\x06 \x01(\tR\n" +
-	"dueEventId\"\xea\x01\n" +
+	"dueEventId\x12A\n" +
+	"\x0eheartbeat_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\x12%\n" +
+	"\x0elease_renewals\x18\b \x01(\x05R\rleaseRenewals\x127\n" +
+	"\tlease_due\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bleaseDue\x12.\n" +
+	"\x13lease_renew_pending\x18\n" +
+	" \x01(\bR\x11leaseRenewPending\"\xea\x01\n" +
 	"\n" +
 	"RetryState\x12!\n" +
 	"\fnext_attempt\x18\x01 \x01(\x05R\vnextAttempt\x12#\n" +
@@ -2573,42 +2640,44 @@ var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
 	6,  // 21: noetl.statebuilder.v1.CursorFrame.units:type_name -> noetl.statebuilder.v1.CursorUnit
 	30, // 22: noetl.statebuilder.v1.CursorFrame.claimed_time:type_name -> google.protobuf.Timestamp
 	30, // 23: noetl.statebuilder.v1.CursorUnit.lease_from:type_name -> google.protobuf.Timestamp
-	30, // 24: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
-	32, // 25: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
-	0,  // 26: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	33, // 27: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	28, // 28: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	30, // 29: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	30, // 30: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	26, // 31: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	28, // 32: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	30, // 33: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	30, // 34: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
-	30, // 35: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
-	27, // 36: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
-	13, // 37: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	30, // 38: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	16, // 39: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	30, // 40: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	2,  // 41: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	1,  // 42: noetl.statebuilder.v1.ExecutionState.VarsEntry.value:type_name -> noetl.statebuilder.v1.Variable
-	9,  // 43: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	11, // 44: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	14, // 45: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	17, // 46: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	19, // 47: noetl.statebuilder.v1.StateService.PurgeSnapshots:input_type -> noetl.statebuilder.v1.PurgeSnapshotsRequest
-	21, // 48: noetl.statebuilder.v1.StateService.QueryReadOnly:input_type -> noetl.statebuilder.v1.QueryReadOnlyRequest
-	10, // 49: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	12, // 50: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	15, // 51: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	18, // 52: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	20, // 53: noetl.statebuilder.v1.StateService.PurgeSnapshots:output_type -> noetl.statebuilder.v1.PurgeSnapshotsResponse
-	22, // 54: noetl.statebuilder.v1.StateService.QueryReadOnly:output_type -> noetl.statebuilder.v1.QueryReadOnlyResponse
-	49, // [49:55] is the sub-list for method output_type
-	43, // [43:49] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	30, // 24: noetl.statebuilder.v1.CursorUnit.heartbeat_time:type_name -> google.protobuf.Timestamp
+	30, // 25: noetl.statebuilder.v1.CursorUnit.lease_due:type_name -> google.protobuf.Timestamp
+	30, // 26: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
+	32, // 27: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
+	0,  // 28: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	33, // 29: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	28, // 30: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	30, // 31: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	30, // 32: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	26, // 33: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	28, // 34: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	30, // 35: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	30, // 36: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
+	30, // 37: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
+	27, // 38: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	13, // 39: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	30, // 40: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	16, // 41: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	30, // 42: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	2,  // 43: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	1,  // 44: noetl.statebuilder.v1.ExecutionState.VarsEntry.value:type_name -> noetl.statebuilder.v1.Variable
+	9,  // 45: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	11, // 46: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	14, // 47: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	17, // 48: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	19, // 49: noetl.statebuilder.v1.StateService.PurgeSnapshots:input_type -> noetl.statebuilder.v1.PurgeSnapshotsRequest
+	21, // 50: noetl.statebuilder.v1.StateService.QueryReadOnly:input_type -> noetl.statebuilder.v1.QueryReadOnlyRequest
+	10, // 51: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	12, // 52: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	15, // 53: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	18, // 54: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	20, // 55: noetl.statebuilder.v1.StateService.PurgeSnapshots:output_type -> noetl.statebuilder.v1.PurgeSnapshotsResponse
+	22, // 56: noetl.statebuilder.v1.StateService.QueryReadOnly:output_type -> noetl.statebuilder.v1.QueryReadOnlyResponse
+	51, // [51:57] is the sub-list for method output_type
+	45, // [45:51] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }

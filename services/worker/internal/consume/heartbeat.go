@@ -1,0 +1,60 @@
+package consume
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/services/worker/internal/execute"
+)
+
+// A command whose heartbeat interval is set (a cursor loop's body with
+// frame.heartbeat_seconds) reports command.heartbeat every that often while it runs, so
+// the orchestrator keeps its frame's lease alive; the beats stop before its outcome is
+// published. Other commands carry no interval and cost nothing here.
+
+// HeartbeatEvent is heartbeat number beat of cmd.
+func HeartbeatEvent(cmd *eventv1.Command, beat int32) *eventv1.Event {
+	ev := execute.CommandEvent(cmd, domain.EventCommandHeartbeat)
+	ev.EventId = domain.HeartbeatEventID(cmd.GetCommandId(), beat)
+	ev.PayloadJson, _ = json.Marshal(domain.HeartbeatPayload{Beat: beat})
+	return ev
+}
+
+// heartbeats starts cmd's heartbeats, when its interval is set, and returns what stops
+// them: it returns once no heartbeat is being published.
+func (c *Consumer) heartbeats(ctx context.Context, cmd *eventv1.Command, log *slog.Logger) (stop func()) {
+	every := cmd.GetHeartbeat().AsDuration()
+	if every <= 0 {
+		return func() {}
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		var beat int32
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			beat++
+			if err := c.publish(ctx, []*eventv1.Event{HeartbeatEvent(cmd, beat)}); err != nil && ctx.Err() == nil {
+				// The next beat may pass; a lease that runs out meanwhile issues the frame
+				// again, which the cursor loop's bookkeeping tolerates.
+				log.Warn("publish command.heartbeat", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()), slog.String("error", err.Error()))
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
