@@ -478,7 +478,7 @@ func eventStatus(ev *apiv1.Event) string {
 		return "ENTERED"
 	case "command.issued":
 		return "ISSUED"
-	case "command.started", "timer.fired":
+	case "command.started", "command.heartbeat", "timer.fired":
 		return "RUNNING"
 	case "step.skipped":
 		return "SKIPPED"
