@@ -76,6 +76,13 @@ func writeValue(w *bufio.Writer, v any) error {
 		return err
 	case string:
 		return writeString(w, x, stringPiece)
+	case json.Number:
+		// What a decoded result holds (domain.DecodeJSON keeps numbers as written).
+		if numberLiteral(string(x)) {
+			_, err := w.WriteString(string(x))
+			return err
+		}
+		return writeMarshal(w, x) // "" (written as 0) and the invalid (an error)
 	case map[string]any:
 		if x == nil {
 			_, err := w.WriteString("null")
@@ -172,4 +179,43 @@ func plainASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// numberLiteral reports whether s is a JSON number (RFC 8259: -?(0|[1-9][0-9]*)(.[0-9]+)?
+// ([eE][+-]?[0-9]+)?), which json.Marshal writes as it is.
+func numberLiteral(s string) bool {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(s)
 }

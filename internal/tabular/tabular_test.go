@@ -227,3 +227,19 @@ func TestWriteJSONASCIIKeysAndStringsMatchMarshal(t *testing.T) {
 		require.Equal(t, string(want), b.String())
 	})
 }
+
+func TestWriteJSONNumbersMatchMarshal(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		parts := rapid.SliceOfN(rapid.SampledFrom([]string{"-", "+", ".", "e", "E", "0", "1", "9", "00", " ", "x"}), 0, 8).Draw(t, "parts")
+		n := json.Number(strings.Join(parts, ""))
+		want, wantErr := json.Marshal([]any{n})
+		var b bytes.Buffer
+		_, err := WriteJSON(&b, []any{n})
+		if wantErr != nil {
+			require.Error(t, err, "%q", n)
+			return
+		}
+		require.NoError(t, err, "%q", n)
+		require.Equal(t, string(want), b.String())
+	})
+}
