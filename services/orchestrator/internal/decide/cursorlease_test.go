@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"pgregory.net/rapid"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
@@ -219,4 +220,100 @@ func TestCursorFrameOverMaxBytesFailsNamingTheSetting(t *testing.T) {
 	q.drain(nil)
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, q.s.st.GetStatus(), "%v", q.s.st.GetError())
 	require.EqualValues(t, 4, q.summary()["processed"])
+}
+
+const cursorBeatBook = `
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: drain}
+workflow:
+  - step: start
+    loop:
+      cursor: {claim: SELECT 1}
+      iterator: row
+      spec:
+        max_in_flight: %d
+        frame: {max_rows: %d, lease_seconds: 10, heartbeat_seconds: %d, max_attempts: %d, process: %s}
+    tool: {kind: noop}
+`
+
+// TestCursorHeartbeatProperties drains random queues as TestCursorLoopProperties does,
+// with bodies that heartbeat at random while they wait for their outcome, some of them
+// then dying (leases fire once nothing runs: a lease renewed by a dead body's heartbeats
+// then runs out), and checks: the loop completes with every row counted once, processed
+// at most once, decisions are deterministic, and folding the log from zero yields the
+// incremental state, renewals included.
+func TestCursorHeartbeatProperties(t *testing.T) {
+	renewed := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 20).Draw(rt, "rows")
+		maxRows := rapid.IntRange(1, 4).Draw(rt, "max_rows")
+		src := fmt.Sprintf(cursorBeatBook, rapid.IntRange(1, 3).Draw(rt, "slots"), maxRows, rapid.IntRange(1, 9).Draw(rt, "heartbeat_seconds"),
+			rapid.IntRange(1, 3).Draw(rt, "max_attempts"), rapid.SampledFrom([]string{"row", "frame"}).Draw(rt, "process"))
+		q := &queue{s: newSim(t, src, "{}"), n: n, maxRows: maxRows, processed: map[int]int{}, clock: time.Unix(1_700_000_000, 0), stored: map[string][]json.RawMessage{}}
+		beats := map[string]int32{}
+		var pending []*eventv1.Event
+		for step := 0; ; step++ {
+			if step > 5000 {
+				rt.Fatalf("the loop never drained: %v", q.s.types())
+			}
+			for _, ev := range q.decide() {
+				if ev.GetType() == domain.EventCommandIssued {
+					pending = append(pending, ev)
+				}
+			}
+			if domain.IsTerminalStatus(q.s.st.GetStatus()) {
+				break
+			}
+			if len(pending) == 0 {
+				if !q.fireTimers() {
+					rt.Fatalf("the loop waits on nothing: %v", q.s.types())
+				}
+				continue
+			}
+			i := rapid.IntRange(0, len(pending)-1).Draw(rt, "next")
+			cmd := pending[i]
+			var p domain.IssuedPayload
+			if err := json.Unmarshal(cmd.GetPayloadJson(), &p); err != nil {
+				rt.Fatalf("payload: %v", err)
+			}
+			body := p.Cursor.Phase == domain.CursorPhaseBody
+			if body && rapid.IntRange(0, 2).Draw(rt, "beat") == 0 {
+				// Still running: a heartbeat, some seconds on; the body stays pending.
+				beats[cmd.GetCommandId()]++
+				q.s.apply(q.heartbeat(cmd, beats[cmd.GetCommandId()], time.Duration(rapid.IntRange(1, 12).Draw(rt, "after"))*time.Second))
+				continue
+			}
+			pending = append(pending[:i:i], pending[i+1:]...)
+			if body && rapid.IntRange(0, 5).Draw(rt, "drop") == 0 {
+				continue // its worker died: no outcome, no more heartbeats
+			}
+			q.s.apply(q.run(cmd))
+		}
+		if got := q.s.st.GetStatus(); got != eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED {
+			rt.Fatalf("status %v: %v", got, q.s.st.GetError())
+		}
+		sum := q.summary()
+		for id, times := range q.processed {
+			if times != 1 {
+				rt.Fatalf("row %d processed %d times", id, times)
+			}
+		}
+		if sum["claimed"] != float64(n) || sum["processed"] != float64(len(q.processed)) || sum["processed"].(float64)+sum["failed"].(float64) != float64(n) {
+			rt.Fatalf("summary %v for %d rows, %d processed", sum, n, len(q.processed))
+		}
+		again := domain.NewState("x")
+		for _, ev := range q.s.log {
+			if err := domain.Apply(again, ev); err != nil {
+				rt.Fatalf("refold: %v", err)
+			}
+		}
+		if !proto.Equal(again, q.s.st) {
+			rt.Fatalf("folding the log from zero differs from the incremental state")
+		}
+		if q.s.st.GetSteps()["start"].GetCursor().GetRenewals() > 0 {
+			renewed++
+		}
+	})
+	require.Positive(t, renewed, "some runs renewed a lease")
 }
