@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/noetl/noetl/internal/playbook/template"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -110,7 +111,7 @@ func (b *builder) keychain(n *yaml.Node, pb *Playbook) {
 			b.errorf(item, "", field+".endpoint", "keychain entry %q (oauth2) needs an endpoint (the token URL), or an auth credential holding token_url", name)
 			continue
 		}
-		if err := firstCompileError(entry); err != nil {
+		if err := template.FirstCompileError(entry); err != nil {
 			b.errorf(item, "", field, "keychain entry %q: %v", name, err)
 			continue
 		}
@@ -123,7 +124,7 @@ func (b *builder) keychain(n *yaml.Node, pb *Playbook) {
 	// each must be declared, and none may read itself through the others.
 	deps := map[string][]string{}
 	for _, name := range order {
-		refs, _ := KeychainRefs(b.kc[name])
+		refs, _ := template.KeychainRefs(b.kc[name])
 		for _, r := range refs {
 			if _, ok := b.kc[r]; !ok {
 				b.errorf(lines[name], "", "keychain."+name, "keychain entry %q reads keychain.%s, which the keychain does not declare", name, r)
@@ -176,7 +177,7 @@ func (b *builder) stepKeychains(pb *Playbook) {
 				}
 			}
 		}
-		names, all := KeychainRefs(vals)
+		names, all := template.KeychainRefs(vals)
 		if len(names) == 0 && !all {
 			b.orchestratorKeychain(s)
 			continue
@@ -188,7 +189,7 @@ func (b *builder) stepKeychains(pb *Playbook) {
 				return
 			}
 			want[name] = true
-			refs, _ := KeychainRefs(b.kc[name])
+			refs, _ := template.KeychainRefs(b.kc[name])
 			for _, r := range refs {
 				add(r)
 			}
@@ -238,56 +239,11 @@ func (b *builder) orchestratorKeychain(s *Step) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if names, all := KeychainRefs(parts[k]); len(names) > 0 || all {
+		if names, all := template.KeychainRefs(parts[k]); len(names) > 0 || all {
 			b.warnings = append(b.warnings, Warning{Line: s.Line, Step: s.Name,
 				Msg: fmt.Sprintf("keychain is resolved by the worker for tool and input templates only; in the step's %s it is undefined", k)})
 		}
 	}
-}
-
-// KeychainRefs returns the keychain entries the templates inside v reference as
-// keychain.<name> (or keychain["<name>"]), sorted and unique, and whether some template
-// uses keychain in another way (keychain[expr], keychain alone), which may reach any
-// entry. Templates that do not compile contribute nothing.
-func KeychainRefs(v any) (names []string, all bool) {
-	set := map[string]bool{}
-	var walk func(v any, depth int)
-	walk = func(v any, depth int) {
-		if depth > maxRenderDepth {
-			return
-		}
-		switch x := v.(type) {
-		case string:
-			if !isTemplate(x) || !strings.Contains(x, "keychain") {
-				return
-			}
-			c := compileTemplate(x)
-			if c.err != nil {
-				return
-			}
-			w := &nameWalker{free: map[string]bool{}, kc: map[string]bool{}}
-			w.nodes(c.root.Nodes, &bindScope{names: map[string]bool{}})
-			for n := range w.kc {
-				set[n] = true
-			}
-			all = all || w.kcAll
-		case map[string]any:
-			for k, e := range x {
-				walk(k, depth+1)
-				walk(e, depth+1)
-			}
-		case []any:
-			for _, e := range x {
-				walk(e, depth+1)
-			}
-		}
-	}
-	walk(v, 0)
-	for n := range set {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names, all
 }
 
 // cfgAny returns the first of keys m holds with a non-empty value, or nil.

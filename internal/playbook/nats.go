@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/noetl/noetl/internal/playbook/template"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -24,7 +25,7 @@ func (b *builder) natsTool(n *yaml.Node, kind, step, field string) {
 		return
 	}
 	op, ok := b.str(v, step, field+".operation")
-	if !ok || isTemplate(op) {
+	if !ok || template.IsTemplate(op) {
 		return
 	}
 	if !slices.Contains(NATSOperations, strings.ToLower(strings.TrimSpace(op))) {

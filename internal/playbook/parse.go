@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/noetl/noetl/internal/playbook/template"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -732,7 +733,7 @@ func (b *builder) refs(n *yaml.Node, s *Step) {
 		case "step", "desc":
 			continue
 		}
-		ns, dyn := templateNames(toValue(n.Content[i+1]))
+		ns, dyn := template.NameRefs(toValue(n.Content[i+1]))
 		names = append(names, ns...)
 		dynamic = dynamic || dyn
 	}
@@ -740,7 +741,7 @@ func (b *builder) refs(n *yaml.Node, s *Step) {
 	s.RefsAll = dynamic
 	if dynamic {
 		msg := "a template of this step does not compile; rendering it will fail"
-		if err := firstCompileError(toValue(n)); err != nil {
+		if err := template.FirstCompileError(toValue(n)); err != nil {
 			msg += ": " + err.Error()
 		}
 		b.warnings = append(b.warnings, Warning{Line: s.Line, Step: s.Name, Msg: msg})

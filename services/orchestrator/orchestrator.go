@@ -27,7 +27,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/platform/telemetry"
-	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 	"github.com/noetl/noetl/internal/schema"
 	"github.com/noetl/noetl/services/orchestrator/internal/apikeys"
 	"github.com/noetl/noetl/services/orchestrator/internal/catalog"
@@ -281,7 +281,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// A plug-in's registration carries its module (plugin.MaxModuleBytes at most).
 	srv := app.NewServer("orchestrator", log, grpcLis, adminLis, append(auth.ServerOptions(trust), tel.ServerOption(), grpc.MaxRecvMsgSize(plugin.MaxModuleBytes+1<<20))...)
 	srv.MapErrors(errorCodes...)
-	cat := catalog.New(db, playbook.NewRenderer(), 1024)
+	cat := catalog.New(db, template.NewRenderer(), 1024)
 	plugins := &plugin.Service{DB: db}
 	orchv1.RegisterPluginServiceServer(srv.GRPC, plugins)
 	books := &playbooks.Service{Catalog: cat, Plugins: plugins}

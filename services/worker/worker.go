@@ -33,7 +33,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/telemetry"
-	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 	"github.com/noetl/noetl/services/worker/internal/consume"
 	"github.com/noetl/noetl/services/worker/internal/execute"
 	"github.com/noetl/noetl/services/worker/internal/results"
@@ -317,7 +317,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		wasmDeps{plugins: orchv1.NewPluginServiceClient(conn), js: js})
 	defer closeTools()
 	metrics := execute.NewMetrics(cfg.Pool)
-	exec := &execute.Executor{Pool: cfg.Pool, Renderer: playbook.NewRenderer(), Tools: table, Keychain: keychain,
+	exec := &execute.Executor{Pool: cfg.Pool, Renderer: template.NewRenderer(), Tools: table, Keychain: keychain,
 		Results: store, Log: log, Tracer: tel.Tracer(), Metrics: metrics}
 	consumer := &consume.Consumer{NC: nc, JS: js, Pool: cfg.Pool, Concurrency: cfg.Concurrency, Partitions: cfg.Partitions,
 		DrainTimeout: cfg.DrainTimeout, Exec: exec, Log: log, Tracer: tel.Tracer(),

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 )
 
@@ -32,7 +33,7 @@ type Entry struct {
 // Catalog is the playbook catalog.
 type Catalog struct {
 	db       *pgxpool.Pool
-	renderer *playbook.Renderer
+	renderer *template.Renderer
 
 	mu    sync.Mutex
 	cache map[key]*decide.Compiled
@@ -45,7 +46,7 @@ type key struct {
 }
 
 // New returns a catalog over db caching at most maxCached compiled playbooks.
-func New(db *pgxpool.Pool, r *playbook.Renderer, maxCached int) *Catalog {
+func New(db *pgxpool.Pool, r *template.Renderer, maxCached int) *Catalog {
 	if maxCached <= 0 {
 		maxCached = 1024
 	}

@@ -21,6 +21,7 @@ import (
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 )
 
 // Compiled is a playbook prepared for deciding: parsed once per catalog version, with its
@@ -29,7 +30,7 @@ type Compiled struct {
 	Playbook *playbook.Playbook
 	Path     string
 	Version  int64
-	Renderer *playbook.Renderer
+	Renderer *template.Renderer
 
 	// incoming lists, per step, the steps with a forward (non back-edge) arc to it.
 	incoming map[string][]string
@@ -38,7 +39,7 @@ type Compiled struct {
 }
 
 // Compile analyses a parsed playbook.
-func Compile(pb *playbook.Playbook, path string, version int64, r *playbook.Renderer) *Compiled {
+func Compile(pb *playbook.Playbook, path string, version int64, r *template.Renderer) *Compiled {
 	c := &Compiled{Playbook: pb, Path: path, Version: version, Renderer: r, incoming: map[string][]string{}, back: map[string]bool{}}
 	succ := map[string][]string{}
 	for _, s := range pb.Steps {

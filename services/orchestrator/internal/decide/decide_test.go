@@ -9,6 +9,7 @@ import (
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 )
 
 const threeSteps = `
@@ -40,7 +41,7 @@ func worker(cmd *eventv1.Event, result string) []*eventv1.Event {
 func TestDecideGoldenThreeStepRun(t *testing.T) {
 	pb, err := playbook.Parse([]byte(threeSteps))
 	require.NoError(t, err)
-	c := Compile(pb, "t/three", 1, playbook.NewRenderer())
+	c := Compile(pb, "t/three", 1, template.NewRenderer())
 	st := domain.NewState("exec-1")
 	var log []string
 	apply := func(evs ...*eventv1.Event) {
@@ -90,7 +91,7 @@ func TestDecideGoldenThreeStepRun(t *testing.T) {
 func TestDecideFalseConditionSkipsTarget(t *testing.T) {
 	pb, err := playbook.Parse([]byte(threeSteps))
 	require.NoError(t, err)
-	c := Compile(pb, "t/three", 1, playbook.NewRenderer())
+	c := Compile(pb, "t/three", 1, template.NewRenderer())
 	st := domain.NewState("e")
 	seq := int64(0)
 	add := func(evs ...*eventv1.Event) {

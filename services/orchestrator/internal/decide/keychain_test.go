@@ -9,6 +9,7 @@ import (
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 )
 
 // A command carries the keychain declarations its step's templates reference, and only
@@ -30,7 +31,7 @@ workflow:
     tool: {kind: noop}
 `))
 	require.NoError(t, err)
-	c := Compile(pb, "t/kc", 1, playbook.NewRenderer())
+	c := Compile(pb, "t/kc", 1, template.NewRenderer())
 	st := domain.NewState("exec-1")
 	started := &eventv1.Event{EventId: domain.EventID("exec-1", domain.EventPlaybookStarted), ExecutionId: "exec-1", Tenant: "t", Type: domain.EventPlaybookStarted, Seq: 1,
 		PayloadJson: []byte(`{"path":"t/kc","version":1}`)}

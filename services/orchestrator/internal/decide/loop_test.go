@@ -13,6 +13,7 @@ import (
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 )
 
 // sim drives decide against a folded state, playing the worker for issued commands.
@@ -27,7 +28,7 @@ func newSim(t *testing.T, src string, workload string) *sim {
 	t.Helper()
 	pb, err := playbook.Parse([]byte(src))
 	require.NoError(t, err)
-	s := &sim{t: t, c: Compile(pb, "t/p", 1, playbook.NewRenderer()), st: domain.NewState("x")}
+	s := &sim{t: t, c: Compile(pb, "t/p", 1, template.NewRenderer()), st: domain.NewState("x")}
 	s.apply(&eventv1.Event{EventId: "start", ExecutionId: "x", Type: domain.EventPlaybookStarted, PayloadJson: []byte(`{"path":"t/p","version":1,"workload":` + workload + `}`)})
 	return s
 }

@@ -15,6 +15,7 @@ import (
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 )
 
 // genPlaybook draws a random acyclic playbook: steps with arcs to later steps (exclusive
@@ -65,7 +66,7 @@ func TestFoldAndDecideProperties(t *testing.T) {
 		if err != nil {
 			t.Fatalf("generated playbook does not parse: %v\n%s", err, src)
 		}
-		c := Compile(pb, "t/p", 1, playbook.NewRenderer())
+		c := Compile(pb, "t/p", 1, template.NewRenderer())
 		items := rapid.SliceOfN(rapid.IntRange(0, 9), 0, 3).Draw(t, "items")
 		flag := rapid.Bool().Draw(t, "flag")
 		workload := fmt.Sprintf(`{"items":%s,"flag":%v}`, jsonInts(items), flag)

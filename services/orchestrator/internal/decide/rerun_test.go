@@ -10,6 +10,7 @@ import (
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 )
 
 const fourSteps = `
@@ -37,7 +38,7 @@ workflow:
 func TestRerunFromAStepEntersItFirstAndNeverTheReusedSteps(t *testing.T) {
 	pb, err := playbook.Parse([]byte(fourSteps))
 	require.NoError(t, err)
-	c := Compile(pb, "t/four", 1, playbook.NewRenderer())
+	c := Compile(pb, "t/four", 1, template.NewRenderer())
 	ref := &eventv1.ResultRef{Uri: "noetl://results/t/orig/cb", Size: 100000, Sha256: "ab", ExtractedJson: []byte(`{"n":7}`)}
 	b := domain.ReusedStep{Name: "b", Fired: []string{"c"}}
 	require.NoError(t, b.SetRef(ref))
@@ -106,7 +107,7 @@ workflow:
     tool: {kind: noop}
 `))
 	require.NoError(t, err)
-	c := Compile(pb, "t/fan", 1, playbook.NewRenderer())
+	c := Compile(pb, "t/fan", 1, template.NewRenderer())
 	payload, err := json.Marshal(domain.StartedPayload{Path: "t/fan", Version: 1, RerunOf: "orig", FromStep: "right",
 		Reused: []domain.ReusedStep{{Name: "start", Result: json.RawMessage(`1`), Fired: []string{"left", "right"}}}})
 	require.NoError(t, err)
@@ -130,7 +131,7 @@ workflow:
 func TestRerunFromAStepNotInThePlaybookFailsTheExecution(t *testing.T) {
 	pb, err := playbook.Parse([]byte(fourSteps))
 	require.NoError(t, err)
-	c := Compile(pb, "t/four", 1, playbook.NewRenderer())
+	c := Compile(pb, "t/four", 1, template.NewRenderer())
 	st := domain.NewState("rerun-3")
 	require.NoError(t, domain.Apply(st, &eventv1.Event{EventId: "e1", ExecutionId: "rerun-3", Type: domain.EventPlaybookStarted, Seq: 1,
 		PayloadJson: []byte(`{"path":"t/four","version":1,"workload":{},"from_step":"nope"}`)}))

@@ -9,6 +9,7 @@ import (
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 )
 
 const varsRoute = `
@@ -31,7 +32,7 @@ workflow:
 func TestVarsReachTheScopeAndConditions(t *testing.T) {
 	pb, err := playbook.Parse([]byte(varsRoute))
 	require.NoError(t, err)
-	c := Compile(pb, "t/v", 1, playbook.NewRenderer())
+	c := Compile(pb, "t/v", 1, template.NewRenderer())
 	st := domain.NewState("e")
 	add := func(evs ...*eventv1.Event) {
 		for _, ev := range evs {

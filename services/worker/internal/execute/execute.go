@@ -23,6 +23,7 @@ import (
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 	"github.com/noetl/noetl/services/worker/internal/results"
 	"github.com/noetl/noetl/services/worker/internal/scrub"
 	"github.com/noetl/noetl/services/worker/internal/tools"
@@ -33,7 +34,7 @@ type Executor struct {
 	// Pool is the worker's pool: admit refuses the commands of another pool's playbooks.
 	Pool string
 	// Renderer renders the tools' templates.
-	Renderer *playbook.Renderer
+	Renderer *template.Renderer
 	// Tools runs the tools by kind.
 	Tools tools.Registry
 	// Keychain resolves the keychain entries commands carry (nil: a command with

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
-	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 	"github.com/noetl/noetl/services/worker/internal/results"
 	"github.com/noetl/noetl/services/worker/internal/scrub"
 	"github.com/noetl/noetl/services/worker/internal/tools"
@@ -38,7 +38,7 @@ func (e echoTool) Run(ctx context.Context, _ *tools.Call) (any, error) {
 func testExecutor() *Executor {
 	return &Executor{
 		Pool:     "shared",
-		Renderer: playbook.NewRenderer(),
+		Renderer: template.NewRenderer(),
 		Tools:    tools.Registry{"echo": echoTool{}, "echo_fail": echoTool{fail: true}},
 		Results:  &results.Store{InlineMaxBytes: 64 << 10},
 		Tracer:   noop.NewTracerProvider().Tracer("test"),

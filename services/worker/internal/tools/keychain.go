@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 )
 
 // Keychain defaults.
@@ -99,7 +100,7 @@ func (k *Keychain) Load(ctx context.Context, tenant string, decls []byte, into m
 		}
 		state[name] = 1
 		e := byName[name]
-		deps, _ := playbook.KeychainRefs(e)
+		deps, _ := template.KeychainRefs(e)
 		for _, d := range deps {
 			if _, ok := byName[d]; !ok {
 				return &Error{Msg: fmt.Sprintf("keychain %q reads keychain.%s, which the command does not carry", name, d)}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -36,7 +37,7 @@ func fromPlaybook(t *testing.T, dsn string, tool map[string]any, workload map[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := playbook.NewRenderer().Render(pb.Step("start").Tool[0].Config, map[string]any{"workload": workload})
+	out, err := template.NewRenderer().Render(pb.Step("start").Tool[0].Config, map[string]any{"workload": workload})
 	if err != nil {
 		t.Fatal(err)
 	}

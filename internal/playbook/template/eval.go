@@ -1,4 +1,4 @@
-package playbook
+package template
 
 import (
 	"errors"
@@ -233,7 +233,7 @@ func (st *state) forLoop(cs *controlStructures.ForControlStructure, sc *scope, w
 		}
 		l, ok := norm(e).([]any)
 		if !ok || len(l) != 2 {
-			return fmt.Errorf("cannot unpack %s into %s, %s", typeName(e), cs.Key, cs.Value)
+			return fmt.Errorf("cannot unpack %s into %s, %s", TypeName(e), cs.Key, cs.Value)
 		}
 		return add(l[0], l[1])
 	}
@@ -266,7 +266,7 @@ func (st *state) forLoop(cs *controlStructures.ForControlStructure, sc *scope, w
 	case *namespace:
 		return errors.New("'Namespace' object is not iterable")
 	default:
-		return fmt.Errorf("'%s' object is not iterable", typeName(obj))
+		return fmt.Errorf("'%s' object is not iterable", TypeName(obj))
 	}
 	if len(items) == 0 {
 		if cs.EmptyWrapper != nil {
@@ -337,7 +337,7 @@ func (st *state) set(s *setStmt, sc *scope, w *limitedWriter) error {
 		}
 		ns, ok := obj.(*namespace)
 		if !ok || t.Attribute == "" {
-			return fmt.Errorf("cannot assign attribute on a %s (only namespace objects)", typeName(obj))
+			return fmt.Errorf("cannot assign attribute on a %s (only namespace objects)", TypeName(obj))
 		}
 		ns.vars[t.Attribute] = v
 		return nil
@@ -444,7 +444,7 @@ func (st *state) expr(n nodes.Node, sc *scope) (any, error) {
 		}
 		i, f, isF, ok := number(v)
 		if !ok {
-			return nil, fmt.Errorf("bad operand type for unary %s: '%s'", x.Operator.Val, typeName(v))
+			return nil, fmt.Errorf("bad operand type for unary %s: '%s'", x.Operator.Val, TypeName(v))
 		}
 		switch {
 		case !x.Negative && isF:
@@ -598,7 +598,7 @@ func (st *state) slice(x *nodes.GetSlice, sc *scope) (any, error) {
 		}
 		i, ok := norm(v).(int64)
 		if !ok {
-			return 0, false, fmt.Errorf("slice indices must be integers, not %s", typeName(v))
+			return 0, false, fmt.Errorf("slice indices must be integers, not %s", TypeName(v))
 		}
 		return i, true, nil
 	}
@@ -631,7 +631,7 @@ func (st *state) slice(x *nodes.GetSlice, sc *scope) (any, error) {
 	case string:
 		runes, isStr = []rune(v), true
 	default:
-		return nil, fmt.Errorf("'%s' object is not subscriptable", typeName(obj))
+		return nil, fmt.Errorf("'%s' object is not subscriptable", TypeName(obj))
 	}
 	n := int64(len(seq))
 	if isStr {
@@ -835,7 +835,7 @@ func arith(op string, a, b any) (any, error) {
 			}
 		}
 	}
-	return nil, fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, typeName(a), typeName(b))
+	return nil, fmt.Errorf("unsupported operand type(s) for %s: '%s' and '%s'", op, TypeName(a), TypeName(b))
 }
 
 // repeatOver reports whether size repeated n times (n >= 0) exceeds MaxOutput, without
@@ -997,7 +997,7 @@ func rangeFn(args []any, _ map[string]any) (any, error) {
 	for i, a := range args {
 		v, ok := norm(a).(int64)
 		if !ok {
-			return nil, fmt.Errorf("range() arguments must be integers, not %s", typeName(a))
+			return nil, fmt.Errorf("range() arguments must be integers, not %s", TypeName(a))
 		}
 		ints[i] = v
 	}
@@ -1114,7 +1114,7 @@ func callMethod(recv any, name string, args []any, kwargs map[string]any) (any, 
 		}
 		return nil, fmt.Errorf("undefined value has no method %s()", name)
 	}
-	return nil, fmt.Errorf("'%s' object has no method %q", typeName(recv), name)
+	return nil, fmt.Errorf("'%s' object has no method %q", TypeName(recv), name)
 }
 
 func stripString(kind, s string, chars any) (any, error) {

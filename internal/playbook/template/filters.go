@@ -1,4 +1,4 @@
-package playbook
+package template
 
 import (
 	"bytes"
@@ -182,7 +182,7 @@ func mapFilter(fn func(map[string]any) []any) filterFunc {
 		case undef:
 			return []any{}, nil
 		}
-		return nil, fmt.Errorf("'%s' object is not a mapping", typeName(v))
+		return nil, fmt.Errorf("'%s' object is not a mapping", TypeName(v))
 	}
 }
 
@@ -218,7 +218,7 @@ func filterFromJSON(_ *state, v any, _ []any, _ map[string]any) (any, error) {
 		if isUndef(v) {
 			return v, nil
 		}
-		return nil, fmt.Errorf("expected a string, got %s", typeName(v))
+		return nil, fmt.Errorf("expected a string, got %s", TypeName(v))
 	}
 	return decodeJSON(s)
 }
@@ -369,7 +369,7 @@ func seqOf(v any) ([]any, error) {
 	case undef:
 		return []any{}, nil
 	}
-	return nil, fmt.Errorf("'%s' object is not iterable", typeName(v))
+	return nil, fmt.Errorf("'%s' object is not iterable", TypeName(v))
 }
 
 func isIterable(v any) bool {
@@ -444,7 +444,7 @@ func filterLength(_ *state, v any, _ []any, _ map[string]any) (any, error) {
 	case undef:
 		return int64(0), nil
 	}
-	return nil, fmt.Errorf("object of type '%s' has no len()", typeName(v))
+	return nil, fmt.Errorf("object of type '%s' has no len()", TypeName(v))
 }
 
 func filterList(_ *state, v any, _ []any, _ map[string]any) (any, error) {
@@ -458,7 +458,7 @@ func filterList(_ *state, v any, _ []any, _ map[string]any) (any, error) {
 func filterAbs(_ *state, v any, _ []any, _ map[string]any) (any, error) {
 	i, f, isF, ok := number(v)
 	if !ok {
-		return nil, fmt.Errorf("bad operand type for abs(): '%s'", typeName(v))
+		return nil, fmt.Errorf("bad operand type for abs(): '%s'", TypeName(v))
 	}
 	if isF {
 		return math.Abs(f), nil
@@ -472,7 +472,7 @@ func filterAbs(_ *state, v any, _ []any, _ map[string]any) (any, error) {
 func filterRound(_ *state, v any, args []any, kwargs map[string]any) (any, error) {
 	f, ok := asFloat(v)
 	if !ok {
-		return nil, fmt.Errorf("cannot round a %s", typeName(v))
+		return nil, fmt.Errorf("cannot round a %s", TypeName(v))
 	}
 	prec, _ := param(args, kwargs, 0, "precision", int64(0)).(int64)
 	method, _ := param(args, kwargs, 1, "method", "common").(string)
@@ -747,11 +747,11 @@ func testIn(v any, args []any) (bool, error) {
 			if isUndef(v) {
 				return false, nil
 			}
-			return false, fmt.Errorf("'in <string>' requires string as left operand, not %s", typeName(v))
+			return false, fmt.Errorf("'in <string>' requires string as left operand, not %s", TypeName(v))
 		}
 		return strings.Contains(c, s), nil
 	}
-	return false, fmt.Errorf("argument of type '%s' is not iterable", typeName(args[0]))
+	return false, fmt.Errorf("argument of type '%s' is not iterable", TypeName(args[0]))
 }
 
 func cmpTest(op string, ok func(int) bool) testFunc {
@@ -778,7 +778,7 @@ func intTest(fn func(int64) bool) testFunc {
 	return func(v any, _ []any) (bool, error) {
 		i, ok := norm(v).(int64)
 		if !ok {
-			return false, fmt.Errorf("expected an integer, got %s", typeName(v))
+			return false, fmt.Errorf("expected an integer, got %s", TypeName(v))
 		}
 		return fn(i), nil
 	}
@@ -802,7 +802,7 @@ func testSameAs(v any, args []any) (bool, error) {
 	a, b := norm(v), norm(args[0])
 	switch a.(type) {
 	case nil, bool, int64, float64, string:
-		return typeName(a) == typeName(b) && equal(a, b), nil
+		return TypeName(a) == TypeName(b) && equal(a, b), nil
 	}
 	return false, nil
 }

@@ -1,4 +1,4 @@
-package playbook
+package template
 
 import (
 	"container/list"
@@ -63,7 +63,9 @@ func (e *TemplateError) Error() string {
 // Unwrap returns the underlying cause (ErrOutputLimit, ErrTimeLimit), if any.
 func (e *TemplateError) Unwrap() error { return e.err }
 
-func shorten(s string) string {
+// Shorten cuts s to at most 120 bytes (at a rune boundary) followed by "...", for
+// quoting a template or a value in a message.
+func Shorten(s string) string {
 	const max = 120
 	if len(s) <= max {
 		return s
@@ -151,7 +153,7 @@ func (r *Renderer) eval(st *state, expr string) (any, error) {
 		return nil, c.err
 	}
 	if c.single == nil {
-		return nil, &TemplateError{Template: shorten(expr), Msg: "not a single expression"}
+		return nil, &TemplateError{Template: Shorten(expr), Msg: "not a single expression"}
 	}
 	v, err := st.output(c.single)
 	if err != nil {
@@ -173,7 +175,7 @@ func (r *Renderer) render(st *state, v any, depth int) (any, error) {
 		out := make(map[string]any, len(x))
 		for k, e := range x {
 			rk := k
-			if isTemplate(k) {
+			if IsTemplate(k) {
 				kv, err := r.renderText(st, k)
 				if err != nil {
 					return nil, err
@@ -214,12 +216,14 @@ func isLookup(e nodes.Expression) bool {
 	return false
 }
 
-func isTemplate(s string) bool {
+// IsTemplate reports whether s holds template syntax ({{ or {%): other strings render
+// as themselves.
+func IsTemplate(s string) bool {
 	return strings.Contains(s, "{{") || strings.Contains(s, "{%")
 }
 
 func (r *Renderer) renderString(st *state, s string) (any, error) {
-	if !isTemplate(s) {
+	if !IsTemplate(s) {
 		return s, nil
 	}
 	if t := strings.TrimSpace(s); strings.HasPrefix(t, "{{") && strings.HasSuffix(t, "}}") {
@@ -267,7 +271,7 @@ func wrapErr(src string, err error) error {
 	if errors.As(err, &te) {
 		return err
 	}
-	return &TemplateError{Template: shorten(src), Msg: err.Error(), err: err}
+	return &TemplateError{Template: Shorten(src), Msg: err.Error(), err: err}
 }
 
 // compile returns the cached compilation of src, compiling it on a miss.
@@ -336,7 +340,7 @@ var allowedControlStructures = func() controlStructureSet {
 func compileTemplate(src string) (c *compiled) {
 	c = &compiled{}
 	fail := func(msg string, line int) *compiled {
-		c.err = &TemplateError{Template: shorten(src), Line: line, Msg: msg}
+		c.err = &TemplateError{Template: Shorten(src), Line: line, Msg: msg}
 		return c
 	}
 	defer func() {

@@ -1,4 +1,4 @@
-package playbook
+package template
 
 import (
 	"encoding/json"
@@ -159,8 +159,8 @@ func truthy(v any) bool {
 	return true
 }
 
-// typeName is the Python-like type name used in error messages.
-func typeName(v any) string {
+// TypeName is the Python-like type name used in error messages.
+func TypeName(v any) string {
 	switch norm(v).(type) {
 	case nil:
 		return "NoneType"
@@ -435,7 +435,7 @@ func compare(op string, a, b any) (int, error) {
 			return cmpInt(int64(len(x)), int64(len(y))), nil
 		}
 	}
-	return 0, fmt.Errorf("'%s' not supported between instances of '%s' and '%s'", op, typeName(a), typeName(b))
+	return 0, fmt.Errorf("'%s' not supported between instances of '%s' and '%s'", op, TypeName(a), TypeName(b))
 }
 
 func cmpInt(a, b int64) int {

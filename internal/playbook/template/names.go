@@ -1,4 +1,4 @@
-package playbook
+package template
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ import (
 // template (for-loop variables, loop, set targets) and function names are
 // left out. Strings that are not valid templates contribute nothing.
 func Names(v any) []string {
-	names, _ := templateNames(v)
+	names, _ := NameRefs(v)
 	return names
 }
 
@@ -33,8 +33,8 @@ var namesCacheLen struct {
 	n int
 }
 
-// templateNames is Names plus whether some template could not be analysed.
-func templateNames(v any) ([]string, bool) {
+// NameRefs is Names plus whether some template could not be analysed.
+func NameRefs(v any) ([]string, bool) {
 	set := map[string]bool{}
 	dynamic := false
 	var walk func(v any, depth int)
@@ -45,7 +45,7 @@ func templateNames(v any) ([]string, bool) {
 		}
 		switch x := v.(type) {
 		case string:
-			if !isTemplate(x) {
+			if !IsTemplate(x) {
 				return
 			}
 			ns, ok := sourceNames(x)
@@ -76,26 +76,26 @@ func templateNames(v any) ([]string, bool) {
 	return out, dynamic
 }
 
-// firstCompileError returns the compile error of the first template inside v (strings,
+// FirstCompileError returns the compile error of the first template inside v (strings,
 // and the keys and values of maps and lists) that does not compile, or nil.
-func firstCompileError(v any) error {
+func FirstCompileError(v any) error {
 	switch x := v.(type) {
 	case string:
-		if isTemplate(x) {
+		if IsTemplate(x) {
 			return compileTemplate(x).err
 		}
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(x)) {
-			if err := firstCompileError(k); err != nil {
+			if err := FirstCompileError(k); err != nil {
 				return err
 			}
-			if err := firstCompileError(x[k]); err != nil {
+			if err := FirstCompileError(x[k]); err != nil {
 				return err
 			}
 		}
 	case []any:
 		for _, e := range x {
-			if err := firstCompileError(e); err != nil {
+			if err := FirstCompileError(e); err != nil {
 				return err
 			}
 		}
@@ -423,4 +423,49 @@ func checkNames(root *nodes.Template) error {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// KeychainRefs returns the keychain entries the templates inside v reference as
+// keychain.<name> (or keychain["<name>"]), sorted and unique, and whether some template
+// uses keychain in another way (keychain[expr], keychain alone), which may reach any
+// entry. Templates that do not compile contribute nothing.
+func KeychainRefs(v any) (names []string, all bool) {
+	set := map[string]bool{}
+	var walk func(v any, depth int)
+	walk = func(v any, depth int) {
+		if depth > maxRenderDepth {
+			return
+		}
+		switch x := v.(type) {
+		case string:
+			if !IsTemplate(x) || !strings.Contains(x, "keychain") {
+				return
+			}
+			c := compileTemplate(x)
+			if c.err != nil {
+				return
+			}
+			w := &nameWalker{free: map[string]bool{}, kc: map[string]bool{}}
+			w.nodes(c.root.Nodes, &bindScope{names: map[string]bool{}})
+			for n := range w.kc {
+				set[n] = true
+			}
+			all = all || w.kcAll
+		case map[string]any:
+			for k, e := range x {
+				walk(k, depth+1)
+				walk(e, depth+1)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e, depth+1)
+			}
+		}
+	}
+	walk(v, 0)
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, all
 }

@@ -1,4 +1,4 @@
-package playbook
+package template
 
 import (
 	"encoding/json"
@@ -451,7 +451,7 @@ func TestNames(t *testing.T) {
 			require.Equal(t, tc.want, Names(tc.in))
 		})
 	}
-	_, dynamic := templateNames("{{ broken +")
+	_, dynamic := NameRefs("{{ broken +")
 	require.True(t, dynamic)
 }
 
