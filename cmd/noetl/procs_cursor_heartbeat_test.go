@@ -147,7 +147,7 @@ func TestCursorHeartbeatsKeepALongFrameAndMaxSecondsStopsOne(t *testing.T) {
 	require.EqualValues(t, 3, sum["failed"], "%v", sum)
 	require.EqualValues(t, 0, sum["processed"], "%v", sum)
 	require.EqualValues(t, 2, sum["attempts"], "each attempt stopped at max_seconds, max_attempts of them: %v", sum)
-	require.Contains(t, sum["last_error"], "ran past its timeout of 2s", "%v", sum)
+	require.Contains(t, sum["last_error"], "ran past its timeout of 2s (loop.spec.frame.max_seconds)", "%v", sum)
 	require.NoError(t, pg.QueryRow(ctx, `SELECT count(*) FROM ms.effect`).Scan(&effects))
 	require.Zero(t, effects, "a stopped body records nothing")
 }

@@ -52,6 +52,7 @@ func bodyBounds(cmd *eventv1.Command, f playbook.Frame) {
 		limit := time.Duration(f.MaxSeconds) * time.Second
 		if t := cmd.GetTimeout(); t == nil || t.AsDuration() <= 0 || t.AsDuration() > limit {
 			cmd.Timeout = durationpb.New(limit)
+			cmd.TimeoutField = "loop.spec.frame.max_seconds"
 		}
 	}
 }

@@ -158,6 +158,7 @@ func TestCursorWithoutHeartbeatsLeasesAsBefore(t *testing.T) {
 func TestCursorMaxSecondsBoundsABodyAttempt(t *testing.T) {
 	q, body, _, _ := startFrame(t, "frame, max_seconds: 12")
 	require.Equal(t, 12*time.Second, body.GetCommand().GetTimeout().AsDuration(), "max_seconds is the attempt's timeout")
+	require.Equal(t, "loop.spec.frame.max_seconds", body.GetCommand().GetTimeoutField(), "which the worker's error names")
 	claims := 0
 	for _, ev := range q.s.log {
 		if ev.GetType() == domain.EventCommandIssued && ev.GetIteration().GetIndex() == domain.CursorIndex(0, -1) {
@@ -189,9 +190,9 @@ func TestCursorMaxSecondsBoundsABodyAttempt(t *testing.T) {
 
 func TestCursorMaxSecondsTightensTheStepTimeout(t *testing.T) {
 	for _, tc := range []struct {
-		timeout string
-		want    time.Duration
-	}{{"5s", 5 * time.Second}, {"1m", 12 * time.Second}} {
+		timeout, field string
+		want           time.Duration
+	}{{"5s", "", 5 * time.Second}, {"1m", "loop.spec.frame.max_seconds", 12 * time.Second}} {
 		book := strings.Replace(fmt.Sprintf(cursorBook, "frame, max_seconds: 12"), "    tool: {kind: python", "    spec: {timeout: "+tc.timeout+"}\n    tool: {kind: python", 1)
 		q := &queue{s: newSim(t, book, "{}"), n: 4, processed: map[int]int{}, clock: time.Unix(1_700_000_000, 0), stored: map[string][]json.RawMessage{}}
 		for _, c := range commandsOf(q.decide()) {
@@ -200,6 +201,7 @@ func TestCursorMaxSecondsTightensTheStepTimeout(t *testing.T) {
 		bodies := commandsOf(q.decide())
 		require.Len(t, bodies, 1)
 		require.Equal(t, tc.want, bodies[0].GetCommand().GetTimeout().AsDuration(), "spec.timeout %s and max_seconds 12", tc.timeout)
+		require.Equal(t, tc.field, bodies[0].GetCommand().GetTimeoutField())
 	}
 }
 

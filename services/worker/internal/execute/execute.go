@@ -229,9 +229,14 @@ const DeadlineGrace = 5 * time.Second
 // execution's).
 var errExecutionDeadline = errors.New("the execution's deadline passed")
 
-// stepTimeoutMessage says that cmd's attempt was stopped at its step's spec.timeout.
+// stepTimeoutMessage says that cmd's attempt was stopped at its timeout, naming the field
+// it comes from (the step's spec.timeout unless the command says otherwise).
 func stepTimeoutMessage(cmd *eventv1.Command) string {
-	return fmt.Sprintf("step %s: the attempt ran past its timeout of %s (spec.timeout) and was stopped", cmd.GetStep(), cmd.GetTimeout().AsDuration())
+	field := cmd.GetTimeoutField()
+	if field == "" {
+		field = "spec.timeout"
+	}
+	return fmt.Sprintf("step %s: the attempt ran past its timeout of %s (%s) and was stopped", cmd.GetStep(), cmd.GetTimeout().AsDuration(), field)
 }
 
 // maxErrorMessage bounds the message of an error carried by an event.

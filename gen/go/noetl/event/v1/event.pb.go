@@ -711,7 +711,11 @@ type Command struct {
 	// How often the worker reports command.heartbeat while the command runs (a cursor
 	// body's loop.spec.frame.heartbeat_seconds), so its frame's lease stays alive. Unset:
 	// the worker sends none.
-	Heartbeat     *durationpb.Duration `protobuf:"bytes,19,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	Heartbeat *durationpb.Duration `protobuf:"bytes,19,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	// The playbook field timeout comes from, which the error of an attempt stopped at it
+	// names (loop.spec.frame.max_seconds for a cursor body bounded by it). Empty:
+	// spec.timeout.
+	TimeoutField  string `protobuf:"bytes,20,opt,name=timeout_field,json=timeoutField,proto3" json:"timeout_field,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -879,6 +883,13 @@ func (x *Command) GetHeartbeat() *durationpb.Duration {
 	return nil
 }
 
+func (x *Command) GetTimeoutField() string {
+	if x != nil {
+		return x.TimeoutField
+	}
+	return ""
+}
+
 // CommitNotice tells the orchestrator that an execution's log grew.
 type CommitNotice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1031,7 +1042,7 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05label\x18\x02 \x01(\tR\x05label\x12\x1f\n" +
 	"\vconfig_json\x18\x03 \x01(\fR\n" +
-	"configJson\"\xf9\x05\n" +
+	"configJson\"\x9e\x06\n" +
 	"\aCommand\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12!\n" +
@@ -1055,7 +1066,8 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"contextRef\x123\n" +
 	"\atimeout\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12#\n" +
 	"\rkeychain_json\x18\x12 \x01(\fR\fkeychainJson\x127\n" +
-	"\theartbeat\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\theartbeat\"\xcd\x01\n" +
+	"\theartbeat\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\theartbeat\x12#\n" +
+	"\rtimeout_field\x18\x14 \x01(\tR\ftimeoutField\"\xcd\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
