@@ -38,7 +38,7 @@ type Frame struct {
 	// the step's spec.timeout).
 	MaxSeconds int
 	// MaxBytes bounds a frame's rows, as JSON: the claim reads it as
-	// {{ cursor.max_bytes }}, and a frame over it fails the step naming the setting
+	// {{ cursor.max_bytes }}, and a frame over it fails the execution naming the setting
 	// (0: no bound).
 	MaxBytes int
 	// MaxAttempts is how many body attempts a row (or frame) gets (default 3).

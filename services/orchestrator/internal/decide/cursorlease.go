@@ -57,7 +57,7 @@ func bodyBounds(cmd *eventv1.Command, f playbook.Frame) {
 	}
 }
 
-// checkFrameBytes fails the step when a frame's rows, as JSON, are over max_bytes: the
+// checkFrameBytes fails the execution when a frame's rows, as JSON, are over max_bytes: the
 // claim is to keep its frame under it (it reads {{ cursor.max_bytes }}).
 func checkFrameBytes(ps *playbook.Step, rows []json.RawMessage) error {
 	limit := ps.Loop.Cursor.Frame.MaxBytes
