@@ -2,7 +2,10 @@ package playbook
 
 import (
 	"maps"
+	"os"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -111,4 +114,36 @@ func TestToolKeysLists(t *testing.T) {
 	}
 	require.Nil(t, ToolKeys("task_sequence"))
 	require.Nil(t, ToolKeys("nope"))
+}
+
+// TestToolKeysDocumented: the table of each kind's keys in docs/language.md lists exactly
+// the keys of ToolKeys, so the documentation cannot drift from the warnings.
+func TestToolKeysDocumented(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("../../docs/language.md")
+	require.NoError(t, err)
+	text := string(src)
+	start := strings.Index(text, "| kind | keys of its own |")
+	require.NotEqual(t, -1, start, "the table of tool keys")
+	row := regexp.MustCompile("^\\| `([a-z_]+)` \\| (.*) \\|$")
+	code := regexp.MustCompile("`([a-z_0-9]+)`")
+	documented := map[string][]string{}
+	for _, line := range strings.Split(text[start:], "\n")[2:] {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			break
+		}
+		keys := []string{}
+		for _, c := range code.FindAllStringSubmatch(m[2], -1) {
+			if !slices.Contains(CommonToolKeys, c[1]) {
+				keys = append(keys, c[1])
+			}
+		}
+		documented[m[1]] = keys
+	}
+	require.ElementsMatch(t, ToolKinds(), slices.Collect(maps.Keys(documented)), "a row for every kind")
+	for kind, keys := range documented {
+		own := slices.DeleteFunc(slices.Clone(toolKeys[kind]), func(k string) bool { return slices.Contains(CommonToolKeys, k) })
+		require.ElementsMatch(t, own, keys, "docs/language.md, the keys of %s", kind)
+	}
 }
