@@ -103,11 +103,36 @@ func main() {
 // the gateway's default).
 var tenantInFlight = flag.Int("tenant-inflight", 0, "chain, concurrent, fanout, longloop on a mesh the bench starts: the gateway's per-tenant in-flight cap (NOETL_GATEWAY_TENANT_INFLIGHT; 0 keeps its default, 256); lowering it shows the client's backoff at a small scale")
 
-// gatewayLimits applies --tenant-inflight to an in-process mesh's gateway.
+// tenantRPS and tenantBurst are the gateway's per-tenant call rate on a mesh the bench
+// starts (0: the gateway's defaults).
+var (
+	tenantRPS   = flag.Int("tenant-rps", 0, "as --tenant-inflight, the gateway's per-tenant calls per second (NOETL_GATEWAY_TENANT_RPS; 0 keeps its default, 200): a start and a wait per execution are two calls, so at the default 1000 executions of 5 steps cannot start faster than the rate lets them")
+	tenantBurst = flag.Int("tenant-burst", 0, "as --tenant-rps, the burst above that rate (NOETL_GATEWAY_TENANT_BURST; 0 keeps its default, 400)")
+)
+
+// gatewayLimits applies --tenant-inflight, --tenant-rps and --tenant-burst to an
+// in-process mesh's gateway.
 func gatewayLimits(c *gateway.Config) {
 	if *tenantInFlight > 0 {
 		c.TenantInFlight = *tenantInFlight
 	}
+	if *tenantRPS > 0 {
+		c.TenantRPS = *tenantRPS
+	}
+	if *tenantBurst > 0 {
+		c.TenantBurst = *tenantBurst
+	}
+}
+
+// gatewayLimitsEnv is gatewayLimits for a gateway started as its own process.
+func gatewayLimitsEnv() []string {
+	var env []string
+	for name, v := range map[string]int{"NOETL_GATEWAY_TENANT_INFLIGHT": *tenantInFlight, "NOETL_GATEWAY_TENANT_RPS": *tenantRPS, "NOETL_GATEWAY_TENANT_BURST": *tenantBurst} {
+		if v > 0 {
+			env = append(env, name+"="+strconv.Itoa(v))
+		}
+	}
+	return env
 }
 
 // profile is the CPU profile path, empty for none.

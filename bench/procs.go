@@ -174,9 +174,7 @@ func startProcMeshWith(ctx context.Context, log *slog.Logger, opt procMeshOption
 		"NOETL_GATEWAY_HTTP="+gwHTTP, "NOETL_GATEWAY_GRPC="+gwGRPC,
 		"NOETL_RESULTSTORE_FLIGHT="+fl, "NOETL_RESULTSTORE_FLIGHT_ADDR="+fl, "NOETL_RESULTSTORE_FLIGHT_LOCATION=grpc://"+fl,
 	)
-	if *tenantInFlight > 0 {
-		env = append(env, "NOETL_GATEWAY_TENANT_INFLIGHT="+strconv.Itoa(*tenantInFlight))
-	}
+	env = append(env, gatewayLimitsEnv()...)
 	// The migrate step first (as a deployment's migrate job would), then each service, as
 	// its own Postgres role, once the ones before it are ready, so that no client starts in
 	// a dial backoff towards a peer still starting.
