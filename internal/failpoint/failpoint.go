@@ -15,6 +15,7 @@ import (
 const (
 	OrchestratorAfterDecide  = "orchestrator/after-decide"  // decided, nothing published
 	MaterializerAfterInsert  = "materializer/after-insert"  // rows written, not committed
+	MaterializerAfterDecide  = "materializer/after-decide"  // decided inside the commit, nothing inserted
 	MaterializerAfterCommit  = "materializer/after-commit"  // committed, nothing forwarded
 	MaterializerAfterPublish = "materializer/after-publish" // forwarded, input not acked
 	WorkerAfterTool          = "worker/after-tool"          // tool ran, nothing published

@@ -15,9 +15,11 @@ import (
 	"net"
 	"time"
 
+	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
+	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/platform/telemetry"
@@ -76,8 +78,14 @@ type Config struct {
 	// Trace chooses where spans go.
 	Trace telemetry.Config
 	// InternalSecret verifies the signed requests of the system_* tools (package sysop:
-	// retention's purge, cleanup); empty leaves them unanswered.
+	// retention's purge, cleanup); empty leaves them unanswered. It also signs the calls
+	// to the orchestrator's DecisionService.
 	InternalSecret string
+	// OrchestratorAddr is the orchestrator's gRPC address: the decision an outcome causes
+	// is then taken inside the outcome's commit and committed with it (one commit per
+	// step; writer/inline.go). Empty, or without InternalSecret, every decision follows
+	// its commit notice instead.
+	OrchestratorAddr string
 
 	// AdminListener, when set, is used instead of AdminAddr (in-process meshes).
 	AdminListener net.Listener `json:"-"`
@@ -107,6 +115,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Duration(&c.LeaseTTL, "lease-ttl", "NOETL_MATERIALIZER_LEASE_TTL", DefaultLeaseTTL, "how long a partition lease lasts unless renewed (renewed every third of it)", config.Positive)
 	fs.Int(&c.MaxLag, "max-lag", "NOETL_MATERIALIZER_MAX_LAG", DefaultMaxLag, "consumer lag (events pending plus in flight) past which /readyz fails", config.Positive)
 	fs.Duration(&c.StallAfter, "stall-after", "NOETL_MATERIALIZER_STALL_AFTER", DefaultStallAfter, "how long nothing may be committed while events are pending before /readyz fails", config.Positive)
+	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address: decisions are taken inside the commit that causes them (empty: each decision follows its commit notice)")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs the system tools' requests (retention's purge, cleanup); empty: they are not served")
 	c.Trace.Flags(fs)
 }
@@ -187,6 +196,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		leases = &lease.Table{DB: db, Group: cfg.Consumer, Replica: cfg.ReplicaID, Partitions: cfg.Partitions, TTL: cfg.LeaseTTL}
 	}
 	w := &writer.Writer{DB: db}
+	switch {
+	case cfg.OrchestratorAddr == "":
+	case cfg.InternalSecret == "":
+		log.Warn("NOETL_INTERNAL_SECRET is not set: decisions are not taken inside the commit (two commits per step)")
+	default:
+		trust, err := auth.NewTrust(cfg.InternalSecret)
+		if err != nil {
+			return err
+		}
+		conn, err := grpcx.DialSigned(cfg.OrchestratorAddr, trust.Service("materializer"), tel.DialOption())
+		if err != nil {
+			return fmt.Errorf("orchestrator %s: %w", cfg.OrchestratorAddr, err)
+		}
+		defer func() { _ = conn.Close() }()
+		w.Decide = orchv1.NewDecisionServiceClient(conn)
+	}
 	parts := partition.New(partition.Config{Partitions: cfg.Partitions, BatchSize: cfg.BatchSize, Group: cfg.Consumer, MaxLag: cfg.MaxLag,
 		StallAfter: cfg.StallAfter, LagPoll: cfg.LagPoll, RenewEvery: cfg.LeaseTTL / 3, Gate: cfg.Gate, Static: cfg.OwnPartitions, PurgeEvery: cfg.PurgeEvery},
 		partition.Deps{Log: log, NC: nc, JS: js, Tracer: tel.Tracer(), Cursors: lease.Cursors{DB: db, Group: cfg.Consumer}, Writer: w,

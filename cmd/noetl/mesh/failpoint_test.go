@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/noetl/noetl/cmd/noetl/mesh"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/failpoint"
 )
@@ -14,9 +15,21 @@ import (
 // effects (as a crash and restart would) and checks that the execution still completes
 // with a log identical in shape to a clean run: gap-free, no duplicate events, every
 // command run.
+//
+// Decisions are taken inside the materializer's commit, so the orchestrator's publish of a
+// decision is crossed only on the path after a notice: a second mesh takes that path.
 func TestCrashAtEveryFailpointRecovers(t *testing.T) {
-	h := start(t, false)
 	t.Cleanup(failpoint.Reset)
+	crashEach(t, start(t, false), failpoint.OrchestratorAfterDecide, failpoint.MaterializerAfterDecide, failpoint.MaterializerAfterInsert,
+		failpoint.MaterializerAfterCommit, failpoint.MaterializerAfterPublish, failpoint.WorkerAfterTool, failpoint.WorkerAfterPublish)
+	crashEach(t, startWith(t, false, func(c *mesh.Config) { c.DecideAfterNotice = true }), failpoint.OrchestratorAfterDecide,
+		failpoint.OrchestratorAfterPublish, failpoint.MaterializerAfterInsert, failpoint.MaterializerAfterCommit)
+}
+
+// crashEach fails each of points twice in its own execution on h and compares the log with
+// a clean run's.
+func crashEach(t *testing.T, h *harness, points ...string) {
+	t.Helper()
 	shape := func(x *harnessRun) []string {
 		var out []string
 		seen := map[string]bool{}
@@ -34,15 +47,7 @@ func TestCrashAtEveryFailpointRecovers(t *testing.T) {
 	clean := h.runFull(t, "clean")
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, clean.exec.GetStatus())
 	want := shape(clean)
-	for _, point := range []string{
-		failpoint.OrchestratorAfterDecide,
-		failpoint.OrchestratorAfterPublish,
-		failpoint.MaterializerAfterInsert,
-		failpoint.MaterializerAfterCommit,
-		failpoint.MaterializerAfterPublish,
-		failpoint.WorkerAfterTool,
-		failpoint.WorkerAfterPublish,
-	} {
+	for _, point := range points {
 		t.Run(point, func(t *testing.T) {
 			failpoint.Reset()
 			failpoint.Enable(point, 2)

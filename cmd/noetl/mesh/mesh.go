@@ -93,6 +93,10 @@ type Config struct {
 	// reports it saturated (zero: its defaults).
 	MaterializerMaxLag     int
 	MaterializerStallAfter time.Duration
+	// DecideAfterNotice makes every decision follow its commit notice: the materializer
+	// does not ask the orchestrator to decide inside its commits (two commits per step,
+	// the path taken when the orchestrator does not answer).
+	DecideAfterNotice bool
 	// LagPoll is how often the services read their consumers' lag (zero: the default).
 	LagPoll time.Duration
 	// HTTPEgress is the workers' http egress policy: worker.HTTPEgressPublic,
@@ -284,7 +288,7 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return resultstore.Run(ctx, resultstore.Config{PostgresURL: pgURLs.Resultstore, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[2], AdminListener: lis[4], FlightListener: flightLis}, log)
 	})
 	run("materializer", func(ctx context.Context) error {
-		return materializer.Run(ctx, materializer.Config{PostgresURL: pgURLs.Materializer, InternalSecret: cfg.InternalSecret, NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
+		return materializer.Run(ctx, materializer.Config{PostgresURL: pgURLs.Materializer, InternalSecret: cfg.InternalSecret, OrchestratorAddr: inlineDecider(cfg, orAddr), NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
 			MaxLag: cfg.MaterializerMaxLag, StallAfter: cfg.MaterializerStallAfter, LagPoll: cfg.LagPoll, Gate: m.gate.wait, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
@@ -554,4 +558,13 @@ func (m *Mesh) Stop() {
 	if m.pg != nil {
 		_ = m.pg.Stop()
 	}
+}
+
+// inlineDecider is the orchestrator address the materializer asks for decisions inside its
+// commits, or "" with cfg.DecideAfterNotice.
+func inlineDecider(cfg Config, orAddr string) string {
+	if cfg.DecideAfterNotice {
+		return ""
+	}
+	return orAddr
 }

@@ -56,6 +56,12 @@ type harness struct {
 
 func start(t *testing.T, dupEvents bool) *harness {
 	t.Helper()
+	return startWith(t, dupEvents, nil)
+}
+
+// startWith is start with set changing the mesh's configuration first.
+func startWith(t *testing.T, dupEvents bool, set func(*mesh.Config)) *harness {
+	t.Helper()
 	pg := testkit.StartPostgres(t)
 	natsURL := testkit.StartNATS(t)
 	if dupEvents {
@@ -63,7 +69,11 @@ func start(t *testing.T, dupEvents bool) *harness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL})
+	cfg := mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL}
+	if set != nil {
+		set(&cfg)
+	}
+	m, err := mesh.Start(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(m.Stop)
 	conn, err := m.Dial()

@@ -126,7 +126,9 @@ workflow:
 	require.Positive(t, metricValue(t, hc, addr("gateway"), "grpc_server_handled_total", `method="/noetl.api.v1.ExecutionService/StartExecution",code="OK"`))
 	require.Positive(t, metricValue(t, hc, addr("gateway"), "grpc_server_handling_seconds_count", `code="OK"`))
 	metricValue(t, hc, addr("gateway"), "grpc_server_in_flight", `method="/noetl.api.v1.ExecutionService/StartExecution"`)
-	require.Positive(t, metricValue(t, hc, addr("orchestrator"), "noetl_orchestrator_decisions_total", `outcome="publish"`))
+	// Decided inside the materializer's commits (engine/inline.go).
+	require.Positive(t, metricValue(t, hc, addr("orchestrator"), "noetl_orchestrator_decisions_total", `outcome="inline"`))
+	require.Positive(t, metricValue(t, hc, addr("orchestrator"), "noetl_orchestrator_inline_decisions_total", `answer="decided"`))
 	require.Positive(t, metricValue(t, hc, addr("materializer"), "noetl_materializer_events_committed_total", ""))
 	require.Positive(t, metricValue(t, hc, addr("statebuilder"), "grpc_server_handled_total", `code="OK"`))
 	metricValue(t, hc, addr("statebuilder"), "noetl_executions_running", "")

@@ -352,7 +352,7 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 	}
 	spans := l.startSpans(ctx, evs, msgs)
 	start := time.Now()
-	res, err := l.w.Commit(ctx, evs, bodies, cursors...)
+	res, err := l.w.Commit(writer.WithSpans(ctx, func(id string) context.Context { return spans.byExecution[id] }), evs, bodies, cursors...)
 	if err != nil {
 		spans.end(err)
 		return fmt.Errorf("commit: %w", err)
@@ -385,8 +385,14 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 		if err != nil {
 			continue
 		}
-		out = append(out, natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), c.GetCommandId(), l.cfg.Partitions), MsgID: c.GetCommandId(), Data: b,
-			Header: spans.header(spans.byEventID[c.GetIssuedEventId()])})
+		h := spans.header(spans.byEventID[c.GetIssuedEventId()])
+		if t := res.DecisionTraces[c.GetExecutionId()]; h == nil && t != nil {
+			h = nats.Header{} // a decision taken inside the commit: its command continues it
+			for k, v := range t {
+				h.Set(k, v)
+			}
+		}
+		out = append(out, natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), c.GetCommandId(), l.cfg.Partitions), MsgID: c.GetCommandId(), Data: b, Header: h})
 	}
 	for _, n := range res.Notices {
 		if failpoint.Eval(failpoint.MaterializerLoseNotice) != nil {

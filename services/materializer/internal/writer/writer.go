@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,8 +56,13 @@ type Result struct {
 	// (newly or before), in order. Re-forwarding a duplicate's command is safe: the command
 	// publish is deduplicated by its id, and commands are at-least-once anyway.
 	Commands []*eventv1.Command
-	// Committed counts events inserted.
+	// Committed counts events inserted, the decisions' included.
 	Committed int
+	// Decided counts the events of decisions taken inside the commit (inline.go).
+	Decided int
+	// DecisionTraces holds, by execution, the trace context (W3C carrier) of the decision
+	// taken inside the commit: the commands it issued continue it.
+	DecisionTraces map[string]map[string]string
 	// Cancelled lists executions whose playbook.cancelled, or playbook.failed at their
 	// deadline, was committed (or redelivered) in this batch: their running commands stop.
 	Cancelled []string
@@ -76,6 +82,13 @@ type Writer struct {
 	DB *pgxpool.Pool
 	// Now returns the commit time; tests may fix it.
 	Now func() time.Time
+	// Decide, when set, is asked under the locks what the executions that need a decision
+	// decide once the batch is committed (orchestrator DecisionService), and the answer is
+	// committed in the same transaction (inline.go).
+	Decide Decider
+	// decideRestUntil is when (Unix nanoseconds) the decider may be asked again after a
+	// failed call.
+	decideRestUntil atomic.Int64
 }
 
 // The transaction's statements. Every read is by key, for about a thousand keys per batch:
@@ -91,8 +104,13 @@ const (
 		ON CONFLICT (execution_id) DO NOTHING`
 	// The lock serialises writers per execution, in one order (no deadlock), and returns
 	// each row's latest version whoever committed it.
-	sqlLock = `SELECT execution_id, tenant, last_seq, status FROM noetl.execution
+	sqlLock = `SELECT execution_id, tenant, last_seq, status, '' FROM noetl.execution
 		WHERE execution_id = ANY ($1::text[]) ORDER BY execution_id FOR UPDATE`
+	// sqlLockLast is sqlLock that also returns the id of each execution's last event, for
+	// the decisions taken inside the commit (a keyed probe of the primary key).
+	sqlLockLast = `SELECT x.execution_id, x.tenant, x.last_seq, x.status, coalesce(l.event_id, '') FROM noetl.execution x
+		LEFT JOIN LATERAL (SELECT e.event_id FROM noetl.event e WHERE e.execution_id = x.execution_id AND e.seq = x.last_seq) AS l ON true
+		WHERE x.execution_id = ANY ($1::text[]) ORDER BY x.execution_id FOR UPDATE OF x`
 	// The dedupe probe runs after the lock is granted, so its snapshot holds every event a
 	// writer that held the lock before committed. LATERAL with LIMIT keeps it a keyed
 	// probe per event.
@@ -128,10 +146,11 @@ var eventColumns = []string{"execution_id", "seq", "event_id", "tenant", "type",
 type execState struct {
 	known   bool
 	tenant  string
-	lastSeq int64 // before the batch
-	status  int16 // before the batch
-	seq     int64 // after the batch
-	after   int16 // status after the batch
+	lastSeq int64  // before the batch
+	lastID  string // the id of the event at lastSeq (read only when the writer decides inline)
+	status  int16  // before the batch
+	seq     int64  // after the batch
+	after   int16  // status after the batch
 	// present: a row of the execution was not rejected; decide: one of them asks the
 	// orchestrator to decide.
 	present, decide bool
@@ -207,7 +226,11 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	open = true
 	b.Queue(sqlSettings)
 	started := w.queueStarts(b, evs, distinct, commitTime)
-	b.Queue(sqlLock, execs)
+	if w.Decide != nil {
+		b.Queue(sqlLockLast, execs)
+	} else {
+		b.Queue(sqlLock, execs)
+	}
 	// The probe asks for each distinct event's id and then for the rival outcome of each
 	// worker's outcome event (domain.OutcomeRival): rivalOf[k] is the input index whose
 	// rival probe k-len(distinct) is.
@@ -238,7 +261,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		for rows.Next() {
 			s := &execState{known: true}
 			var id string
-			if err := rows.Scan(&id, &s.tenant, &s.lastSeq, &s.status); err != nil {
+			if err := rows.Scan(&id, &s.tenant, &s.lastSeq, &s.status, &s.lastID); err != nil {
 				rows.Close()
 				return err
 			}
@@ -324,6 +347,35 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 	}
 
+	// The decisions the batch causes, committed with it (inline.go).
+	nIn := len(evs)
+	if w.Decide != nil {
+		evs, bodies = w.decideInline(ctx, evs, bodies, distinct, res, seqs, execs, state, commitTime)
+		if len(evs) > nIn {
+			seqs = append(seqs, make([]int64, len(evs)-nIn)...)
+			for i := nIn; i < len(evs); i++ {
+				distinct = append(distinct, i)
+				s := state[evs[i].GetExecutionId()]
+				res.Outcomes = append(res.Outcomes, Committed)
+				if domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after)) {
+					res.Outcomes[i] = Rejected
+					continue
+				}
+				s.seq++
+				seqs[i] = s.seq
+				if st, ok := terminalStatus(evs[i].GetType()); ok {
+					s.after = st
+				}
+				if evs[i].GetType() == domain.EventPlaybookCancelled || evs[i].GetType() == domain.EventPlaybookFailed && evs[i].GetError().GetCode() == "deadline_exceeded" {
+					res.Cancelled = append(res.Cancelled, evs[i].GetExecutionId())
+				}
+			}
+		}
+		if err := failpoint.Eval(failpoint.MaterializerAfterDecide); err != nil {
+			return nil, err // the deferred rollback releases the locks
+		}
+	}
+
 	// Round trip 2: insert, project, commit; a large batch is inserted with COPY before
 	// it, which costs Postgres about a quarter less than an INSERT and two round trips more.
 	b = &pgx.Batch{}
@@ -402,6 +454,8 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 			res.Commands = append(res.Commands, ev.GetCommand())
 		}
 	}
+	res.Decided = len(evs) - nIn
+	res.Outcomes = res.Outcomes[:nIn] // index-aligned with the input
 	return res, nil
 }
 
@@ -491,7 +545,7 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 		}
 		// seq and commit time live in columns; the stored body is the event as published.
 		var bb []byte
-		if bodies != nil && e.GetSeq() == 0 && e.GetCommitTime() == nil {
+		if bodies != nil && bodies[i] != nil && e.GetSeq() == 0 && e.GetCommitTime() == nil {
 			bb = bodies[i]
 		} else {
 			e.Seq, e.CommitTime = 0, nil // restored when committed

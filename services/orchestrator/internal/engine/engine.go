@@ -81,6 +81,12 @@ type Engine struct {
 	// loopBuffer bounds the results held while assembling one (loopresults.go).
 	loopResults refCache
 	loopBuffer  int64
+
+	// shards are the running decision goroutines' inboxes (nil when not running), for
+	// the decisions taken inside a commit (inline.go).
+	shardsMu sync.RWMutex
+	shards   []*shard
+	inline   *prometheus.CounterVec
 }
 
 // New builds an engine.
@@ -109,7 +115,8 @@ func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateS
 	e.collections = newCollectionCache(collectionCacheBytes)
 	e.loopBuffer = loopResultsBufferBytes
 	e.redrives = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_reconcile_redrives_total", Help: "Stalled executions re-driven, by what was done."}, []string{"action"})
-	reg.MustRegister(e.decisions, e.latency, e.fired, e.redrives)
+	e.inline = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_inline_decisions_total", Help: "Executions the materializer asked to decide inside a commit, by answer (decided, or why not)."}, []string{"answer"})
+	reg.MustRegister(e.decisions, e.latency, e.fired, e.redrives, e.inline)
 	return e
 }
 
@@ -156,11 +163,17 @@ func (e *Engine) Run(ctx context.Context) error {
 		go func(s *shard) {
 			defer wg.Done()
 			for n := range s.in {
+				if n.inline != nil {
+					n.inline.reply <- e.decideInline(ctx, s, n.inline)
+					continue
+				}
 				e.handle(ctx, s, n.msg, n.notice)
 			}
 		}(shards[i])
 	}
+	e.setShards(shards)
 	defer func() {
+		e.setShards(nil) // no inline request is queued from here on
 		for _, s := range shards {
 			close(s.in)
 		}
@@ -189,16 +202,23 @@ func (e *Engine) Run(ctx context.Context) error {
 			_ = m.Term()
 			continue
 		}
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(n.GetExecutionId()))
-		shards[int(h.Sum32())%len(shards)].in <- notice{msg: m, notice: n}
+		shards[shardOf(n.GetExecutionId(), len(shards))].in <- notice{msg: m, notice: n}
 	}
 }
 
-// notice is a commit notice as received, decoded once.
+// notice is a commit notice as received, decoded once, or (inline set) a request to decide
+// inside a commit (inline.go).
 type notice struct {
 	msg    jetstream.Msg
 	notice *eventv1.CommitNotice
+	inline *inlineRequest
+}
+
+// shardOf is the shard an execution is decided on.
+func shardOf(executionID string, shards int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(executionID))
+	return int(h.Sum32()) % shards
 }
 
 func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg, n *eventv1.CommitNotice) {
@@ -212,6 +232,10 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg, n *event
 	// Every notice's events advance the cached state, the decision's own output too, so
 	// the next decision starts from the state at this seq without a read.
 	s.states.applyCarried(n, int64(len(m.Data())))
+	if n.GetNeedsDecision() && s.states.speculative(id) {
+		// The commit went ahead without the decision this state speculated (inline.go).
+		s.states.drop(id)
+	}
 	if !n.GetNeedsDecision() {
 		_ = m.Ack() // only this service's own decisions were committed
 		return
@@ -315,41 +339,13 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 		e.decisions.WithLabelValues("terminal").Inc()
 		return -1, nil
 	}
-	cp, err := e.catalog.Compiled(ctx, st.GetTenant(), st.GetPlaybookPath(), st.GetPlaybookVersion())
+	events, err := e.decideOn(ctx, st)
 	if err != nil {
-		if errors.Is(err, catalog.ErrNotFound) {
-			return 0, status.Errorf(codes.FailedPrecondition, "playbook %s v%d not in catalog", st.GetPlaybookPath(), st.GetPlaybookVersion())
-		}
-		return 0, err
-	}
-	in, err := e.collectionsFor(ctx, st.GetTenant(), decide.NeededCollections(st))
-	if err != nil {
-		return 0, err
-	}
-	if in.LoopResults, err = e.loopResultsFor(ctx, st, decide.NeededLoopResults(st)); err != nil {
-		return 0, err
-	}
-	if in.ClaimRows, err = e.claimRowsFor(ctx, st.GetTenant(), decide.NeededClaimRows(st)); err != nil { // cursor.go
-		return 0, err
-	}
-	in.Limits = e.cfg.Limits.For(st.GetTenant())
-	events, err := decide.DecideWith(cp, st, in)
-	if err != nil {
-		return 0, err
-	}
-	if err := failpoint.Eval(failpoint.OrchestratorAfterDecide); err != nil {
 		return 0, err
 	}
 	if len(events) == 0 {
 		e.decisions.WithLabelValues("wait").Inc()
 		return st.GetSeq(), nil
-	}
-	annotate(ctx, events)
-	if err := e.offloadCollections(ctx, events); err != nil {
-		return 0, err
-	}
-	if err := e.offloadContexts(ctx, events); err != nil {
-		return 0, err
 	}
 	if err := eventbus.Publish(ctx, e.js, e.cfg.Partitions, events); err != nil {
 		if !errors.Is(err, natsx.ErrMessageTooLarge) {
@@ -373,6 +369,55 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 		e.decisions.WithLabelValues("too_large").Inc()
 		return st.GetSeq(), nil
 	}
+	e.wakeFor(events)
+	e.decisions.WithLabelValues("publish").Inc()
+	return st.GetSeq(), nil
+}
+
+// decideOn decides on st: it loads what the decision needs besides the state (the compiled
+// playbook, loop collections, loop results and claim rows held by reference), decides, and
+// moves large collections and render contexts to the resultstore. It publishes nothing.
+func (e *Engine) decideOn(ctx context.Context, st *sbv1.ExecutionState) ([]*eventv1.Event, error) {
+	cp, err := e.catalog.Compiled(ctx, st.GetTenant(), st.GetPlaybookPath(), st.GetPlaybookVersion())
+	if err != nil {
+		if errors.Is(err, catalog.ErrNotFound) {
+			return nil, status.Errorf(codes.FailedPrecondition, "playbook %s v%d not in catalog", st.GetPlaybookPath(), st.GetPlaybookVersion())
+		}
+		return nil, err
+	}
+	in, err := e.collectionsFor(ctx, st.GetTenant(), decide.NeededCollections(st))
+	if err != nil {
+		return nil, err
+	}
+	if in.LoopResults, err = e.loopResultsFor(ctx, st, decide.NeededLoopResults(st)); err != nil {
+		return nil, err
+	}
+	if in.ClaimRows, err = e.claimRowsFor(ctx, st.GetTenant(), decide.NeededClaimRows(st)); err != nil { // cursor.go
+		return nil, err
+	}
+	in.Limits = e.cfg.Limits.For(st.GetTenant())
+	events, err := decide.DecideWith(cp, st, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := failpoint.Eval(failpoint.OrchestratorAfterDecide); err != nil {
+		return nil, err
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	annotate(ctx, events)
+	if err := e.offloadCollections(ctx, events); err != nil {
+		return nil, err
+	}
+	if err := e.offloadContexts(ctx, events); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// wakeFor tells the timer loop the due times of the timers events schedule.
+func (e *Engine) wakeFor(events []*eventv1.Event) {
 	for _, ev := range events {
 		if ev.GetType() != domain.EventTimerScheduled {
 			continue
@@ -385,8 +430,6 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 			}
 		}
 	}
-	e.decisions.WithLabelValues("publish").Inc()
-	return st.GetSeq(), nil
 }
 
 // annotate names on the current span the step the decision moves to (the last step

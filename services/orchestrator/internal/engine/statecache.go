@@ -26,6 +26,15 @@ type stateCache struct {
 type cachedState struct {
 	st    *sbv1.ExecutionState
 	bytes int64
+	// spec lists the events folded into st before they were committed (inline.go), in
+	// seq order: each is confirmed, and forgotten, by the commit notice that carries it.
+	spec []specEvent
+}
+
+// specEvent is an event folded before its commit: its seq and id.
+type specEvent struct {
+	seq int64
+	id  string
 }
 
 func newStateCache(budget int64) *stateCache {
@@ -63,6 +72,50 @@ func (c *stateCache) drop(id string) {
 	}
 }
 
+// speculate records that the event of id eventID was folded into the execution's cached
+// state at seq before it was committed (n is its size, counted as grew does). Past
+// maxSpeculated unconfirmed events the state is dropped.
+func (c *stateCache) speculate(execID string, seq int64, eventID string, n int64) {
+	e := c.entries[execID]
+	if e == nil {
+		return
+	}
+	if len(e.spec) >= maxSpeculated {
+		c.drop(execID)
+		return
+	}
+	e.spec = append(e.spec, specEvent{seq: seq, id: eventID})
+	c.grew(execID, n)
+}
+
+// speculative reports whether the execution's cached state holds unconfirmed events.
+func (c *stateCache) speculative(execID string) bool {
+	e := c.entries[execID]
+	return e != nil && len(e.spec) > 0
+}
+
+// confirm checks the entry's speculated events up to seq upTo against the events a notice
+// carries: each must be carried, with the same id. It forgets those it confirmed and
+// reports false on the first one the notice contradicts or does not carry.
+func (e *cachedState) confirm(evs []*eventv1.Event, upTo int64) bool {
+	k := 0
+	for k < len(e.spec) && e.spec[k].seq <= upTo {
+		sp := e.spec[k]
+		ok := false
+		if len(evs) > 0 {
+			if i := sp.seq - evs[0].GetSeq(); i >= 0 && i < int64(len(evs)) && evs[i].GetSeq() == sp.seq {
+				ok = evs[i].GetEventId() == sp.id
+			}
+		}
+		if !ok {
+			return false
+		}
+		k++
+	}
+	e.spec = e.spec[k:]
+	return true
+}
+
 // grew counts n more bytes folded into an execution's cached state.
 func (c *stateCache) grew(id string, n int64) {
 	e := c.entries[id]
@@ -79,7 +132,8 @@ func (c *stateCache) grew(id string, n int64) {
 
 // applyCarried folds the events a commit notice carries into the execution's cached state,
 // those after its seq, or builds the state from them when they start at the execution's
-// first event; it reports whether the state now stands at the notice's seq. A
+// first event; it reports whether the state now stands at the notice's seq. Events the
+// state speculated (inline.go) are confirmed against the carried ones first. A
 // state the events do not continue gap-free (a notice this replica did not receive, a
 // batch too large to be carried) is left as it is, to be advanced from the log; one the
 // fold refuses is dropped.
@@ -88,6 +142,11 @@ func (c *stateCache) grew(id string, n int64) {
 // bound of its events' size read off the message rather than measured event by event.
 func (c *stateCache) applyCarried(n *eventv1.CommitNotice, size int64) bool {
 	evs := n.GetEvents()
+	e := c.entries[n.GetExecutionId()]
+	if e != nil && len(e.spec) > 0 && !e.confirm(evs, n.GetSeq()) {
+		c.drop(n.GetExecutionId()) // the log committed otherwise than speculated
+		return false
+	}
 	st := c.get(n.GetExecutionId())
 	if st == nil {
 		// A notice from the execution's first event on (its start's) builds the state.

@@ -113,3 +113,50 @@ func mustSize(t *testing.T) []byte {
 	c.put(started(t))
 	return make([]byte, c.bytes)
 }
+
+// Speculated events are confirmed by the notice that carries them; a notice that carries
+// another event at a speculated seq, or does not carry one it covers, drops the state.
+func TestSpeculatedEventsAreConfirmedByNotices(t *testing.T) {
+	fold := func(c *stateCache, evs ...*eventv1.Event) {
+		for _, e := range evs {
+			require.NoError(t, domain.Apply(c.get("x"), e))
+			c.speculate("x", e.GetSeq(), e.GetEventId(), int64(proto.Size(e)))
+		}
+	}
+	enterA, skipB, skipC := ev(2, domain.EventStepEnter, "a"), ev(3, domain.EventStepSkipped, "b"), ev(4, domain.EventStepSkipped, "c")
+
+	c := newStateCache(1 << 20)
+	c.put(started(t))
+	fold(c, enterA, skipB, skipC)
+	require.True(t, c.speculative("x"))
+	// The first commit's notice confirms its two events; the third stays speculated.
+	require.True(t, c.applyCarried(carried(enterA, skipB)))
+	require.True(t, c.speculative("x"))
+	require.EqualValues(t, 4, c.get("x").GetSeq())
+	require.True(t, c.applyCarried(carried(skipC)))
+	require.False(t, c.speculative("x"))
+	require.EqualValues(t, 4, c.get("x").GetSeq())
+
+	// Another event at a speculated seq: the log went otherwise.
+	c.put(started(t))
+	fold(c, enterA, skipB)
+	require.False(t, c.applyCarried(carried(enterA, ev(3, domain.EventStepSkipped, "other"))))
+	require.Nil(t, c.get("x"))
+
+	// A notice over a speculated seq that carries no events cannot confirm it.
+	c.put(started(t))
+	fold(c, enterA)
+	n, size := carried()
+	n.Seq = 2
+	require.False(t, c.applyCarried(n, size))
+	require.Nil(t, c.get("x"))
+
+	// Unconfirmed events are bounded.
+	c.put(started(t))
+	for i := range maxSpeculated {
+		c.speculate("x", int64(i+2), "e", 1)
+	}
+	require.NotNil(t, c.get("x"))
+	c.speculate("x", maxSpeculated+2, "e", 1)
+	require.Nil(t, c.get("x"), "past maxSpeculated the state is dropped")
+}

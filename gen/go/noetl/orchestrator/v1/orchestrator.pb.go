@@ -2372,6 +2372,273 @@ func (x *WatchExecutionResponse) GetEvents() []*v11.Event {
 	return nil
 }
 
+// DecideCommittingRequest carries the executions of one commit that need a decision.
+type DecideCommittingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per execution.
+	Executions    []*CommittingExecution `protobuf:"bytes,1,rep,name=executions,proto3" json:"executions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideCommittingRequest) Reset() {
+	*x = DecideCommittingRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideCommittingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideCommittingRequest) ProtoMessage() {}
+
+func (x *DecideCommittingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideCommittingRequest.ProtoReflect.Descriptor instead.
+func (*DecideCommittingRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DecideCommittingRequest) GetExecutions() []*CommittingExecution {
+	if x != nil {
+		return x.Executions
+	}
+	return nil
+}
+
+// CommittingExecution is one execution's part of a commit about to happen.
+type CommittingExecution struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Tenant of the execution.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The execution's last committed seq before this commit.
+	SeqBefore int64 `protobuf:"varint,3,opt,name=seq_before,json=seqBefore,proto3" json:"seq_before,omitempty"`
+	// The id of the event at seq_before.
+	LastEventId string `protobuf:"bytes,4,opt,name=last_event_id,json=lastEventId,proto3" json:"last_event_id,omitempty"`
+	// The events this commit adds, in seq order, each with its seq and commit time.
+	Events []*v11.Event `protobuf:"bytes,5,rep,name=events,proto3" json:"events,omitempty"`
+	// The trace context (W3C, as on NATS headers) of the commit of these events: the
+	// decision continues it.
+	Trace         map[string]string `protobuf:"bytes,6,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommittingExecution) Reset() {
+	*x = CommittingExecution{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommittingExecution) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommittingExecution) ProtoMessage() {}
+
+func (x *CommittingExecution) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommittingExecution.ProtoReflect.Descriptor instead.
+func (*CommittingExecution) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CommittingExecution) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *CommittingExecution) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CommittingExecution) GetSeqBefore() int64 {
+	if x != nil {
+		return x.SeqBefore
+	}
+	return 0
+}
+
+func (x *CommittingExecution) GetLastEventId() string {
+	if x != nil {
+		return x.LastEventId
+	}
+	return ""
+}
+
+func (x *CommittingExecution) GetEvents() []*v11.Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *CommittingExecution) GetTrace() map[string]string {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
+}
+
+// DecideCommittingResponse answers each execution of the request, in its order.
+type DecideCommittingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One entry per requested execution.
+	Decisions     []*Decision `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideCommittingResponse) Reset() {
+	*x = DecideCommittingResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideCommittingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideCommittingResponse) ProtoMessage() {}
+
+func (x *DecideCommittingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideCommittingResponse.ProtoReflect.Descriptor instead.
+func (*DecideCommittingResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *DecideCommittingResponse) GetDecisions() []*Decision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+// Decision is what the orchestrator decided for one execution.
+type Decision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Whether the execution was decided; when false the commit notice asks for the decision.
+	Decided bool `protobuf:"varint,2,opt,name=decided,proto3" json:"decided,omitempty"`
+	// The events to commit right after the execution's committing events, in order (none:
+	// the execution waits). Seq and commit time are left for the materializer to assign.
+	Events []*v11.Event `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	// Why the execution was not decided, for logs and metrics.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The trace context of the decision: the commands it issues continue it.
+	Trace         map[string]string `protobuf:"bytes,5,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Decision) Reset() {
+	*x = Decision{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Decision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Decision) ProtoMessage() {}
+
+func (x *Decision) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Decision.ProtoReflect.Descriptor instead.
+func (*Decision) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *Decision) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *Decision) GetDecided() bool {
+	if x != nil {
+		return x.Decided
+	}
+	return false
+}
+
+func (x *Decision) GetEvents() []*v11.Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *Decision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Decision) GetTrace() map[string]string {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
+}
+
 var File_noetl_orchestrator_v1_orchestrator_proto protoreflect.FileDescriptor
 
 const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
@@ -2541,7 +2808,35 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x1b\n" +
 	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"G\n" +
 	"\x16WatchExecutionResponse\x12-\n" +
-	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events2\xa6\a\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events\"e\n" +
+	"\x17DecideCommittingRequest\x12J\n" +
+	"\n" +
+	"executions\x18\x01 \x03(\v2*.noetl.orchestrator.v1.CommittingExecutionR\n" +
+	"executions\"\xc9\x02\n" +
+	"\x13CommittingExecution\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"seq_before\x18\x03 \x01(\x03R\tseqBefore\x12\"\n" +
+	"\rlast_event_id\x18\x04 \x01(\tR\vlastEventId\x12-\n" +
+	"\x06events\x18\x05 \x03(\v2\x15.noetl.event.v1.EventR\x06events\x12K\n" +
+	"\x05trace\x18\x06 \x03(\v25.noetl.orchestrator.v1.CommittingExecution.TraceEntryR\x05trace\x1a8\n" +
+	"\n" +
+	"TraceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Y\n" +
+	"\x18DecideCommittingResponse\x12=\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x1f.noetl.orchestrator.v1.DecisionR\tdecisions\"\x8a\x02\n" +
+	"\bDecision\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
+	"\adecided\x18\x02 \x01(\bR\adecided\x12-\n" +
+	"\x06events\x18\x03 \x03(\v2\x15.noetl.event.v1.EventR\x06events\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12@\n" +
+	"\x05trace\x18\x05 \x03(\v2*.noetl.orchestrator.v1.Decision.TraceEntryR\x05trace\x1a8\n" +
+	"\n" +
+	"TraceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xa6\a\n" +
 	"\x13OrchestratorService\x12s\n" +
 	"\x10RegisterPlaybook\x12..noetl.orchestrator.v1.RegisterPlaybookRequest\x1a/.noetl.orchestrator.v1.RegisterPlaybookResponse\x12d\n" +
 	"\vGetPlaybook\x12).noetl.orchestrator.v1.GetPlaybookRequest\x1a*.noetl.orchestrator.v1.GetPlaybookResponse\x12j\n" +
@@ -2562,7 +2857,9 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fRevokeApiKey\x12*.noetl.orchestrator.v1.RevokeApiKeyRequest\x1a+.noetl.orchestrator.v1.RevokeApiKeyResponse\x12g\n" +
 	"\fVerifyApiKey\x12*.noetl.orchestrator.v1.VerifyApiKeyRequest\x1a+.noetl.orchestrator.v1.VerifyApiKeyResponse2\x7f\n" +
 	"\fWatchService\x12o\n" +
-	"\x0eWatchExecution\x12,.noetl.orchestrator.v1.WatchExecutionRequest\x1a-.noetl.orchestrator.v1.WatchExecutionResponse0\x01B\xe8\x01\n" +
+	"\x0eWatchExecution\x12,.noetl.orchestrator.v1.WatchExecutionRequest\x1a-.noetl.orchestrator.v1.WatchExecutionResponse0\x012\x86\x01\n" +
+	"\x0fDecisionService\x12s\n" +
+	"\x10DecideCommitting\x12..noetl.orchestrator.v1.DecideCommittingRequest\x1a/.noetl.orchestrator.v1.DecideCommittingResponseB\xe8\x01\n" +
 	"\x19com.noetl.orchestrator.v1B\x11OrchestratorProtoP\x01ZBgithub.com/noetl/noetl/gen/go/noetl/orchestrator/v1;orchestratorv1\xa2\x02\x03NOX\xaa\x02\x15Noetl.Orchestrator.V1\xca\x02\x15Noetl\\Orchestrator\\V1\xe2\x02!Noetl\\Orchestrator\\V1\\GPBMetadata\xea\x02\x17Noetl::Orchestrator::V1b\x06proto3"
 
 var (
@@ -2577,7 +2874,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*CatalogEntry)(nil),                     // 0: noetl.orchestrator.v1.CatalogEntry
 	(*RegisterPlaybookRequest)(nil),          // 1: noetl.orchestrator.v1.RegisterPlaybookRequest
@@ -2616,75 +2913,89 @@ var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*VerifyApiKeyResponse)(nil),             // 34: noetl.orchestrator.v1.VerifyApiKeyResponse
 	(*WatchExecutionRequest)(nil),            // 35: noetl.orchestrator.v1.WatchExecutionRequest
 	(*WatchExecutionResponse)(nil),           // 36: noetl.orchestrator.v1.WatchExecutionResponse
-	nil,                                      // 37: noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
-	nil,                                      // 38: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
-	(*timestamppb.Timestamp)(nil),            // 39: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 40: google.protobuf.Duration
-	(*v1.ExecutionState)(nil),                // 41: noetl.statebuilder.v1.ExecutionState
-	(*v11.Event)(nil),                        // 42: noetl.event.v1.Event
+	(*DecideCommittingRequest)(nil),          // 37: noetl.orchestrator.v1.DecideCommittingRequest
+	(*CommittingExecution)(nil),              // 38: noetl.orchestrator.v1.CommittingExecution
+	(*DecideCommittingResponse)(nil),         // 39: noetl.orchestrator.v1.DecideCommittingResponse
+	(*Decision)(nil),                         // 40: noetl.orchestrator.v1.Decision
+	nil,                                      // 41: noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
+	nil,                                      // 42: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
+	nil,                                      // 43: noetl.orchestrator.v1.CommittingExecution.TraceEntry
+	nil,                                      // 44: noetl.orchestrator.v1.Decision.TraceEntry
+	(*timestamppb.Timestamp)(nil),            // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 46: google.protobuf.Duration
+	(*v1.ExecutionState)(nil),                // 47: noetl.statebuilder.v1.ExecutionState
+	(*v11.Event)(nil),                        // 48: noetl.event.v1.Event
 }
 var file_noetl_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	39, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
+	45, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.orchestrator.v1.RegisterPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 2: noetl.orchestrator.v1.GetPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 3: noetl.orchestrator.v1.ListPlaybooksResponse.entries:type_name -> noetl.orchestrator.v1.CatalogEntry
-	37, // 4: noetl.orchestrator.v1.StartExecutionRequest.labels:type_name -> noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
-	40, // 5: noetl.orchestrator.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	38, // 6: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.set_json:type_name -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
-	40, // 7: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	41, // 8: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	39, // 9: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
-	39, // 10: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
+	41, // 4: noetl.orchestrator.v1.StartExecutionRequest.labels:type_name -> noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
+	46, // 5: noetl.orchestrator.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	42, // 6: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.set_json:type_name -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
+	46, // 7: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	47, // 8: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	45, // 9: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
+	45, // 10: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
 	21, // 11: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
-	39, // 12: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
-	39, // 13: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
-	39, // 14: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
-	39, // 15: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
-	39, // 16: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	45, // 12: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
+	45, // 13: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
+	45, // 14: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
+	45, // 15: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
+	45, // 16: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
 	26, // 17: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
 	26, // 18: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
 	26, // 19: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
 	26, // 20: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	42, // 21: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
-	1,  // 22: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
-	3,  // 23: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
-	5,  // 24: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
-	7,  // 25: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
-	9,  // 26: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
-	11, // 27: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
-	15, // 28: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
-	13, // 29: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:input_type -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest
-	17, // 30: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
-	19, // 31: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
-	22, // 32: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
-	24, // 33: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
-	27, // 34: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
-	29, // 35: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
-	31, // 36: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
-	33, // 37: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
-	35, // 38: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
-	2,  // 39: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
-	4,  // 40: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
-	6,  // 41: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
-	8,  // 42: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
-	10, // 43: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
-	12, // 44: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
-	16, // 45: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
-	14, // 46: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:output_type -> noetl.orchestrator.v1.UpdateExecutionVariablesResponse
-	18, // 47: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
-	20, // 48: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
-	23, // 49: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
-	25, // 50: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
-	28, // 51: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
-	30, // 52: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
-	32, // 53: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
-	34, // 54: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
-	36, // 55: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
-	39, // [39:56] is the sub-list for method output_type
-	22, // [22:39] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	48, // 21: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
+	38, // 22: noetl.orchestrator.v1.DecideCommittingRequest.executions:type_name -> noetl.orchestrator.v1.CommittingExecution
+	48, // 23: noetl.orchestrator.v1.CommittingExecution.events:type_name -> noetl.event.v1.Event
+	43, // 24: noetl.orchestrator.v1.CommittingExecution.trace:type_name -> noetl.orchestrator.v1.CommittingExecution.TraceEntry
+	40, // 25: noetl.orchestrator.v1.DecideCommittingResponse.decisions:type_name -> noetl.orchestrator.v1.Decision
+	48, // 26: noetl.orchestrator.v1.Decision.events:type_name -> noetl.event.v1.Event
+	44, // 27: noetl.orchestrator.v1.Decision.trace:type_name -> noetl.orchestrator.v1.Decision.TraceEntry
+	1,  // 28: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
+	3,  // 29: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
+	5,  // 30: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
+	7,  // 31: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
+	9,  // 32: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
+	11, // 33: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
+	15, // 34: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
+	13, // 35: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:input_type -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest
+	17, // 36: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
+	19, // 37: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
+	22, // 38: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
+	24, // 39: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
+	27, // 40: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
+	29, // 41: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
+	31, // 42: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
+	33, // 43: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
+	35, // 44: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
+	37, // 45: noetl.orchestrator.v1.DecisionService.DecideCommitting:input_type -> noetl.orchestrator.v1.DecideCommittingRequest
+	2,  // 46: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
+	4,  // 47: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
+	6,  // 48: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
+	8,  // 49: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
+	10, // 50: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
+	12, // 51: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
+	16, // 52: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
+	14, // 53: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:output_type -> noetl.orchestrator.v1.UpdateExecutionVariablesResponse
+	18, // 54: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
+	20, // 55: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
+	23, // 56: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
+	25, // 57: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
+	28, // 58: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
+	30, // 59: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
+	32, // 60: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
+	34, // 61: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
+	36, // 62: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
+	39, // 63: noetl.orchestrator.v1.DecisionService.DecideCommitting:output_type -> noetl.orchestrator.v1.DecideCommittingResponse
+	46, // [46:64] is the sub-list for method output_type
+	28, // [28:46] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_noetl_orchestrator_v1_orchestrator_proto_init() }
@@ -2698,9 +3009,9 @@ func file_noetl_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc), len(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   45,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_noetl_orchestrator_v1_orchestrator_proto_goTypes,
 		DependencyIndexes: file_noetl_orchestrator_v1_orchestrator_proto_depIdxs,

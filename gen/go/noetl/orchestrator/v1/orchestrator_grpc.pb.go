@@ -1003,3 +1003,127 @@ var WatchService_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "noetl/orchestrator/v1/orchestrator.proto",
 }
+
+const (
+	DecisionService_DecideCommitting_FullMethodName = "/noetl.orchestrator.v1.DecisionService/DecideCommitting"
+)
+
+// DecisionServiceClient is the client API for DecisionService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// DecisionService decides inside the materializer's commit, so an outcome and the decision
+// it causes are committed by one transaction. The materializer calls it, under the
+// executions' row locks, with the events it is about to commit; what it answers is
+// committed with them or, if the transaction fails, not at all. Any failure, a timeout or
+// an execution answered undecided leaves the decision to the commit notice, as without
+// this service.
+type DecisionServiceClient interface {
+	// DecideCommitting folds each execution's committing events into its state at
+	// seq_before and returns the events the decision publishes. An execution the
+	// orchestrator cannot decide at once (its state is not at seq_before, the decision needs
+	// more than the state, the answer would be too large) is answered with decided false.
+	DecideCommitting(ctx context.Context, in *DecideCommittingRequest, opts ...grpc.CallOption) (*DecideCommittingResponse, error)
+}
+
+type decisionServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewDecisionServiceClient(cc grpc.ClientConnInterface) DecisionServiceClient {
+	return &decisionServiceClient{cc}
+}
+
+func (c *decisionServiceClient) DecideCommitting(ctx context.Context, in *DecideCommittingRequest, opts ...grpc.CallOption) (*DecideCommittingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DecideCommittingResponse)
+	err := c.cc.Invoke(ctx, DecisionService_DecideCommitting_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DecisionServiceServer is the server API for DecisionService service.
+// All implementations must embed UnimplementedDecisionServiceServer
+// for forward compatibility.
+//
+// DecisionService decides inside the materializer's commit, so an outcome and the decision
+// it causes are committed by one transaction. The materializer calls it, under the
+// executions' row locks, with the events it is about to commit; what it answers is
+// committed with them or, if the transaction fails, not at all. Any failure, a timeout or
+// an execution answered undecided leaves the decision to the commit notice, as without
+// this service.
+type DecisionServiceServer interface {
+	// DecideCommitting folds each execution's committing events into its state at
+	// seq_before and returns the events the decision publishes. An execution the
+	// orchestrator cannot decide at once (its state is not at seq_before, the decision needs
+	// more than the state, the answer would be too large) is answered with decided false.
+	DecideCommitting(context.Context, *DecideCommittingRequest) (*DecideCommittingResponse, error)
+	mustEmbedUnimplementedDecisionServiceServer()
+}
+
+// UnimplementedDecisionServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedDecisionServiceServer struct{}
+
+func (UnimplementedDecisionServiceServer) DecideCommitting(context.Context, *DecideCommittingRequest) (*DecideCommittingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DecideCommitting not implemented")
+}
+func (UnimplementedDecisionServiceServer) mustEmbedUnimplementedDecisionServiceServer() {}
+func (UnimplementedDecisionServiceServer) testEmbeddedByValue()                         {}
+
+// UnsafeDecisionServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to DecisionServiceServer will
+// result in compilation errors.
+type UnsafeDecisionServiceServer interface {
+	mustEmbedUnimplementedDecisionServiceServer()
+}
+
+func RegisterDecisionServiceServer(s grpc.ServiceRegistrar, srv DecisionServiceServer) {
+	// If the following call panics, it indicates UnimplementedDecisionServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&DecisionService_ServiceDesc, srv)
+}
+
+func _DecisionService_DecideCommitting_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DecideCommittingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DecisionServiceServer).DecideCommitting(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DecisionService_DecideCommitting_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DecisionServiceServer).DecideCommitting(ctx, req.(*DecideCommittingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// DecisionService_ServiceDesc is the grpc.ServiceDesc for DecisionService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var DecisionService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "noetl.orchestrator.v1.DecisionService",
+	HandlerType: (*DecisionServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "DecideCommitting",
+			Handler:    _DecisionService_DecideCommitting_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "noetl/orchestrator/v1/orchestrator.proto",
+}

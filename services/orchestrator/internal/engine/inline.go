@@ -1,0 +1,235 @@
+package engine
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/platform/telemetry"
+)
+
+// Decisions inside a commit.
+//
+// The materializer, holding the row locks of the executions a batch touches, asks
+// DecideCommitting what each execution decides once the batch's events are committed, and
+// commits the answer in the same transaction: an outcome and the decision it causes cost one
+// commit, not two. What makes it safe:
+//
+//   - The decision is decide's, on the state the log will hold: the execution's state at
+//     seq_before (the seq the materializer read under the lock, checked against the cached
+//     state's seq and last event id) folded with the committing events, which carry the
+//     seqs and commit time the transaction gives them.
+//   - Nothing is published here. The events answered are committed with the batch or not
+//     at all; a command reaches a worker only after the materializer's commit, as always.
+//   - The shard's cached state takes the committing events and the decision's events at
+//     the seqs the materializer will give them, before they are committed: it speculates.
+//     Each speculated event is confirmed by the commit notice that carries it (same seq,
+//     same id); a notice that contradicts one or does not carry it drops the state, as does
+//     a notice asking for a decision while speculated events remain (the commit went ahead
+//     without this answer). A dropped state is read afresh from the statebuilder.
+//   - Anything else (no cached state, a state at another seq, a decision that needs a
+//     rival outcome checked, an answer too large, a timeout) answers "not decided": the
+//     batch commits alone and its notice asks for the decision, as without this service.
+
+// inlineRequest is one execution's part of a DecideCommitting call, queued on its shard.
+type inlineRequest struct {
+	ctx   context.Context
+	exec  *orchv1.CommittingExecution
+	reply chan *orchv1.Decision
+}
+
+// inlineAnswerMax bounds the encoded events answered for one execution.
+const inlineAnswerMax = 4 << 20
+
+// inlineResponseMax bounds one DecideCommitting answer (the materializer's client takes
+// up to 16 MiB).
+const inlineResponseMax = 12 << 20
+
+// maxSpeculated bounds the unconfirmed events a cached state may hold; past it the state
+// is dropped (its notices go to another replica, say).
+const maxSpeculated = 1024
+
+func (e *Engine) setShards(shards []*shard) {
+	e.shardsMu.Lock()
+	defer e.shardsMu.Unlock()
+	e.shards = shards
+}
+
+// DecideCommitting decides, for each execution of req, on its state after the committing
+// events, on the execution's shard (so it is ordered with that execution's notices).
+func (e *Engine) DecideCommitting(ctx context.Context, req *orchv1.DecideCommittingRequest) *orchv1.DecideCommittingResponse {
+	resp := &orchv1.DecideCommittingResponse{Decisions: make([]*orchv1.Decision, len(req.GetExecutions()))}
+	reqs := make([]*inlineRequest, len(req.GetExecutions()))
+	e.shardsMu.RLock()
+	shards := e.shards
+	for i, x := range req.GetExecutions() {
+		if shards == nil {
+			break
+		}
+		r := &inlineRequest{ctx: ctx, exec: x, reply: make(chan *orchv1.Decision, 1)}
+		select {
+		case shards[shardOf(x.GetExecutionId(), len(shards))].in <- notice{inline: r}:
+			reqs[i] = r
+		case <-ctx.Done():
+		}
+	}
+	e.shardsMu.RUnlock()
+	size := 0
+	for i, x := range req.GetExecutions() {
+		var d *orchv1.Decision
+		if r := reqs[i]; r != nil {
+			select {
+			case d = <-r.reply:
+			case <-ctx.Done():
+			}
+		}
+		if d == nil {
+			reason := "not_running"
+			if shards != nil {
+				reason = "expired"
+			}
+			e.inline.WithLabelValues(reason).Inc()
+			d = &orchv1.Decision{ExecutionId: x.GetExecutionId(), Reason: reason}
+		}
+		if size += proto.Size(d); size > inlineResponseMax && len(d.GetEvents()) > 0 {
+			// Over what one answer carries: decided after its notice (which drops the
+			// state this decision speculated).
+			e.inline.WithLabelValues("too_large").Inc()
+			d = &orchv1.Decision{ExecutionId: x.GetExecutionId(), Reason: "too_large"}
+		}
+		resp.Decisions[i] = d
+	}
+	return resp
+}
+
+// decideInline runs on the execution's shard goroutine.
+func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *orchv1.Decision {
+	x := r.exec
+	id := x.GetExecutionId()
+	out := &orchv1.Decision{ExecutionId: id}
+	no := func(reason string) *orchv1.Decision {
+		e.inline.WithLabelValues(reason).Inc()
+		out.Reason = reason
+		return out
+	}
+	evs := x.GetEvents()
+	switch {
+	case r.ctx.Err() != nil:
+		return no("expired") // the materializer committed without an answer
+	case len(evs) == 0:
+		return no("no_events")
+	}
+	st := s.states.get(id)
+	switch {
+	case x.GetSeqBefore() == 0:
+		// The batch starts the execution: its state before is the empty one.
+		st = domain.NewState(id)
+		s.states.put(st)
+	case st == nil:
+		return no("not_cached")
+	case st.GetSeq() != x.GetSeqBefore() || st.GetLastEventId() != x.GetLastEventId():
+		s.states.drop(id)
+		return no("moved")
+	}
+	// The committing events, at the seqs the commit gives them.
+	for _, ev := range evs {
+		if ev.GetSeq() != st.GetSeq()+1 || ev.GetExecutionId() != id {
+			s.states.drop(id)
+			return no("gap")
+		}
+		if err := domain.Apply(st, ev); err != nil {
+			s.states.drop(id)
+			return no("fold")
+		}
+		s.states.speculate(id, ev.GetSeq(), ev.GetEventId(), int64(proto.Size(ev)))
+	}
+	if st.GetTenant() != x.GetTenant() {
+		s.states.drop(id)
+		return no("tenant")
+	}
+	out.Decided = true
+	if domain.IsTerminalStatus(st.GetStatus()) {
+		e.inline.WithLabelValues("decided").Inc()
+		return out // nothing follows a terminal event
+	}
+	// The decision continues the trace of the commit that asks for it.
+	parent := ctx
+	if len(x.GetTrace()) > 0 {
+		parent = telemetry.Propagator.Extract(ctx, propagation.MapCarrier(x.GetTrace()))
+	}
+	ctx, span := e.cfg.Tracer.Start(parent, "decide", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(telemetry.AttrTenant.String(x.GetTenant()), telemetry.AttrExecutionID.String(id), telemetry.AttrSeq.Int64(st.GetSeq())))
+	defer span.End()
+	events, err := e.decideOn(ctx, st)
+	if err != nil {
+		telemetry.ErrorStatus(span, err)
+		out.Decided = false
+		return no("error")
+	}
+	size := 0
+	for _, ev := range events {
+		n := proto.Size(ev)
+		size += n
+		switch {
+		case ev.GetExecutionId() != id, domain.OutcomeRival(ev) != "":
+			out.Decided = false
+			return no("rival") // its rival is probed in the log before it is committed
+		case n > natsx.MaxMessageBytes, size > inlineAnswerMax:
+			out.Decided = false
+			return no("too_large") // the notice's decision fails the execution, naming it
+		}
+	}
+	// The decision's events, at the seqs and commit time the commit will give them.
+	commitTime := evs[len(evs)-1].GetCommitTime()
+	for _, ev := range events {
+		c := proto.Clone(ev).(*eventv1.Event)
+		c.Seq, c.CommitTime = st.GetSeq()+1, commitTime
+		if err := domain.Apply(st, c); err != nil {
+			s.states.drop(id) // decide made an event its own fold refuses: let the notice path decide
+			out.Decided = false
+			return no("fold")
+		}
+		s.states.speculate(id, c.GetSeq(), c.GetEventId(), int64(proto.Size(c)))
+	}
+	out.Events = events
+	if span.SpanContext().IsValid() {
+		c := propagation.MapCarrier{}
+		telemetry.Propagator.Inject(ctx, c)
+		out.Trace = c
+	}
+	if len(s.decided) > 100_000 {
+		clear(s.decided)
+	}
+	s.decided[id] = st.GetSeq()
+	e.wakeFor(events)
+	e.inline.WithLabelValues("decided").Inc()
+	if len(events) == 0 {
+		e.decisions.WithLabelValues("wait").Inc()
+	} else {
+		e.decisions.WithLabelValues("inline").Inc()
+	}
+	return out
+}
+
+// DecisionServer serves DecisionService over the engine: to the materializer only.
+type DecisionServer struct {
+	orchv1.UnimplementedDecisionServiceServer
+	Engine *Engine
+}
+
+// DecideCommitting implements orchv1.DecisionServiceServer.
+func (d *DecisionServer) DecideCommitting(ctx context.Context, req *orchv1.DecideCommittingRequest) (*orchv1.DecideCommittingResponse, error) {
+	if p := auth.FromContext(ctx); p == nil || !p.Service || p.Subject != auth.ServicePrincipal("materializer").Subject {
+		return nil, status.Error(codes.PermissionDenied, "DecideCommitting: only the materializer decides inside its commits")
+	}
+	return d.Engine.DecideCommitting(ctx, req), nil
+}

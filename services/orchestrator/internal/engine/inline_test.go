@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	"github.com/noetl/noetl/internal/domain"
+)
+
+// An execution the engine cannot decide on exactly the state the log holds is answered
+// undecided, and a cached state that does not stand where the materializer's lock says is
+// dropped, so the notice's decision reads it afresh.
+func TestInlineDecisionRefusals(t *testing.T) {
+	e := New(Config{}, slog.New(slog.DiscardHandler), nil, nil, nil, prometheus.NewRegistry())
+	ctx := context.Background()
+
+	// Not running: every execution undecided.
+	resp := e.DecideCommitting(ctx, &orchv1.DecideCommittingRequest{Executions: []*orchv1.CommittingExecution{{ExecutionId: "x"}}})
+	require.Len(t, resp.GetDecisions(), 1)
+	require.False(t, resp.GetDecisions()[0].GetDecided())
+	require.Equal(t, "not_running", resp.GetDecisions()[0].GetReason())
+
+	s := &shard{decided: map[string]int64{}, states: newStateCache(1 << 20)}
+	ask := func(x *orchv1.CommittingExecution) *orchv1.Decision {
+		return e.decideInline(ctx, s, &inlineRequest{ctx: ctx, exec: x})
+	}
+	outcome := ev(3, domain.EventCommandCompleted, "a")
+
+	d := ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 2, LastEventId: "step.entera"})
+	require.Equal(t, "no_events", d.GetReason())
+	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 2, LastEventId: "step.entera", Events: []*eventv1.Event{outcome}})
+	require.Equal(t, "not_cached", d.GetReason())
+
+	// Cached at another seq, or with another last event: dropped.
+	st := started(t)
+	require.NoError(t, domain.Apply(st, ev(2, domain.EventStepEnter, "a")))
+	s.states.put(st)
+	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 2, LastEventId: "other", Events: []*eventv1.Event{outcome}})
+	require.Equal(t, "moved", d.GetReason())
+	require.Nil(t, s.states.get("x"))
+	s.states.put(st)
+	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 5, LastEventId: "step.entera", Events: []*eventv1.Event{outcome}})
+	require.Equal(t, "moved", d.GetReason())
+	require.Nil(t, s.states.get("x"))
+
+	// Committing events that do not continue the state, or of another tenant: dropped.
+	s.states.put(st)
+	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 2, LastEventId: "step.entera", Events: []*eventv1.Event{ev(4, domain.EventCommandCompleted, "a")}})
+	require.Equal(t, "gap", d.GetReason())
+	require.Nil(t, s.states.get("x"))
+	st = started(t)
+	require.NoError(t, domain.Apply(st, ev(2, domain.EventStepEnter, "a")))
+	s.states.put(st)
+	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "other", SeqBefore: 2, LastEventId: "step.entera", Events: []*eventv1.Event{outcome}})
+	require.Equal(t, "tenant", d.GetReason())
+	require.Nil(t, s.states.get("x"))
+
+	// A request the materializer gave up on is not decided.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	d = e.decideInline(ctx, s, &inlineRequest{ctx: gone, exec: &orchv1.CommittingExecution{ExecutionId: "x", Events: []*eventv1.Event{outcome}}})
+	require.Equal(t, "expired", d.GetReason())
+
+	// A committing terminal event is decided with nothing to follow it, and speculated.
+	st = started(t)
+	s.states.put(st)
+	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 1, LastEventId: "playbook.started", Events: []*eventv1.Event{ev(2, domain.EventPlaybookCompleted, "")}})
+	require.True(t, d.GetDecided())
+	require.Empty(t, d.GetEvents())
+	require.True(t, s.states.speculative("x"))
+}
