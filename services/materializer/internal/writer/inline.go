@@ -79,15 +79,14 @@ const decideRequestMax = 4 << 20
 // decideRest is how long a failed call leaves the decider unasked.
 const decideRest = 5 * time.Second
 
-// decideInline asks w.Decide about the executions whose committed events in the batch
-// need a decision, and returns evs and bodies extended with the answered events (in
-// execution order, each execution's in the order answered), marking the executions
-// decided so their notices ask for nothing more.
-func (w *Writer) decideInline(ctx context.Context, evs []*eventv1.Event, bodies [][]byte, distinct []int, res *Result, seqs []int64,
+// decideInline takes the decisions of the executions whose committed events in the batch
+// need one: from early, the call made before the first round trip, for each execution it
+// asked about on the state the lock found (seq, last event, the same events all
+// committed); by a call now for the executions early did not ask about. It returns evs and
+// bodies extended with the answered events (in execution order, each execution's in the
+// order answered), marking the executions decided so their notices ask for nothing more.
+func (w *Writer) decideInline(ctx context.Context, early *earlyAsk, evs []*eventv1.Event, bodies [][]byte, distinct []int, res *Result, seqs []int64,
 	execs []string, state map[string]*execState, commitTime time.Time) ([]*eventv1.Event, [][]byte) {
-	if time.Now().UnixNano() < w.decideRestUntil.Load() {
-		return evs, bodies
-	}
 	// The committed events per execution, in seq order (distinct is grouped by execution
 	// in arrival order), and whether any needs a decision.
 	committing := map[string][]*eventv1.Event{}
@@ -100,12 +99,32 @@ func (w *Writer) decideInline(ctx context.Context, evs []*eventv1.Event, bodies 
 		committing[id] = append(committing[id], evs[i])
 		needs[id] = needs[id] || domain.NeedsDecision(evs[i].GetType())
 	}
+	asked := map[string]bool{}
+	if early != nil {
+		resp, err := early.wait()
+		if err != nil || len(resp.GetDecisions()) != len(early.req.Executions) {
+			w.decideRestUntil.Store(time.Now().Add(decideRest).UnixNano())
+			return evs, bodies
+		}
+		for k, x := range early.req.Executions {
+			id := x.GetExecutionId()
+			asked[id] = true // decided on another state, it is the notice's to decide again
+			s := state[id]
+			if !needs[id] || !s.known || s.lastSeq != x.GetSeqBefore() || s.lastID != x.GetLastEventId() || !sameEvents(committing[id], x.GetEvents()) {
+				continue
+			}
+			evs, bodies = w.take(x, resp.GetDecisions()[k], evs, bodies, distinct, res, state)
+		}
+	}
+	if time.Now().UnixNano() < w.decideRestUntil.Load() {
+		return evs, bodies
+	}
 	req := &orchv1.DecideCommittingRequest{}
 	ct := timestamppb.New(commitTime)
 	size := 0
 	for _, id := range execs {
 		s := state[id]
-		if !needs[id] || !s.known || domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after)) {
+		if asked[id] || !needs[id] || !s.known || domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after)) {
 			continue
 		}
 		for _, ev := range committing[id] {
@@ -145,45 +164,193 @@ func (w *Writer) decideInline(ctx context.Context, evs []*eventv1.Event, bodies 
 		w.decideRestUntil.Store(time.Now().Add(decideRest).UnixNano())
 		return evs, bodies
 	}
-	if bodies == nil {
-		bodies = make([][]byte, len(evs))
-	}
-	// An answered event already in the batch means the answer was not on this state.
-	inBatch := make(map[[2]string]bool, len(distinct))
-	for _, i := range distinct {
-		inBatch[[2]string{evs[i].GetExecutionId(), evs[i].GetEventId()}] = true
-	}
 	for k, d := range resp.GetDecisions() {
-		x := req.Executions[k]
-		if !d.GetDecided() || d.GetExecutionId() != x.GetExecutionId() || !validDecision(x, d.GetEvents(), inBatch) {
-			continue
-		}
-		s := state[x.GetExecutionId()]
-		s.decide = false
-		if len(d.GetTrace()) > 0 {
-			if res.DecisionTraces == nil {
-				res.DecisionTraces = map[string]map[string]string{}
-			}
-			res.DecisionTraces[x.GetExecutionId()] = d.GetTrace()
-		}
-		for _, ev := range d.GetEvents() {
-			ev.Seq, ev.CommitTime = 0, nil
-			b, err := proto.Marshal(ev)
-			if err != nil {
-				break
-			}
-			evs, bodies = append(evs, ev), append(bodies, b)
-		}
+		evs, bodies = w.take(req.Executions[k], d, evs, bodies, distinct, res, state)
 	}
 	return evs, bodies
 }
 
+// take appends the events of d, the answer about x, to evs and bodies when it is a valid
+// decision on x, and marks the execution decided.
+func (w *Writer) take(x *orchv1.CommittingExecution, d *orchv1.Decision, evs []*eventv1.Event, bodies [][]byte, distinct []int, res *Result,
+	state map[string]*execState) ([]*eventv1.Event, [][]byte) {
+	if !d.GetDecided() || d.GetExecutionId() != x.GetExecutionId() || !validDecision(x, d.GetEvents(), evs, distinct) {
+		return evs, bodies
+	}
+	if bodies == nil {
+		bodies = make([][]byte, len(evs))
+	}
+	s := state[x.GetExecutionId()]
+	s.decide = false
+	if len(d.GetTrace()) > 0 {
+		if res.DecisionTraces == nil {
+			res.DecisionTraces = map[string]map[string]string{}
+		}
+		res.DecisionTraces[x.GetExecutionId()] = d.GetTrace()
+	}
+	for _, ev := range d.GetEvents() {
+		ev.Seq, ev.CommitTime = 0, nil
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			break
+		}
+		evs, bodies = append(evs, ev), append(bodies, b)
+	}
+	return evs, bodies
+}
+
+// sameEvents reports whether the events asked about are the ones committed, in order.
+func sameEvents(committed, asked []*eventv1.Event) bool {
+	if len(committed) != len(asked) {
+		return false
+	}
+	for i := range committed {
+		if committed[i].GetEventId() != asked[i].GetEventId() {
+			return false
+		}
+	}
+	return true
+}
+
+// head is an execution's last event as this writer committed it.
+type head struct {
+	seq    int64
+	id     string
+	tenant string
+}
+
+// maxHeads bounds the heads a writer remembers; past it they are forgotten together.
+const maxHeads = 200_000
+
+// noteHeads remembers, after a commit, the last event of each execution the batch touched.
+func (w *Writer) noteHeads(execs []string, state map[string]*execState, lastIDs map[string]string) {
+	w.headsMu.Lock()
+	defer w.headsMu.Unlock()
+	if w.heads == nil || len(w.heads) > maxHeads {
+		w.heads = map[string]head{}
+	}
+	for _, id := range execs {
+		s := state[id]
+		if !s.known || s.seq == 0 {
+			delete(w.heads, id)
+			continue
+		}
+		last := s.lastID
+		if s.seq > s.lastSeq {
+			last = lastIDs[id]
+		}
+		if last == "" || domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after)) {
+			delete(w.heads, id) // nothing more to decide, or not known
+			continue
+		}
+		w.heads[id] = head{seq: s.seq, id: last, tenant: s.tenant}
+	}
+}
+
+// earlyAsk is a DecideCommitting call made before a batch's first round trip, on the heads
+// this writer last committed and assuming every event of the batch is new: the answer
+// about an execution is taken only if the lock finds it so.
+type earlyAsk struct {
+	req    *orchv1.DecideCommittingRequest
+	done   chan struct{}
+	resp   *orchv1.DecideCommittingResponse
+	err    error
+	cancel context.CancelFunc
+}
+
+// askEarly starts the early call, or returns nil when there is nothing to ask (or the
+// decider rests).
+func (w *Writer) askEarly(ctx context.Context, evs []*eventv1.Event, distinct []int, execs []string, commitTime time.Time) *earlyAsk {
+	if time.Now().UnixNano() < w.decideRestUntil.Load() {
+		return nil
+	}
+	byExec := make(map[string][]*eventv1.Event, len(execs))
+	for _, i := range distinct {
+		byExec[evs[i].GetExecutionId()] = append(byExec[evs[i].GetExecutionId()], evs[i])
+	}
+	req := &orchv1.DecideCommittingRequest{}
+	ct := timestamppb.New(commitTime)
+	size := 0
+	w.headsMu.Lock()
+	for _, id := range execs {
+		batch := byExec[id]
+		needs, starts := false, false
+		for _, ev := range batch {
+			needs = needs || domain.NeedsDecision(ev.GetType())
+			starts = starts || ev.GetType() == domain.EventPlaybookStarted
+		}
+		if !needs {
+			continue
+		}
+		h, ok := w.heads[id]
+		switch {
+		case ok:
+		case starts && batch[0].GetType() == domain.EventPlaybookStarted:
+			h = head{tenant: batch[0].GetTenant()} // a new execution: nothing before it
+		default:
+			continue // asked after the lock
+		}
+		x := &orchv1.CommittingExecution{ExecutionId: id, Tenant: h.tenant, SeqBefore: h.seq, LastEventId: h.id, Trace: traceOf(ctx, id)}
+		for k, ev := range batch {
+			if ev.GetTenant() != h.tenant {
+				x = nil
+				break
+			}
+			size += proto.Size(ev)
+			c := proto.Clone(ev).(*eventv1.Event)
+			c.Seq, c.CommitTime = h.seq+int64(k)+1, ct
+			x.Events = append(x.Events, c)
+		}
+		if x == nil {
+			continue
+		}
+		if size > decideRequestMax && len(req.Executions) > 0 {
+			break
+		}
+		req.Executions = append(req.Executions, x)
+	}
+	w.headsMu.Unlock()
+	if len(req.Executions) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, DecideTimeout)
+	a := &earlyAsk{req: req, done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(a.done)
+		a.resp, a.err = w.Decide.DecideCommitting(cctx, req)
+	}()
+	return a
+}
+
+// wait returns the early call's answer.
+func (a *earlyAsk) wait() (*orchv1.DecideCommittingResponse, error) {
+	<-a.done
+	return a.resp, a.err
+}
+
+// stop ends the early call (a batch that failed before waiting for it) and waits for it.
+func (a *earlyAsk) stop() {
+	if a == nil {
+		return
+	}
+	a.cancel()
+	<-a.done
+}
+
 // validDecision reports whether every answered event belongs to the execution, has an id
-// that is not in the batch, and needs no rival outcome probed.
-func validDecision(x *orchv1.CommittingExecution, evs []*eventv1.Event, inBatch map[[2]string]bool) bool {
-	for _, ev := range evs {
-		if ev.GetExecutionId() != x.GetExecutionId() || ev.GetTenant() != x.GetTenant() || ev.GetEventId() == "" ||
-			domain.OutcomeRival(ev) != "" || inBatch[[2]string{ev.GetExecutionId(), ev.GetEventId()}] {
+// that is not in the batch (evs at distinct), and needs no rival outcome probed.
+func validDecision(x *orchv1.CommittingExecution, answer, evs []*eventv1.Event, distinct []int) bool {
+	for _, ev := range answer {
+		if ev.GetExecutionId() != x.GetExecutionId() || ev.GetTenant() != x.GetTenant() || ev.GetEventId() == "" || domain.OutcomeRival(ev) != "" {
+			return false
+		}
+	}
+	ids := make(map[string]bool, len(answer))
+	for _, ev := range answer {
+		ids[ev.GetEventId()] = true
+	}
+	for _, i := range distinct {
+		if evs[i].GetExecutionId() == x.GetExecutionId() && ids[evs[i].GetEventId()] {
 			return false
 		}
 	}

@@ -123,14 +123,36 @@ func TestCommitDecidesInline(t *testing.T) {
 	require.Equal(t, []string{"a1", "a1-enter", "a1-issued", "a4", "a4-enter", "a4-issued"}, ids)
 	require.Len(t, times, 1, "the outcome and its decision are one commit")
 
-	// A redelivered outcome is a duplicate: nothing is asked, its command is forwarded again
-	// and its notice asks for a decision in case the first one was lost.
-	before := len(d.requests())
+	// A redelivered outcome is a duplicate. It was asked about before the lock, on the
+	// head this writer committed, as if new; the answer is not taken, its command is
+	// forwarded again and its notice asks for a decision in case the first one was lost.
 	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a4", domain.EventCommandCompleted)}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Duplicate}, res.Outcomes)
-	require.Len(t, d.requests(), before)
+	require.Zero(t, res.Decided)
 	require.True(t, res.Notices[0].GetNeedsDecision())
+
+	// A head another writer moved: the early answer is on a state the lock does not find,
+	// so it is not taken, nor asked again (the orchestrator speculated it; the notice
+	// decides).
+	other := &Writer{DB: db}
+	_, err = other.Commit(ctx, []*eventv1.Event{ev("a", "a8", domain.EventStepSkipped)}, nil)
+	require.NoError(t, err)
+	asked := len(d.requests())
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a9", domain.EventCommandCompleted)}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Committed)
+	require.Zero(t, res.Decided)
+	require.True(t, res.Notices[0].GetNeedsDecision())
+	reqs = d.requests()
+	require.Len(t, reqs, asked+1, "asked once, early")
+	require.Equal(t, int64(6), reqs[asked].GetExecutions()[0].GetSeqBefore(), "on the head it committed")
+
+	// The next batch is asked on the head the lock found, and taken.
+	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a10", domain.EventCommandCompleted)}, nil)
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Decided)
+	require.False(t, res.Notices[0].GetNeedsDecision())
 }
 
 func TestCommitInlineRefusalsAndFailures(t *testing.T) {

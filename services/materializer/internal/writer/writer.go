@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -89,6 +90,9 @@ type Writer struct {
 	// decideRestUntil is when (Unix nanoseconds) the decider may be asked again after a
 	// failed call.
 	decideRestUntil atomic.Int64
+	// heads holds each execution's last event as this writer committed it (inline.go).
+	headsMu sync.Mutex
+	heads   map[string]head
 }
 
 // The transaction's statements. Every read is by key, for about a thousand keys per batch:
@@ -206,6 +210,13 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 	}
 
+	// The decisions the batch causes are asked now, on the heads this writer last
+	// committed, so the call overlaps the first round trip (inline.go).
+	var early *earlyAsk
+	if w.Decide != nil {
+		early = w.askEarly(ctx, evs, distinct, execs, commitTime)
+		defer early.stop()
+	}
 	conn, err := w.DB.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("append events: %w", err)
@@ -350,7 +361,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	// The decisions the batch causes, committed with it (inline.go).
 	nIn := len(evs)
 	if w.Decide != nil {
-		evs, bodies = w.decideInline(ctx, evs, bodies, distinct, res, seqs, execs, state, commitTime)
+		evs, bodies = w.decideInline(ctx, early, evs, bodies, distinct, res, seqs, execs, state, commitTime)
 		if len(evs) > nIn {
 			seqs = append(seqs, make([]int64, len(evs)-nIn)...)
 			for i := nIn; i < len(evs); i++ {
@@ -422,12 +433,22 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	}
 	open = false
 
+	var lastIDs map[string]string // execution -> id of its last event committed here
+	if w.Decide != nil {
+		lastIDs = make(map[string]string, len(execs))
+	}
 	for i, ev := range evs {
 		ev.Seq, ev.CommitTime = 0, nil
 		if res.Outcomes[i] == Committed {
 			ev.Seq, ev.CommitTime = seqs[i], timestamppb.New(commitTime)
 			res.Committed++
+			if lastIDs != nil && seqs[i] == state[ev.GetExecutionId()].seq {
+				lastIDs[ev.GetExecutionId()] = ev.GetEventId()
+			}
 		}
+	}
+	if w.Decide != nil {
+		w.noteHeads(execs, state, lastIDs)
 	}
 	// The committed events ride in their execution's notice (in seq order: distinct is
 	// grouped by execution in arrival order), within NoticeEventsBudget.
