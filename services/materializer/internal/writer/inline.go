@@ -18,10 +18,12 @@ import (
 
 // Decisions inside the commit.
 //
-// Between the two round trips, holding the row locks of the batch's executions, the
-// writer asks the orchestrator what each execution whose new events need a decision
+// The writer asks the orchestrator what each execution whose new events need a decision
 // decides once they are committed, and commits the answer's events right after them, in
-// the same transaction. A step's outcome and the next step's command then cost one commit,
+// the same transaction. It asks before the first round trip, on the heads it committed
+// last (askEarly), so the call overlaps Postgres's work; an answer is taken only if the
+// row lock finds that head. An execution it has no head for is asked between the two
+// round trips, holding the lock. A step's outcome and the next step's command then cost one commit,
 // not two, and the next command is forwarded as soon as it is committed.
 //
 // What holds:
