@@ -176,6 +176,8 @@ func TestEveryEventPublishedTwiceYieldsTheSameLog(t *testing.T) {
 		h := start(t, dup)
 		x := h.run(t, threeSteps, nil, "same-key")
 		require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, x.GetStatus(), "error: %v", x.GetError())
+		// The copies cost no stall: nothing was left for the reconciler to re-drive.
+		require.Zero(t, metricTotal(t, "http://"+h.m.AdminAddrs["orchestrator"], "noetl_orchestrator_reconcile_redrives_total"))
 		var out []string
 		for i, ev := range h.events(t, x.GetExecutionId()) {
 			require.Equal(t, int64(i+1), ev.GetSeq(), "seq must be gap-free")

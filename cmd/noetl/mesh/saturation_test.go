@@ -192,6 +192,29 @@ func metricValue(t *testing.T, hc *http.Client, admin, name, sel string) float64
 	return 0
 }
 
+// metricTotal sums every series of the metric name on admin's /metrics (zero when it has
+// none, as a counter vector nothing incremented).
+func metricTotal(t *testing.T, admin, name string) float64 {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get(admin + "/metrics")
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		series, value, ok := strings.Cut(sc.Text(), " ")
+		if metric, _, _ := strings.Cut(series, "{"); !ok || metric != name {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		require.NoError(t, err, sc.Text())
+		sum += v
+	}
+	require.NoError(t, sc.Err())
+	return sum
+}
+
 // hasLabels reports whether the labels of a series (`a="1",b="2"}`) include each of sel.
 func hasLabels(labels, sel string) bool {
 	have := strings.Split(strings.TrimSuffix(labels, "}"), ",")

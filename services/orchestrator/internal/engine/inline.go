@@ -206,10 +206,8 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 		telemetry.Propagator.Inject(ctx, c)
 		out.Trace = c
 	}
-	if len(s.decided) > 100_000 {
-		clear(s.decided)
-	}
-	s.decided[id] = st.GetSeq()
+	// s.decided is left alone: it names states decided after their notices, and this
+	// answer may yet not be committed (its notice then asks for the decision).
 	e.wakeFor(events)
 	e.inline.WithLabelValues("decided").Inc()
 	if len(events) == 0 {
