@@ -1,6 +1,11 @@
 package playbook
 
-import "go.yaml.in/yaml/v3"
+import (
+	"fmt"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+)
 
 // Cursor is the work queue a cursor loop drains: loop.cursor with the loop's
 // spec.frame. The orchestrator runs the claim on up to max_in_flight slots; each
@@ -100,18 +105,30 @@ func (b *builder) cursor(n, spec *yaml.Node, step string) *Cursor {
 		c.Claim = s
 	}
 	cfg := map[string]any{}
+	// The claim runs as a tool of the cursor's kind: a key that tool does not read is
+	// ignored, and registration says so (toolkeys.go).
+	known := ToolKeys(c.Kind)
+	ignored := func(line int, where, key string) {
+		if known != nil && !slices.Contains(known, key) {
+			b.warnings = append(b.warnings, Warning{Line: line, Step: step, Msg: fmt.Sprintf("%s key %q is not read by the %q claim; it is ignored", where, key, c.Kind)})
+		}
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key := n.Content[i].Value
 		switch key {
 		case "kind", "claim", "options":
 		default:
+			ignored(n.Content[i].Line, "loop.cursor", key)
 			cfg[key] = toValue(n.Content[i+1])
 		}
 	}
-	if opts := b.mapping(value(n, "options"), step, "loop.cursor.options"); opts != nil {
-		for key, v := range opts {
-			if key != "kind" && key != "command" && key != "query" {
-				cfg[key] = v
+	if on := value(n, "options"); !isNull(on) {
+		if opts := b.mapping(on, step, "loop.cursor.options"); opts != nil {
+			for key, v := range opts {
+				if key != "kind" && key != "command" && key != "query" {
+					ignored(on.Line, "loop.cursor.options", key)
+					cfg[key] = v
+				}
 			}
 		}
 	}

@@ -119,4 +119,10 @@ func TestParseCursorWarnsAboutWhatItDoesNotEnforce(t *testing.T) {
 	require.Contains(t, msgs(pb), `field "loop.spec.frame" applies to cursor loops only and is ignored`)
 	pb = mustParse(t, cursorStep("      cursor: {claim: SELECT 1}\n      iterator: row\n      spec: {frame: {max_rows: 5, lease_seconds: 9}}\n"))
 	require.NotContains(t, msgs(pb), "loop.spec.frame")
+
+	// The claim's tool keys are checked as a postgres tool's are.
+	pb = mustParse(t, cursorStep("      cursor: {claim: SELECT 1, auth: pg, qurey: x, options: {statment_timeout: 5}}\n      iterator: row\n"))
+	require.Contains(t, msgs(pb), `loop.cursor key "qurey" is not read by the "postgres" claim; it is ignored`)
+	require.Contains(t, msgs(pb), `loop.cursor.options key "statment_timeout" is not read by the "postgres" claim; it is ignored`)
+	require.NotContains(t, msgs(pb), `"auth"`)
 }
