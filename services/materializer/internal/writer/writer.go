@@ -353,7 +353,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		s := state[ev.GetExecutionId()]
 		s.present = true
 		s.decide = s.decide || domain.NeedsDecision(ev.GetType())
-		if ev.GetType() == domain.EventPlaybookCancelled || ev.GetType() == domain.EventPlaybookFailed && ev.GetError().GetCode() == "deadline_exceeded" {
+		if stopsCommands(ev) {
 			res.Cancelled = append(res.Cancelled, ev.GetExecutionId())
 		}
 	}
@@ -377,7 +377,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 				if st, ok := terminalStatus(evs[i].GetType()); ok {
 					s.after = st
 				}
-				if evs[i].GetType() == domain.EventPlaybookCancelled || evs[i].GetType() == domain.EventPlaybookFailed && evs[i].GetError().GetCode() == "deadline_exceeded" {
+				if stopsCommands(evs[i]) {
 					res.Cancelled = append(res.Cancelled, evs[i].GetExecutionId())
 				}
 			}
@@ -632,6 +632,12 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 		b.Queue(sqlTimerRetired, retired)
 	}
 	return copyRows, nil
+}
+
+// stopsCommands reports whether ev, committed, stops the execution's running commands:
+// its cancellation, or its failure at its deadline (Result.Cancelled).
+func stopsCommands(ev *eventv1.Event) bool {
+	return ev.GetType() == domain.EventPlaybookCancelled || ev.GetType() == domain.EventPlaybookFailed && ev.GetError().GetCode() == "deadline_exceeded"
 }
 
 // terminalStatus is the execution status a terminal event type ends an execution with.
