@@ -98,10 +98,12 @@ type Writer struct {
 // The transaction's statements. Every read is by key, for about a thousand keys per batch:
 // an index probe is always right whatever the statistics say (a log that grew since the
 // last ANALYZE looks small and would be scanned whole per batch), and compiling a plan is
-// never worth it.
+// never worth it. Each statement is planned once per connection (a generic plan,
+// plan_cache_mode): planning it again for each batch's arrays cost more than running it
+// (a chain step's four bind phases took 0.49 ms of Postgres's 0.87 ms per commit).
 const (
 	sqlSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-		set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)`
+		set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 	sqlStart = `INSERT INTO noetl.execution (execution_id, tenant, playbook_path, playbook_version, parent_execution_id, started_at, labels)
 		SELECT r.ex, r.tn, r.path, r.ver, r.parent, $6, r.labels::jsonb
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $7::text[]) AS r(ex, tn, path, ver, parent, labels)
