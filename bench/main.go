@@ -292,6 +292,9 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	if err := once(ctx, exe, reg.GetPlaybook().GetPath()); err != nil {
 		return err
 	}
+	// The profile covers the measured phase alone, as cpu_s_per_1k_steps does: not the
+	// read-back of the logs for the latencies after it.
+	stopProfile := func() {}
 	if profile != "" {
 		f, err := os.Create(profile)
 		if err != nil {
@@ -301,7 +304,9 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
-		defer pprof.StopCPUProfile()
+		var stopped sync.Once
+		stopProfile = func() { stopped.Do(pprof.StopCPUProfile) }
+		defer stopProfile()
 	}
 	sctx, stopSamples := context.WithCancel(ctx)
 	defer stopSamples()
@@ -320,6 +325,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		cpuAfter = meter.read()
 	}
 	stopSamples()
+	stopProfile()
 	read, scope := chainStepLatencies, chainLatencyScope
 	if workload == "fanout" {
 		read, scope = fanoutTaskLatencies, fanoutLatencyScope
