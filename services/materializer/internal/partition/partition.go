@@ -9,7 +9,7 @@
 //   - A batch's commands and commit notices are forwarded only after its transaction
 //     committed, and only for events that are in the log (writer.Result).
 //   - The cursor moves past a batch only after its commands and notices were forwarded (in
-//     the next batch's transaction, or on its own when nothing more arrives), so a crash
+//     a later batch's transaction, or on its own when nothing more arrives), so a crash
 //     anywhere in between makes the next owner read the batch again; the log drops what it
 //     already holds as duplicates.
 //   - A partition is consumed only while this replica holds its lease; a lease lost stops
@@ -218,10 +218,12 @@ func (l *loop) consume(ctx context.Context, p int) error {
 	}
 	defer cc.Stop()
 	// unrecorded is the stream sequence of the last batch committed and forwarded, when the
-	// cursor is not there yet: the next batch's transaction moves it (a commit saved), or,
-	// when no batch follows within cursorIdle, a write of its own. A cursor left behind only makes the
-	// next owner read some events again (they are duplicates then).
+	// cursor is not there yet: a later batch's transaction moves it (a statement saved), at
+	// most every cursorEvery, or, when no batch follows within cursorIdle, a write of its
+	// own. A cursor left behind only makes the next owner read some events again (they are
+	// duplicates then).
 	var unrecorded uint64
+	var recordedAt time.Time
 	record := func(ctx context.Context) {
 		if unrecorded == 0 {
 			return
@@ -232,7 +234,7 @@ func (l *loop) consume(ctx context.Context, p int) error {
 			}
 			return
 		}
-		unrecorded = 0
+		unrecorded, recordedAt = 0, time.Now()
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -272,7 +274,11 @@ func (l *loop) consume(ctx context.Context, p int) error {
 				return nil // stopping: the next owner reads the batch again from the cursor
 			}
 		}
-		last, err := l.process(ctx, p, batch, unrecorded)
+		var cursor uint64
+		if now := time.Now(); unrecorded != 0 && now.Sub(recordedAt) >= cursorEvery {
+			cursor, recordedAt = unrecorded, now
+		}
+		last, err := l.process(ctx, p, batch, cursor)
 		if err != nil {
 			return nil // stopping
 		}
@@ -287,6 +293,11 @@ func (l *loop) consume(ctx context.Context, p int) error {
 // (a busy partition moves it in the next batch's transaction). Writing it after every
 // quiet batch doubled the transactions of light, latency-bound loads.
 const cursorIdle = 200 * time.Millisecond
+
+// cursorEvery is how often a busy partition's batches move its cursor in their
+// transaction: moving it in every one cost a statement per commit (a tenth of a chain
+// step's Postgres time), and a takeover reads at most this much of the stream again.
+const cursorEvery = 100 * time.Millisecond
 
 // process commits one batch of partition p (moving the partition's cursor to cursor in the
 // same transaction) and forwards what it caused, retrying until it succeeds or ctx ends.
