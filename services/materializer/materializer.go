@@ -25,6 +25,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/internal/schema"
 	"github.com/noetl/noetl/internal/sysop"
+	"github.com/noetl/noetl/services/materializer/internal/decider"
 	"github.com/noetl/noetl/services/materializer/internal/lease"
 	"github.com/noetl/noetl/services/materializer/internal/partition"
 	"github.com/noetl/noetl/services/materializer/internal/replica"
@@ -210,7 +211,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return fmt.Errorf("orchestrator %s: %w", cfg.OrchestratorAddr, err)
 		}
 		defer func() { _ = conn.Close() }()
-		w.Decide = orchv1.NewDecisionServiceClient(conn)
+		d := decider.New(orchv1.NewDecisionServiceClient(conn))
+		defer d.Close()
+		w.Decide = d
 	}
 	parts := partition.New(partition.Config{Partitions: cfg.Partitions, BatchSize: cfg.BatchSize, Group: cfg.Consumer, MaxLag: cfg.MaxLag,
 		StallAfter: cfg.StallAfter, LagPoll: cfg.LagPoll, RenewEvery: cfg.LeaseTTL / 3, Gate: cfg.Gate, Static: cfg.OwnPartitions, PurgeEvery: cfg.PurgeEvery},

@@ -2,6 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -226,8 +230,62 @@ type DecisionServer struct {
 
 // DecideCommitting implements orchv1.DecisionServiceServer.
 func (d *DecisionServer) DecideCommitting(ctx context.Context, req *orchv1.DecideCommittingRequest) (*orchv1.DecideCommittingResponse, error) {
-	if p := auth.FromContext(ctx); p == nil || !p.Service || p.Subject != auth.ServicePrincipal("materializer").Subject {
-		return nil, status.Error(codes.PermissionDenied, "DecideCommitting: only the materializer decides inside its commits")
+	if err := materializerOnly(ctx, "DecideCommitting"); err != nil {
+		return nil, err
 	}
 	return d.Engine.DecideCommitting(ctx, req), nil
+}
+
+// DecideStream implements orchv1.DecisionServiceServer: each call is decided as
+// DecideCommitting decides it, concurrently with the others, within the call's timeout,
+// and answered on the stream as soon as it is decided.
+func (d *DecisionServer) DecideStream(ss orchv1.DecisionService_DecideStreamServer) error {
+	if err := materializerOnly(ss.Context(), "DecideStream"); err != nil {
+		return err
+	}
+	var (
+		sendMu  sync.Mutex // a stream's Send is not safe for concurrent use
+		sendErr error
+		calls   sync.WaitGroup
+	)
+	defer calls.Wait()
+	for {
+		call, err := ss.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		timeout := streamCallMax
+		if t := call.GetTimeout(); t != nil {
+			timeout = min(max(t.AsDuration(), 0), streamCallMax)
+		}
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			ctx, cancel := context.WithTimeout(ss.Context(), timeout)
+			resp := d.Engine.DecideCommitting(ctx, call.GetRequest())
+			cancel()
+			sendMu.Lock()
+			defer sendMu.Unlock()
+			if sendErr == nil {
+				// A failed Send ends the stream: the caller's calls fail, and it asks again
+				// on a new stream or leaves the decisions to the commit notices.
+				sendErr = ss.Send(&orchv1.DecideStreamResponse{CallId: call.GetCallId(), Response: resp})
+			}
+		}()
+	}
+}
+
+// streamCallMax bounds how long a DecideStream call may wait for its decisions (the
+// materializer holds row locks meanwhile).
+const streamCallMax = 5 * time.Second
+
+// materializerOnly admits only the materializer's service principal to DecisionService.
+func materializerOnly(ctx context.Context, method string) error {
+	if p := auth.FromContext(ctx); p == nil || !p.Service || p.Subject != auth.ServicePrincipal("materializer").Subject {
+		return status.Error(codes.PermissionDenied, method+": only the materializer decides inside its commits")
+	}
+	return nil
 }

@@ -2372,6 +2372,125 @@ func (x *WatchExecutionResponse) GetEvents() []*v11.Event {
 	return nil
 }
 
+// DecideStreamRequest is one call on a DecideStream.
+type DecideStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id, unique within the stream; its response carries it.
+	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// How long the caller waits for the answer, from when it sent the call.
+	Timeout *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The call.
+	Request       *DecideCommittingRequest `protobuf:"bytes,3,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideStreamRequest) Reset() {
+	*x = DecideStreamRequest{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideStreamRequest) ProtoMessage() {}
+
+func (x *DecideStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideStreamRequest.ProtoReflect.Descriptor instead.
+func (*DecideStreamRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DecideStreamRequest) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *DecideStreamRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *DecideStreamRequest) GetRequest() *DecideCommittingRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// DecideStreamResponse answers one call on a DecideStream.
+type DecideStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the call answered.
+	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The answer.
+	Response      *DecideCommittingResponse `protobuf:"bytes,2,opt,name=response,proto3" json:"response,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DecideStreamResponse) Reset() {
+	*x = DecideStreamResponse{}
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DecideStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DecideStreamResponse) ProtoMessage() {}
+
+func (x *DecideStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DecideStreamResponse.ProtoReflect.Descriptor instead.
+func (*DecideStreamResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DecideStreamResponse) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *DecideStreamResponse) GetResponse() *DecideCommittingResponse {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
 // DecideCommittingRequest carries the executions of one commit that need a decision.
 type DecideCommittingRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2383,7 +2502,7 @@ type DecideCommittingRequest struct {
 
 func (x *DecideCommittingRequest) Reset() {
 	*x = DecideCommittingRequest{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[37]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2514,7 @@ func (x *DecideCommittingRequest) String() string {
 func (*DecideCommittingRequest) ProtoMessage() {}
 
 func (x *DecideCommittingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[37]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2527,7 @@ func (x *DecideCommittingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideCommittingRequest.ProtoReflect.Descriptor instead.
 func (*DecideCommittingRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{37}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DecideCommittingRequest) GetExecutions() []*CommittingExecution {
@@ -2440,7 +2559,7 @@ type CommittingExecution struct {
 
 func (x *CommittingExecution) Reset() {
 	*x = CommittingExecution{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[38]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2571,7 @@ func (x *CommittingExecution) String() string {
 func (*CommittingExecution) ProtoMessage() {}
 
 func (x *CommittingExecution) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[38]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2584,7 @@ func (x *CommittingExecution) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommittingExecution.ProtoReflect.Descriptor instead.
 func (*CommittingExecution) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{38}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CommittingExecution) GetExecutionId() string {
@@ -2521,7 +2640,7 @@ type DecideCommittingResponse struct {
 
 func (x *DecideCommittingResponse) Reset() {
 	*x = DecideCommittingResponse{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[39]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2652,7 @@ func (x *DecideCommittingResponse) String() string {
 func (*DecideCommittingResponse) ProtoMessage() {}
 
 func (x *DecideCommittingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[39]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2665,7 @@ func (x *DecideCommittingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecideCommittingResponse.ProtoReflect.Descriptor instead.
 func (*DecideCommittingResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{39}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DecideCommittingResponse) GetDecisions() []*Decision {
@@ -2576,7 +2695,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[40]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2707,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[40]
+	mi := &file_noetl_orchestrator_v1_orchestrator_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2720,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{40}
+	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Decision) GetExecutionId() string {
@@ -2808,7 +2927,14 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x1b\n" +
 	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"G\n" +
 	"\x16WatchExecutionResponse\x12-\n" +
-	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events\"e\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events\"\xad\x01\n" +
+	"\x13DecideStreamRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12H\n" +
+	"\arequest\x18\x03 \x01(\v2..noetl.orchestrator.v1.DecideCommittingRequestR\arequest\"|\n" +
+	"\x14DecideStreamResponse\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12K\n" +
+	"\bresponse\x18\x02 \x01(\v2/.noetl.orchestrator.v1.DecideCommittingResponseR\bresponse\"e\n" +
 	"\x17DecideCommittingRequest\x12J\n" +
 	"\n" +
 	"executions\x18\x01 \x03(\v2*.noetl.orchestrator.v1.CommittingExecutionR\n" +
@@ -2857,9 +2983,10 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\fRevokeApiKey\x12*.noetl.orchestrator.v1.RevokeApiKeyRequest\x1a+.noetl.orchestrator.v1.RevokeApiKeyResponse\x12g\n" +
 	"\fVerifyApiKey\x12*.noetl.orchestrator.v1.VerifyApiKeyRequest\x1a+.noetl.orchestrator.v1.VerifyApiKeyResponse2\x7f\n" +
 	"\fWatchService\x12o\n" +
-	"\x0eWatchExecution\x12,.noetl.orchestrator.v1.WatchExecutionRequest\x1a-.noetl.orchestrator.v1.WatchExecutionResponse0\x012\x86\x01\n" +
+	"\x0eWatchExecution\x12,.noetl.orchestrator.v1.WatchExecutionRequest\x1a-.noetl.orchestrator.v1.WatchExecutionResponse0\x012\xf3\x01\n" +
 	"\x0fDecisionService\x12s\n" +
-	"\x10DecideCommitting\x12..noetl.orchestrator.v1.DecideCommittingRequest\x1a/.noetl.orchestrator.v1.DecideCommittingResponseB\xe8\x01\n" +
+	"\x10DecideCommitting\x12..noetl.orchestrator.v1.DecideCommittingRequest\x1a/.noetl.orchestrator.v1.DecideCommittingResponse\x12k\n" +
+	"\fDecideStream\x12*.noetl.orchestrator.v1.DecideStreamRequest\x1a+.noetl.orchestrator.v1.DecideStreamResponse(\x010\x01B\xe8\x01\n" +
 	"\x19com.noetl.orchestrator.v1B\x11OrchestratorProtoP\x01ZBgithub.com/noetl/noetl/gen/go/noetl/orchestrator/v1;orchestratorv1\xa2\x02\x03NOX\xaa\x02\x15Noetl.Orchestrator.V1\xca\x02\x15Noetl\\Orchestrator\\V1\xe2\x02!Noetl\\Orchestrator\\V1\\GPBMetadata\xea\x02\x17Noetl::Orchestrator::V1b\x06proto3"
 
 var (
@@ -2874,7 +3001,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 	return file_noetl_orchestrator_v1_orchestrator_proto_rawDescData
 }
 
-var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_noetl_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*CatalogEntry)(nil),                     // 0: noetl.orchestrator.v1.CatalogEntry
 	(*RegisterPlaybookRequest)(nil),          // 1: noetl.orchestrator.v1.RegisterPlaybookRequest
@@ -2913,89 +3040,96 @@ var file_noetl_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*VerifyApiKeyResponse)(nil),             // 34: noetl.orchestrator.v1.VerifyApiKeyResponse
 	(*WatchExecutionRequest)(nil),            // 35: noetl.orchestrator.v1.WatchExecutionRequest
 	(*WatchExecutionResponse)(nil),           // 36: noetl.orchestrator.v1.WatchExecutionResponse
-	(*DecideCommittingRequest)(nil),          // 37: noetl.orchestrator.v1.DecideCommittingRequest
-	(*CommittingExecution)(nil),              // 38: noetl.orchestrator.v1.CommittingExecution
-	(*DecideCommittingResponse)(nil),         // 39: noetl.orchestrator.v1.DecideCommittingResponse
-	(*Decision)(nil),                         // 40: noetl.orchestrator.v1.Decision
-	nil,                                      // 41: noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
-	nil,                                      // 42: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
-	nil,                                      // 43: noetl.orchestrator.v1.CommittingExecution.TraceEntry
-	nil,                                      // 44: noetl.orchestrator.v1.Decision.TraceEntry
-	(*timestamppb.Timestamp)(nil),            // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),              // 46: google.protobuf.Duration
-	(*v1.ExecutionState)(nil),                // 47: noetl.statebuilder.v1.ExecutionState
-	(*v11.Event)(nil),                        // 48: noetl.event.v1.Event
+	(*DecideStreamRequest)(nil),              // 37: noetl.orchestrator.v1.DecideStreamRequest
+	(*DecideStreamResponse)(nil),             // 38: noetl.orchestrator.v1.DecideStreamResponse
+	(*DecideCommittingRequest)(nil),          // 39: noetl.orchestrator.v1.DecideCommittingRequest
+	(*CommittingExecution)(nil),              // 40: noetl.orchestrator.v1.CommittingExecution
+	(*DecideCommittingResponse)(nil),         // 41: noetl.orchestrator.v1.DecideCommittingResponse
+	(*Decision)(nil),                         // 42: noetl.orchestrator.v1.Decision
+	nil,                                      // 43: noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
+	nil,                                      // 44: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
+	nil,                                      // 45: noetl.orchestrator.v1.CommittingExecution.TraceEntry
+	nil,                                      // 46: noetl.orchestrator.v1.Decision.TraceEntry
+	(*timestamppb.Timestamp)(nil),            // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),              // 48: google.protobuf.Duration
+	(*v1.ExecutionState)(nil),                // 49: noetl.statebuilder.v1.ExecutionState
+	(*v11.Event)(nil),                        // 50: noetl.event.v1.Event
 }
 var file_noetl_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
-	45, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
+	47, // 0: noetl.orchestrator.v1.CatalogEntry.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 1: noetl.orchestrator.v1.RegisterPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 2: noetl.orchestrator.v1.GetPlaybookResponse.entry:type_name -> noetl.orchestrator.v1.CatalogEntry
 	0,  // 3: noetl.orchestrator.v1.ListPlaybooksResponse.entries:type_name -> noetl.orchestrator.v1.CatalogEntry
-	41, // 4: noetl.orchestrator.v1.StartExecutionRequest.labels:type_name -> noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
-	46, // 5: noetl.orchestrator.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	42, // 6: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.set_json:type_name -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
-	46, // 7: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	47, // 8: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	45, // 9: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
-	45, // 10: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
+	43, // 4: noetl.orchestrator.v1.StartExecutionRequest.labels:type_name -> noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
+	48, // 5: noetl.orchestrator.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 6: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.set_json:type_name -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
+	48, // 7: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	49, // 8: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	47, // 9: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
+	47, // 10: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
 	21, // 11: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
-	45, // 12: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
-	45, // 13: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
-	45, // 14: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
-	45, // 15: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
-	45, // 16: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	47, // 12: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
+	47, // 13: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
+	47, // 14: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
+	47, // 15: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
+	47, // 16: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
 	26, // 17: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
 	26, // 18: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
 	26, // 19: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
 	26, // 20: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	48, // 21: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
-	38, // 22: noetl.orchestrator.v1.DecideCommittingRequest.executions:type_name -> noetl.orchestrator.v1.CommittingExecution
-	48, // 23: noetl.orchestrator.v1.CommittingExecution.events:type_name -> noetl.event.v1.Event
-	43, // 24: noetl.orchestrator.v1.CommittingExecution.trace:type_name -> noetl.orchestrator.v1.CommittingExecution.TraceEntry
-	40, // 25: noetl.orchestrator.v1.DecideCommittingResponse.decisions:type_name -> noetl.orchestrator.v1.Decision
-	48, // 26: noetl.orchestrator.v1.Decision.events:type_name -> noetl.event.v1.Event
-	44, // 27: noetl.orchestrator.v1.Decision.trace:type_name -> noetl.orchestrator.v1.Decision.TraceEntry
-	1,  // 28: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
-	3,  // 29: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
-	5,  // 30: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
-	7,  // 31: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
-	9,  // 32: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
-	11, // 33: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
-	15, // 34: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
-	13, // 35: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:input_type -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest
-	17, // 36: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
-	19, // 37: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
-	22, // 38: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
-	24, // 39: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
-	27, // 40: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
-	29, // 41: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
-	31, // 42: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
-	33, // 43: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
-	35, // 44: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
-	37, // 45: noetl.orchestrator.v1.DecisionService.DecideCommitting:input_type -> noetl.orchestrator.v1.DecideCommittingRequest
-	2,  // 46: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
-	4,  // 47: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
-	6,  // 48: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
-	8,  // 49: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
-	10, // 50: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
-	12, // 51: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
-	16, // 52: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
-	14, // 53: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:output_type -> noetl.orchestrator.v1.UpdateExecutionVariablesResponse
-	18, // 54: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
-	20, // 55: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
-	23, // 56: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
-	25, // 57: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
-	28, // 58: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
-	30, // 59: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
-	32, // 60: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
-	34, // 61: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
-	36, // 62: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
-	39, // 63: noetl.orchestrator.v1.DecisionService.DecideCommitting:output_type -> noetl.orchestrator.v1.DecideCommittingResponse
-	46, // [46:64] is the sub-list for method output_type
-	28, // [28:46] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	50, // 21: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
+	48, // 22: noetl.orchestrator.v1.DecideStreamRequest.timeout:type_name -> google.protobuf.Duration
+	39, // 23: noetl.orchestrator.v1.DecideStreamRequest.request:type_name -> noetl.orchestrator.v1.DecideCommittingRequest
+	41, // 24: noetl.orchestrator.v1.DecideStreamResponse.response:type_name -> noetl.orchestrator.v1.DecideCommittingResponse
+	40, // 25: noetl.orchestrator.v1.DecideCommittingRequest.executions:type_name -> noetl.orchestrator.v1.CommittingExecution
+	50, // 26: noetl.orchestrator.v1.CommittingExecution.events:type_name -> noetl.event.v1.Event
+	45, // 27: noetl.orchestrator.v1.CommittingExecution.trace:type_name -> noetl.orchestrator.v1.CommittingExecution.TraceEntry
+	42, // 28: noetl.orchestrator.v1.DecideCommittingResponse.decisions:type_name -> noetl.orchestrator.v1.Decision
+	50, // 29: noetl.orchestrator.v1.Decision.events:type_name -> noetl.event.v1.Event
+	46, // 30: noetl.orchestrator.v1.Decision.trace:type_name -> noetl.orchestrator.v1.Decision.TraceEntry
+	1,  // 31: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
+	3,  // 32: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
+	5,  // 33: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
+	7,  // 34: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
+	9,  // 35: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
+	11, // 36: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
+	15, // 37: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
+	13, // 38: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:input_type -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest
+	17, // 39: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
+	19, // 40: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
+	22, // 41: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
+	24, // 42: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
+	27, // 43: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
+	29, // 44: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
+	31, // 45: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
+	33, // 46: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
+	35, // 47: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
+	39, // 48: noetl.orchestrator.v1.DecisionService.DecideCommitting:input_type -> noetl.orchestrator.v1.DecideCommittingRequest
+	37, // 49: noetl.orchestrator.v1.DecisionService.DecideStream:input_type -> noetl.orchestrator.v1.DecideStreamRequest
+	2,  // 50: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
+	4,  // 51: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
+	6,  // 52: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
+	8,  // 53: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
+	10, // 54: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
+	12, // 55: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
+	16, // 56: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
+	14, // 57: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:output_type -> noetl.orchestrator.v1.UpdateExecutionVariablesResponse
+	18, // 58: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
+	20, // 59: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
+	23, // 60: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
+	25, // 61: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
+	28, // 62: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
+	30, // 63: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
+	32, // 64: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
+	34, // 65: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
+	36, // 66: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
+	41, // 67: noetl.orchestrator.v1.DecisionService.DecideCommitting:output_type -> noetl.orchestrator.v1.DecideCommittingResponse
+	38, // 68: noetl.orchestrator.v1.DecisionService.DecideStream:output_type -> noetl.orchestrator.v1.DecideStreamResponse
+	50, // [50:69] is the sub-list for method output_type
+	31, // [31:50] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_noetl_orchestrator_v1_orchestrator_proto_init() }
@@ -3009,7 +3143,7 @@ func file_noetl_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc), len(file_noetl_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

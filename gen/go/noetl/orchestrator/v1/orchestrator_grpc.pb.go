@@ -1006,6 +1006,7 @@ var WatchService_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	DecisionService_DecideCommitting_FullMethodName = "/noetl.orchestrator.v1.DecisionService/DecideCommitting"
+	DecisionService_DecideStream_FullMethodName     = "/noetl.orchestrator.v1.DecisionService/DecideStream"
 )
 
 // DecisionServiceClient is the client API for DecisionService service.
@@ -1024,6 +1025,12 @@ type DecisionServiceClient interface {
 	// orchestrator cannot decide at once (its state is not at seq_before, the decision needs
 	// more than the state, the answer would be too large) is answered with decided false.
 	DecideCommitting(ctx context.Context, in *DecideCommittingRequest, opts ...grpc.CallOption) (*DecideCommittingResponse, error)
+	// DecideStream is DecideCommitting over one long-lived stream, for a materializer that
+	// asks at every commit: a call costs a message each way instead of a stream of its own
+	// with its headers, authentication and handler. Each request is answered by one
+	// response with its call id, in any order; calls run concurrently. A call still
+	// unanswered when its timeout passes is answered undecided ("expired").
+	DecideStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DecideStreamRequest, DecideStreamResponse], error)
 }
 
 type decisionServiceClient struct {
@@ -1044,6 +1051,19 @@ func (c *decisionServiceClient) DecideCommitting(ctx context.Context, in *Decide
 	return out, nil
 }
 
+func (c *decisionServiceClient) DecideStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[DecideStreamRequest, DecideStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DecisionService_ServiceDesc.Streams[0], DecisionService_DecideStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DecideStreamRequest, DecideStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DecisionService_DecideStreamClient = grpc.BidiStreamingClient[DecideStreamRequest, DecideStreamResponse]
+
 // DecisionServiceServer is the server API for DecisionService service.
 // All implementations must embed UnimplementedDecisionServiceServer
 // for forward compatibility.
@@ -1060,6 +1080,12 @@ type DecisionServiceServer interface {
 	// orchestrator cannot decide at once (its state is not at seq_before, the decision needs
 	// more than the state, the answer would be too large) is answered with decided false.
 	DecideCommitting(context.Context, *DecideCommittingRequest) (*DecideCommittingResponse, error)
+	// DecideStream is DecideCommitting over one long-lived stream, for a materializer that
+	// asks at every commit: a call costs a message each way instead of a stream of its own
+	// with its headers, authentication and handler. Each request is answered by one
+	// response with its call id, in any order; calls run concurrently. A call still
+	// unanswered when its timeout passes is answered undecided ("expired").
+	DecideStream(grpc.BidiStreamingServer[DecideStreamRequest, DecideStreamResponse]) error
 	mustEmbedUnimplementedDecisionServiceServer()
 }
 
@@ -1072,6 +1098,9 @@ type UnimplementedDecisionServiceServer struct{}
 
 func (UnimplementedDecisionServiceServer) DecideCommitting(context.Context, *DecideCommittingRequest) (*DecideCommittingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DecideCommitting not implemented")
+}
+func (UnimplementedDecisionServiceServer) DecideStream(grpc.BidiStreamingServer[DecideStreamRequest, DecideStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method DecideStream not implemented")
 }
 func (UnimplementedDecisionServiceServer) mustEmbedUnimplementedDecisionServiceServer() {}
 func (UnimplementedDecisionServiceServer) testEmbeddedByValue()                         {}
@@ -1112,6 +1141,13 @@ func _DecisionService_DecideCommitting_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DecisionService_DecideStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DecisionServiceServer).DecideStream(&grpc.GenericServerStream[DecideStreamRequest, DecideStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DecisionService_DecideStreamServer = grpc.BidiStreamingServer[DecideStreamRequest, DecideStreamResponse]
+
 // DecisionService_ServiceDesc is the grpc.ServiceDesc for DecisionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1124,6 +1160,13 @@ var DecisionService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _DecisionService_DecideCommitting_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "DecideStream",
+			Handler:       _DecisionService_DecideStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "noetl/orchestrator/v1/orchestrator.proto",
 }
