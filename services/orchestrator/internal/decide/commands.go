@@ -87,7 +87,10 @@ func stepTimeout(ps *playbook.Step) *durationpb.Duration {
 // templates reference (all finished steps when the references cannot be resolved).
 func (d *decider) scope(ps *playbook.Step) *domain.Scope {
 	sc := &domain.Scope{ExecutionID: d.st.GetExecutionId(), Workload: d.workload, Ctx: d.ctx, Steps: map[string]domain.StepResult{}}
-	sc.Variables = domain.VarsJSON(d.st) // execution variables, as vars.<name>
+	if !d.varsEncoded {
+		d.varsJSON, d.varsEncoded = domain.VarsJSON(d.st), true
+	}
+	sc.Variables = d.varsJSON // execution variables, as vars.<name>
 	add := func(name string) {
 		s := d.st.GetSteps()[name]
 		if s == nil || s.GetStatus() != eventv1.StepStatus_STEP_STATUS_COMPLETED {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -30,16 +29,18 @@ var ErrClaimRowsMissing = errors.New("cursor claim rows not loaded")
 // NeededClaimRows returns the references of the claims whose rows a decision on st may
 // read (frames with bodies to issue), in step and slot order.
 func NeededClaimRows(st *sbv1.ExecutionState) []*eventv1.ResultRef {
-	var names []string
-	for name, s := range st.GetSteps() {
-		if s.GetCursor() != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_RUNNING {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
+	return ActiveOf(st).NeededClaimRows()
+}
+
+// NeededClaimRows is the package's NeededClaimRows on a's state.
+func (a *Active) NeededClaimRows() []*eventv1.ResultRef {
 	var out []*eventv1.ResultRef
-	for _, name := range names {
-		for _, slot := range st.GetSteps()[name].GetCursor().GetSlots() {
+	for _, name := range a.names {
+		s := a.st.GetSteps()[name]
+		if s.GetCursor() == nil || s.GetStatus() != eventv1.StepStatus_STEP_STATUS_RUNNING {
+			continue
+		}
+		for _, slot := range s.GetCursor().GetSlots() {
 			if f := slot.GetFrame(); f.GetRowsRef() != nil && frameHasWork(f) {
 				out = append(out, f.GetRowsRef())
 			}
@@ -118,15 +119,11 @@ func (d *decider) enterCursor(ps *playbook.Step, epoch int32, enterID, cause str
 // advanceCursors issues the next commands of running cursor loops: a claim for each idle
 // slot that is not drained, and the bodies of each frame that are due.
 func (d *decider) advanceCursors() error {
-	var names []string
-	for name, s := range d.st.GetSteps() {
-		if s.GetCursor() != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_RUNNING && d.stepStatus(name) == eventv1.StepStatus_STEP_STATUS_RUNNING && !d.entered[name] {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range d.active.names {
 		s := d.st.GetSteps()[name]
+		if s.GetCursor() == nil || s.GetStatus() != eventv1.StepStatus_STEP_STATUS_RUNNING || d.stepStatus(name) != eventv1.StepStatus_STEP_STATUS_RUNNING || d.entered[name] {
+			continue
+		}
 		ps := d.c.Playbook.Step(name)
 		if ps == nil || ps.Loop == nil || ps.Loop.Cursor == nil {
 			continue

@@ -4,7 +4,8 @@
 // so any replica deciding on the same state produces the same events with the same ids.
 //
 // One decision (decider.run, in this file) passes through the package's parts, one file
-// each: timers.go (the execution deadline, retry waits), loops.go (iterations of loops over
+// each: active.go (the steps a decision can act on, found in one walk of the state),
+// timers.go (the execution deadline, retry waits), loops.go (iterations of loops over
 // collections), cursor.go (cursor loops: claims, bodies, drain), routing.go (a finished
 // step's arcs, joins, skips), steps.go (entering and exiting steps, context writes),
 // commands.go (a step's command, its render scope and templates), finish.go (the terminal
@@ -15,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
@@ -36,11 +36,13 @@ type Compiled struct {
 	incoming map[string][]string
 	// back marks arcs "src\x00dst" that close a cycle.
 	back map[string]bool
+	// backTarget marks the steps a back arc goes to.
+	backTarget map[string]bool
 }
 
 // Compile analyses a parsed playbook.
 func Compile(pb *playbook.Playbook, path string, version int64, r *template.Renderer) *Compiled {
-	c := &Compiled{Playbook: pb, Path: path, Version: version, Renderer: r, incoming: map[string][]string{}, back: map[string]bool{}}
+	c := &Compiled{Playbook: pb, Path: path, Version: version, Renderer: r, incoming: map[string][]string{}, back: map[string]bool{}, backTarget: map[string]bool{}}
 	succ := map[string][]string{}
 	for _, s := range pb.Steps {
 		if s.Next == nil {
@@ -75,6 +77,7 @@ func Compile(pb *playbook.Playbook, path string, version int64, r *template.Rend
 		for _, a := range s.Next.Arcs {
 			if reaches(a.Step, s.Name) {
 				c.back[s.Name+"\x00"+a.Step] = true
+				c.backTarget[a.Step] = true
 				continue
 			}
 			if !seen[a.Step] {
@@ -112,6 +115,12 @@ type decider struct {
 	running int32
 
 	in Inputs
+	// active are the steps this decision can act on (Active).
+	active *Active
+	// varsJSON is the execution's variables as the scope of every command carries them
+	// (domain.VarsJSON), encoded once per decision.
+	varsJSON    json.RawMessage
+	varsEncoded bool
 	// limits are the execution's effective limits (EffectiveLimits).
 	limits Limits
 }
@@ -133,6 +142,9 @@ type Inputs struct {
 	// ClaimRows maps the reference URI of a cursor claim's result to its rows (see
 	// NeededClaimRows).
 	ClaimRows map[string][]json.RawMessage
+	// Active is ActiveOf the state decided on, when the caller computed it already for the
+	// Needed* calls (nil, or computed from another state: the decision computes its own).
+	Active *Active
 }
 
 // ErrCollectionMissing is returned when a decision needs a loop collection held by
@@ -166,17 +178,20 @@ type LoopResults struct {
 // NeededLoopResults returns the completed loop epochs whose lists of iteration results a
 // decision on st routes and the state does not hold, in step name order.
 func NeededLoopResults(st *sbv1.ExecutionState) []LoopResults {
-	var names []string
-	for name, s := range st.GetSteps() {
+	return ActiveOf(st).NeededLoopResults()
+}
+
+// NeededLoopResults is the package's NeededLoopResults on a's state.
+func (a *Active) NeededLoopResults() []LoopResults {
+	var out []LoopResults
+	for _, name := range a.names {
+		s := a.st.GetSteps()[name]
 		if domain.LoopResultsPending(s) {
-			names = append(names, name)
+			out = append(out, LoopResults{Step: name, Epoch: s.GetEpoch(), EnterEventID: s.GetEnterEventId(), EnterSeq: s.GetLoop().GetEnterSeq(), Total: domain.LoopTotal(s.GetLoop())})
 		}
 	}
-	sort.Strings(names)
-	out := make([]LoopResults, 0, len(names))
-	for _, name := range names {
-		s := st.GetSteps()[name]
-		out = append(out, LoopResults{Step: name, Epoch: s.GetEpoch(), EnterEventID: s.GetEnterEventId(), EnterSeq: s.GetLoop().GetEnterSeq(), Total: domain.LoopTotal(s.GetLoop())})
+	if out == nil {
+		out = []LoopResults{}
 	}
 	return out
 }
@@ -190,17 +205,21 @@ func Decide(c *Compiled, st *sbv1.ExecutionState) ([]*eventv1.Event, error) {
 // NeededCollections returns the references of the loop collections a decision on st may
 // read: those of running loops with iterations left to issue, in step name order.
 func NeededCollections(st *sbv1.ExecutionState) []*eventv1.ResultRef {
-	var names []string
-	for name, s := range st.GetSteps() {
+	return ActiveOf(st).NeededCollections()
+}
+
+// NeededCollections is the package's NeededCollections on a's state.
+func (a *Active) NeededCollections() []*eventv1.ResultRef {
+	var out []*eventv1.ResultRef
+	for _, name := range a.names {
+		s := a.st.GetSteps()[name]
 		l := s.GetLoop()
 		if l.GetItemsRef() != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_RUNNING && int(l.GetIssued()) < domain.LoopTotal(l) {
-			names = append(names, name)
+			out = append(out, l.GetItemsRef())
 		}
 	}
-	sort.Strings(names)
-	out := make([]*eventv1.ResultRef, 0, len(names))
-	for _, name := range names {
-		out = append(out, st.GetSteps()[name].GetLoop().GetItemsRef())
+	if out == nil {
+		out = []*eventv1.ResultRef{}
 	}
 	return out
 }
@@ -212,13 +231,14 @@ func DecideWith(c *Compiled, st *sbv1.ExecutionState, in Inputs) ([]*eventv1.Eve
 	if st.GetStatus() != eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING {
 		return nil, nil
 	}
-	for _, n := range NeededLoopResults(st) {
-		if in.LoopResults[n.EnterEventID] == nil {
-			return nil, fmt.Errorf("step %s: %w (epoch %d)", n.Step, ErrLoopResultsMissing, n.Epoch)
+	active := activeFor(st, in)
+	for _, name := range active.names {
+		if s := st.GetSteps()[name]; domain.LoopResultsPending(s) && in.LoopResults[s.GetEnterEventId()] == nil {
+			return nil, fmt.Errorf("step %s: %w (epoch %d)", name, ErrLoopResultsMissing, s.GetEpoch())
 		}
 	}
 	d := &decider{c: c, st: st, status: map[string]eventv1.StepStatus{}, fired: map[string][]string{}, entered: map[string]bool{}, running: st.GetRunning(), in: in,
-		limits: EffectiveLimits(c.Playbook.Limits, in.Limits)}
+		active: active, limits: EffectiveLimits(c.Playbook.Limits, in.Limits)}
 	if err := domain.DecodeJSON(orEmpty(st.GetWorkloadJson()), &d.workload); err != nil {
 		return nil, fmt.Errorf("workload: %w", err)
 	}
@@ -269,14 +289,7 @@ func (d *decider) run() error {
 		}
 		// Arcs of reused steps that fired in the original to steps this execution has not
 		// reached (a branch beside from that had not finished) arrive as they did there.
-		var reused []string
-		for name, s := range d.st.GetSteps() {
-			if s.GetReused() {
-				reused = append(reused, name)
-			}
-		}
-		sort.Strings(reused)
-		for _, src := range reused {
+		for _, src := range d.active.reused {
 			for _, dst := range d.st.GetSteps()[src].GetFired() {
 				if d.stepStatus(dst) == eventv1.StepStatus_STEP_STATUS_UNSPECIFIED {
 					if err := d.arrive(src, dst, cause); err != nil {
@@ -298,14 +311,11 @@ func (d *decider) run() error {
 	}
 	// Route every finished step whose arcs have not been evaluated, in name order so the
 	// output is deterministic.
-	var todo []string
-	for name, s := range d.st.GetSteps() {
-		if !s.GetRouted() && (s.GetStatus() == eventv1.StepStatus_STEP_STATUS_COMPLETED || s.GetStatus() == eventv1.StepStatus_STEP_STATUS_FAILED) {
-			todo = append(todo, name)
+	for _, name := range d.active.names {
+		s := d.st.GetSteps()[name]
+		if s.GetRouted() || (s.GetStatus() != eventv1.StepStatus_STEP_STATUS_COMPLETED && s.GetStatus() != eventv1.StepStatus_STEP_STATUS_FAILED) {
+			continue
 		}
-	}
-	sort.Strings(todo)
-	for _, name := range todo {
 		if err := d.route(name); err != nil {
 			return err
 		}

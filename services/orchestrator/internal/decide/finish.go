@@ -16,7 +16,9 @@ func (d *decider) finish() error {
 	if d.running > 0 {
 		return nil
 	}
-	for name, s := range d.st.GetSteps() {
+	// A step outside the active ones is routed (Active).
+	for _, name := range d.active.names {
+		s := d.st.GetSteps()[name]
 		if (s.GetStatus() == eventv1.StepStatus_STEP_STATUS_COMPLETED || s.GetStatus() == eventv1.StepStatus_STEP_STATUS_FAILED) && !d.routed(name) {
 			return nil
 		}

@@ -2,7 +2,6 @@ package decide
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/playbook"
@@ -91,18 +90,12 @@ func (d *decider) checkEvents(name, what string) error {
 // saying so instead of hanging. Only a lost tail of the log, with more of a step's commands
 // completing before the next decision than the bounds hold, comes here.
 func (d *decider) checkHeld() error {
-	var names []string
-	for name, s := range d.st.GetSteps() {
-		if s.GetHeldDropped() > 0 {
-			names = append(names, name)
+	for _, name := range d.active.names {
+		if s := d.st.GetSteps()[name]; s.GetHeldDropped() > 0 {
+			return &Error{Step: name, Code: CodeLimitExceeded, Msg: fmt.Sprintf(
+				"%d events of its commands arrived before the log showed those commands issued (the tail of the log was lost) and were dropped: a step holds at most %d such events, %d bytes; the execution cannot finish reliably",
+				s.GetHeldDropped(), domain.MaxHeldEvents, domain.MaxHeldBytes)}
 		}
 	}
-	if len(names) == 0 {
-		return nil
-	}
-	sort.Strings(names)
-	s := d.st.GetSteps()[names[0]]
-	return &Error{Step: names[0], Code: CodeLimitExceeded, Msg: fmt.Sprintf(
-		"%d events of its commands arrived before the log showed those commands issued (the tail of the log was lost) and were dropped: a step holds at most %d such events, %d bytes; the execution cannot finish reliably",
-		s.GetHeldDropped(), domain.MaxHeldEvents, domain.MaxHeldBytes)}
+	return nil
 }

@@ -34,6 +34,7 @@ workflow:
 func (s *sim) drive(in Inputs, maxDecisions int, result func(cmd *eventv1.Event) string) {
 	s.t.Helper()
 	for i := 0; i < maxDecisions; i++ {
+		requireSameAsUnfiltered(s.t, s.c, s.st, in)
 		evs, err := DecideWith(s.c, s.st, in)
 		require.NoError(s.t, err)
 		again, err := DecideWith(s.c, s.st, in)

@@ -44,6 +44,7 @@ func (s *sim) apply(evs ...*eventv1.Event) {
 
 // decide runs one decision, applies it, and returns the commands it issued.
 func (s *sim) decide() []*eventv1.Event {
+	requireSameAsUnfiltered(s.t, s.c, s.st, Inputs{})
 	evs, err := Decide(s.c, s.st)
 	require.NoError(s.t, err)
 	s.apply(evs...)

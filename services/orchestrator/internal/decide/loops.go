@@ -3,7 +3,6 @@ package decide
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
@@ -15,15 +14,11 @@ import (
 // advanceLoops issues the next iterations of running loop steps, keeping at most
 // max_in_flight (1 when sequential) iterations in flight.
 func (d *decider) advanceLoops() error {
-	var names []string
-	for name, s := range d.st.GetSteps() {
-		if s.GetLoop() != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_RUNNING && d.stepStatus(name) == eventv1.StepStatus_STEP_STATUS_RUNNING && !d.entered[name] {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range d.active.names {
 		s := d.st.GetSteps()[name]
+		if s.GetLoop() == nil || s.GetStatus() != eventv1.StepStatus_STEP_STATUS_RUNNING || d.stepStatus(name) != eventv1.StepStatus_STEP_STATUS_RUNNING || d.entered[name] {
+			continue
+		}
 		ps := d.c.Playbook.Step(name)
 		if ps == nil || ps.Loop == nil {
 			continue

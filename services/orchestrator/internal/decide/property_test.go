@@ -100,6 +100,7 @@ func TestFoldAndDecideProperties(t *testing.T) {
 				require.Len(t, list, n.Total)
 				in.LoopResults[n.EnterEventID] = ref
 			}
+			requireSameAsUnfiltered(t, c, st, in)
 			evs, err := DecideWith(c, st, in)
 			if err != nil {
 				t.Fatalf("decide: %v", err)

@@ -2,7 +2,6 @@ package decide
 
 import (
 	"fmt"
-	"strings"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
@@ -161,7 +160,7 @@ func (d *decider) arrive(src, dst, cause string) error {
 	if st == eventv1.StepStatus_STEP_STATUS_RUNNING {
 		return nil
 	}
-	if st != eventv1.StepStatus_STEP_STATUS_UNSPECIFIED && !d.isBackTarget(dst) {
+	if st != eventv1.StepStatus_STEP_STATUS_UNSPECIFIED && !d.c.backTarget[dst] {
 		// Already entered and finished through another arc (convergence without a cycle).
 		if contains(d.stepFired(src), dst) && d.routed(dst) && len(d.c.incoming[dst]) <= 1 {
 			return d.enter(dst, cause)
@@ -181,15 +180,6 @@ func (d *decider) arrive(src, dst, cause string) error {
 		return d.enter(dst, cause)
 	}
 	return d.skip(dst, cause)
-}
-
-func (d *decider) isBackTarget(dst string) bool {
-	for k := range d.c.back {
-		if strings.HasSuffix(k, "\x00"+dst) {
-			return true
-		}
-	}
-	return false
 }
 
 func contains(xs []string, x string) bool {

@@ -3,7 +3,6 @@ package decide
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"time"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -38,15 +37,11 @@ func (d *decider) deadline() (ended bool) {
 // fired, issues the next attempt. The due time comes from the failure's commit time, not
 // from a clock.
 func (d *decider) advanceRetries() error {
-	var names []string
-	for name, s := range d.st.GetSteps() {
-		if s.GetRetry() != nil && s.GetStatus() == eventv1.StepStatus_STEP_STATUS_RUNNING {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range d.active.names {
 		s := d.st.GetSteps()[name]
+		if s.GetRetry() == nil || s.GetStatus() != eventv1.StepStatus_STEP_STATUS_RUNNING {
+			continue
+		}
 		r := s.GetRetry()
 		ps := d.c.Playbook.Step(name)
 		if ps == nil {

@@ -385,17 +385,19 @@ func (e *Engine) decideOn(ctx context.Context, st *sbv1.ExecutionState) ([]*even
 		}
 		return nil, err
 	}
-	in, err := e.collectionsFor(ctx, st.GetTenant(), decide.NeededCollections(st))
+	active := decide.ActiveOf(st) // one walk of the state's steps, for the Needed* lists and the decision
+	in, err := e.collectionsFor(ctx, st.GetTenant(), active.NeededCollections())
 	if err != nil {
 		return nil, err
 	}
-	if in.LoopResults, err = e.loopResultsFor(ctx, st, decide.NeededLoopResults(st)); err != nil {
+	if in.LoopResults, err = e.loopResultsFor(ctx, st, active.NeededLoopResults()); err != nil {
 		return nil, err
 	}
-	if in.ClaimRows, err = e.claimRowsFor(ctx, st.GetTenant(), decide.NeededClaimRows(st)); err != nil { // cursor.go
+	if in.ClaimRows, err = e.claimRowsFor(ctx, st.GetTenant(), active.NeededClaimRows()); err != nil { // cursor.go
 		return nil, err
 	}
 	in.Limits = e.cfg.Limits.For(st.GetTenant())
+	in.Active = active
 	events, err := decide.DecideWith(cp, st, in)
 	if err != nil {
 		return nil, err
