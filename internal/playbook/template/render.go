@@ -222,6 +222,35 @@ func IsTemplate(s string) bool {
 	return strings.Contains(s, "{{") || strings.Contains(s, "{%")
 }
 
+// HasTemplates reports whether a string inside v (a map's keys and values, a list's items,
+// recursively) holds template syntax. Render reads nothing of its context for a value
+// without any: it returns a copy of the value, or the nesting error of a value nested too
+// deep, which HasTemplates counts as a template so that the caller renders it.
+func HasTemplates(v any) bool { return hasTemplates(v, 0) }
+
+func hasTemplates(v any, depth int) bool {
+	if depth > maxRenderDepth {
+		return true
+	}
+	switch x := v.(type) {
+	case string:
+		return IsTemplate(x)
+	case map[string]any:
+		for k, e := range x {
+			if IsTemplate(k) || hasTemplates(e, depth+1) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if hasTemplates(e, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (r *Renderer) renderString(st *state, s string) (any, error) {
 	if !IsTemplate(s) {
 		return s, nil

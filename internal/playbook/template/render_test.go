@@ -480,3 +480,38 @@ func TestLookupsPassLargeValuesThroughButComputedValuesAreBounded(t *testing.T) 
 		require.ErrorIs(t, err, ErrOutputLimit, tmpl)
 	}
 }
+
+func TestHasTemplates(t *testing.T) {
+	t.Parallel()
+	r := NewRenderer()
+	deep := any("plain")
+	for range maxRenderDepth + 2 {
+		deep = []any{deep}
+	}
+	cases := []struct {
+		in   any
+		want bool
+	}{
+		{nil, false},
+		{"plain", false},
+		{"{ not a template }", false},
+		{map[string]any{"kind": "noop", "n": float64(1), "ok": true, "list": []any{"a", nil, json.Number("2")}}, false},
+		{"{{ a }}", true},
+		{"x {% if flag %}y{% endif %}", true},
+		{map[string]any{"args": map[string]any{"v": []any{"a", "{{ i }}"}}}, true},
+		{map[string]any{"{{ s }}": "key is a template"}, true},
+		{deep, true}, // nested past Render's limit: Render fails, so it must be rendered
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, HasTemplates(c.in), "%v", c.in)
+		if c.want {
+			continue
+		}
+		// What HasTemplates passes renders to itself whatever the context holds.
+		for _, ctx := range []map[string]any{nil, testCtx()} {
+			out, err := r.Render(c.in, ctx)
+			require.NoError(t, err)
+			require.Equal(t, c.in, out)
+		}
+	}
+}

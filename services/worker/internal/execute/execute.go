@@ -48,6 +48,9 @@ type Executor struct {
 	Tracer trace.Tracer
 	// Metrics counts the runs.
 	Metrics Metrics
+
+	// plans keeps what is read from each tool configuration before rendering (plan.go).
+	plans planCache
 }
 
 // Metrics are the executor's collectors.

@@ -25,3 +25,23 @@ func BenchmarkExecuteNoopStep(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkExecuteNoopIteration runs the command of one iteration of bench's fanout
+// workload: a noop tool without templates, its context the workload, an empty ctx and the
+// iteration's scope.
+func BenchmarkExecuteNoopIteration(b *testing.B) {
+	ex := testExecutor()
+	ex.Tools["noop"] = tools.Noop{}
+	cmd := &eventv1.Command{CommandId: "c1", ExecutionId: "x1", Tenant: "t", Step: "start", PlaybookPath: "bench/fanout", Attempt: 1,
+		Iteration:   &eventv1.Iteration{Index: 7},
+		Tools:       []*eventv1.ToolCall{{Kind: "noop", ConfigJson: []byte(`{"kind":"noop"}`)}},
+		InputJson:   []byte(`null`),
+		ContextJson: []byte(`{"execution_id":"x1","workload":{"n":2000},"ctx":{},"iter":{"_index":7,"_total":2000,"i":7},"iterator":"i"}`)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if evs := ex.Execute(ctx, cmd); len(evs) != 1 || evs[0].GetError() != nil {
+			b.Fatalf("%v", evs)
+		}
+	}
+}

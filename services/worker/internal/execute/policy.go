@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/playbook"
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
@@ -26,35 +25,34 @@ func envelope(res any, err error) map[string]any {
 	return map[string]any{"status": "error", "data": res, "error": map[string]any{"message": err.Error(), "retryable": retryable}}
 }
 
-// itemSet reads a pipeline item's set: mapping (nil when it has none).
-func itemSet(tc *eventv1.ToolCall) map[string]any {
-	if tc.GetLabel() == "" {
-		return nil // only a pipeline item (a labelled tool) has one
-	}
+// itemSet reads the set: mapping of a tool configuration (nil when it has none); only a
+// pipeline item (a labelled tool) applies it.
+func itemSet(config []byte) map[string]any {
 	var cfg struct {
 		Set map[string]any `json:"set"`
 	}
-	if json.Unmarshal(tc.GetConfigJson(), &cfg) != nil {
+	if json.Unmarshal(config, &cfg) != nil {
 		return nil
 	}
 	return cfg.Set
 }
 
-// policyOf reads a tool's spec.policy.
-func policyOf(tc *eventv1.ToolCall) (*playbook.Policy, bool) {
+// policyOf reads the spec.policy of a tool configuration: nil without one, or when it
+// does not parse (the call then runs without a policy).
+func policyOf(config []byte) *playbook.Policy {
 	var cfg struct {
 		Spec struct {
 			Policy json.RawMessage `json:"policy"`
 		} `json:"spec"`
 	}
-	if err := json.Unmarshal(tc.GetConfigJson(), &cfg); err != nil || len(cfg.Spec.Policy) == 0 {
-		return nil, false
+	if err := json.Unmarshal(config, &cfg); err != nil || len(cfg.Spec.Policy) == 0 {
+		return nil
 	}
 	p, err := playbook.ParsePolicy(cfg.Spec.Policy)
-	if err != nil || p == nil {
-		return nil, false
+	if err != nil {
+		return nil
 	}
-	return p, true
+	return p
 }
 
 // decidePolicy picks the action for a tool's output: the first rule whose when is true, else

@@ -2,7 +2,6 @@ package execute
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/internal/playbook"
+	"github.com/noetl/noetl/internal/playbook/template"
 	"github.com/noetl/noetl/services/worker/internal/scrub"
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
@@ -23,31 +23,16 @@ import (
 // for a single tool, and for a pipeline the last result with every label's result added
 // under its label.
 func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, error) {
-	var scope domain.Scope
-	contextJSON := cmd.GetContextJson()
-	if ref := cmd.GetContextRef(); ref != nil {
-		// The context was too large to travel in the command.
-		body, err := e.Results.Fetch(ctx, cmd.GetTenant(), ref.GetUri())
-		if err != nil {
-			return nil, &tools.Error{Msg: fmt.Sprintf("step %s: load the command context %s: %v", cmd.GetStep(), ref.GetUri(), err), Retryable: true}
-		}
-		contextJSON = body
-	}
-	if len(contextJSON) > 0 {
-		if err := domain.DecodeJSON(contextJSON, &scope); err != nil {
-			return nil, fmt.Errorf("command context: %w", err)
-		}
-	}
-	if scope.Ctx == nil {
-		scope.Ctx = map[string]any{}
-	}
-	if err := e.Results.ResolveRefs(ctx, cmd, &scope); err != nil {
-		return nil, err
-	}
-	vars := scope.Vars()
-	vars["command_id"] = cmd.GetCommandId()
-	if err := e.loadKeychain(ctx, cmd, vars); err != nil { // keychain.go
-		return nil, err
+	calls := cmd.GetTools()
+	plans := make([]*toolPlan, len(calls))
+	// The scope (the command's context: workload, ctx, step results, the iteration) is
+	// read by templates only. A command none of whose values is a template, without a
+	// keychain, a policy or a set, renders every value to itself: its context is neither
+	// loaded nor decoded.
+	scoped := len(cmd.GetKeychainJson()) > 0
+	for i, tc := range calls {
+		plans[i] = e.plans.plan(tc)
+		scoped = scoped || plans[i].templated
 	}
 	var stepInput map[string]any
 	if len(cmd.GetInputJson()) > 0 && string(cmd.GetInputJson()) != "null" {
@@ -56,16 +41,22 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 			return nil, fmt.Errorf("command input: %w", err)
 		}
 		stepInput = in
+		scoped = scoped || template.HasTemplates(in)
 	}
-	out := &outcome{set: map[string]map[string]any{}}
-	calls := cmd.GetTools()
-	labels := make(map[string]int, len(calls))
-	for i, tc := range calls {
-		if tc.GetLabel() != "" {
-			labels[tc.GetLabel()] = i
+	// Without a scope nothing reads the variables: run binds none (vars stays nil).
+	var vars map[string]any
+	if scoped {
+		var err error
+		if vars, err = e.commandScope(ctx, cmd); err != nil {
+			return nil, err
 		}
 	}
-	byLabel := map[string]any{}
+	out := &outcome{set: map[string]map[string]any{}}
+	var labels map[string]int  // the tools by label, built for the first jump
+	var byLabel map[string]any // a pipeline's results by label
+	if len(calls) > 1 {
+		byLabel = make(map[string]any, len(calls))
+	}
 	var last any
 	attempts := make([]int, len(calls))
 	for i := 0; i < len(calls); {
@@ -81,9 +72,11 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 		}
 		// The attempt of the command (a durable retry is a new command) plus the runs of
 		// this item within it.
-		vars["_attempt"] = max(int(cmd.GetAttempt()), 1) - 1 + attempts[i]
-		vars["_task"] = label
-		res, runErr := e.runTool(ctx, cmd, tc, stepInput, vars, where)
+		if scoped {
+			vars["_attempt"] = max(int(cmd.GetAttempt()), 1) - 1 + attempts[i]
+			vars["_task"] = label
+		}
+		res, runErr := e.runTool(ctx, cmd, tc, plans[i], stepInput, vars, where)
 		var re *renderError
 		if errors.As(runErr, &re) {
 			return nil, runErr
@@ -95,13 +88,10 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 		if timedOut {
 			runErr = &tools.Error{Msg: stepTimeoutMessage(cmd), Retryable: true}
 		}
-		env := envelope(res, runErr)
-		vars["output"] = env
-		var policy *playbook.Policy
-		if p, ok := policyOf(tc); ok {
-			policy = p
+		if scoped {
+			vars["output"] = envelope(res, runErr)
 		}
-		action, err := e.decidePolicy(policy, vars, runErr, where)
+		action, err := e.decidePolicy(plans[i].policy, vars, runErr, where)
 		if err != nil {
 			return nil, err
 		}
@@ -149,10 +139,14 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 			return nil, fmt.Errorf("%s: %w", where, runErr)
 		}
 		last = res
-		byLabel[label] = res
-		vars[label] = res
-		vars["_prev"] = res
-		if set := itemSet(tc); len(set) > 0 {
+		if byLabel != nil {
+			byLabel[label] = res
+		}
+		if scoped {
+			vars[label] = res
+			vars["_prev"] = res
+		}
+		if set := plans[i].set; len(set) > 0 && tc.GetLabel() != "" {
 			// An item's set: is rendered against its result and merged into the running
 			// variables: the following items see each value by its bare name, later steps
 			// through ctx.
@@ -166,6 +160,14 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 			i = len(calls)
 			continue
 		case playbook.DoJump:
+			if labels == nil {
+				labels = make(map[string]int, len(calls))
+				for i, tc := range calls {
+					if tc.GetLabel() != "" {
+						labels[tc.GetLabel()] = i
+					}
+				}
+			}
 			j, ok := labels[action.To]
 			if !ok {
 				return nil, fmt.Errorf("%s: policy jump to unknown tool %q", where, action.To)
@@ -196,20 +198,47 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 	return out, nil
 }
 
+// commandScope loads and decodes the command's context and returns its template
+// variables, the keychain's entries among them.
+func (e *Executor) commandScope(ctx context.Context, cmd *eventv1.Command) (map[string]any, error) {
+	var scope domain.Scope
+	contextJSON := cmd.GetContextJson()
+	if ref := cmd.GetContextRef(); ref != nil {
+		// The context was too large to travel in the command.
+		body, err := e.Results.Fetch(ctx, cmd.GetTenant(), ref.GetUri())
+		if err != nil {
+			return nil, &tools.Error{Msg: fmt.Sprintf("step %s: load the command context %s: %v", cmd.GetStep(), ref.GetUri(), err), Retryable: true}
+		}
+		contextJSON = body
+	}
+	if len(contextJSON) > 0 {
+		if err := domain.DecodeJSON(contextJSON, &scope); err != nil {
+			return nil, fmt.Errorf("command context: %w", err)
+		}
+	}
+	if scope.Ctx == nil {
+		scope.Ctx = map[string]any{}
+	}
+	if err := e.Results.ResolveRefs(ctx, cmd, &scope); err != nil {
+		return nil, err
+	}
+	vars := scope.Vars()
+	vars["command_id"] = cmd.GetCommandId()
+	if err := e.loadKeychain(ctx, cmd, vars); err != nil { // keychain.go
+		return nil, err
+	}
+	return vars, nil
+}
+
 // runTool renders one tool's configuration and runs it.
-func (e *Executor) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.ToolCall, stepInput map[string]any, vars map[string]any, where string) (any, error) {
-	var cfg map[string]any
-	if err := json.Unmarshal(tc.GetConfigJson(), &cfg); err != nil {
-		return nil, fmt.Errorf("tool config: %w", err)
+func (e *Executor) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv1.ToolCall, plan *toolPlan, stepInput map[string]any, vars map[string]any, where string) (any, error) {
+	if plan.err != nil {
+		return nil, plan.err
 	}
 	// Code is data for the interpreter and the policy is evaluated after the run: neither
-	// is rendered now.
-	code, hasCode := cfg["code"]
-	delete(cfg, "code")
-	spec := cfg["spec"]
-	delete(cfg, "spec")
-	delete(cfg, "set") // a pipeline item's set is rendered against its result (run)
-	rc, err := e.Renderer.Render(cfg, vars)
+	// is rendered now (the plan holds the rest of the configuration).
+	code, spec := plan.copies()
+	rc, err := e.Renderer.Render(plan.cfg, vars)
 	if err != nil {
 		return nil, &renderError{fmt.Errorf("%s: %w", where, err)}
 	}
@@ -217,7 +246,7 @@ func (e *Executor) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv
 	if rendered == nil {
 		rendered = map[string]any{}
 	}
-	if hasCode {
+	if plan.hasCode {
 		rendered["code"] = code
 	}
 	if spec != nil {
