@@ -22,6 +22,7 @@ import (
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
+	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/testkit"
 	"github.com/noetl/noetl/services/gateway"
 	"github.com/noetl/noetl/services/materializer"
@@ -258,12 +259,25 @@ func cycleNothingLeft(t *testing.T, c *client, natsURL string) {
 		if err != nil {
 			return err
 		}
-		info, err := s.Info(ctx)
+		// The pools' subjects: the stream's keeper (natsx.KeepSubject) is no command.
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter("noetl.commands.*.>"))
 		if err != nil {
 			return err
 		}
-		if info.State.Msgs != 0 {
-			return fmt.Errorf("%d commands left in NOETL_COMMANDS", info.State.Msgs)
+		left := uint64(0)
+		for _, n := range info.State.Subjects {
+			left += n
+		}
+		if left != 0 {
+			return fmt.Errorf("%d commands left in NOETL_COMMANDS", left)
+		}
+		// The materializer forwarded commands, so it published the keeper, and one stays.
+		keep, err := s.Info(ctx, jetstream.WithSubjectFilter(natsx.KeepSubject))
+		if err != nil {
+			return err
+		}
+		if keep.State.Subjects[natsx.KeepSubject] != 1 {
+			return fmt.Errorf("NOETL_COMMANDS keepers: %v", keep.State.Subjects)
 		}
 		return nil
 	})

@@ -89,6 +89,19 @@ func CommandSubject(pool, executionID, commandID string, partitions int) string 
 	return fmt.Sprintf(prefixCommands+"%s.%d.%s", pool, Partition(executionID, partitions), commandID)
 }
 
+// KeepSubject is the subject of NOETL_COMMANDS's keeper: an empty message no pool's
+// consumer matches (a pool's filter, PoolSubjects, needs a token after the pool), which
+// the materializer publishes again every KeepEvery while it forwards commands, the stream
+// keeping only the latest (one message per subject). The file store deletes a work
+// queue's last block file and creates a new one every time its last message is
+// acknowledged; a queue that a chain of steps empties after every command did that once
+// per step (a third of the NATS server's CPU). With the keeper in the last block the
+// block never empties.
+const KeepSubject = prefixCommands + "keep"
+
+// KeepEvery is how often the materializer publishes the keeper of NOETL_COMMANDS.
+const KeepEvery = time.Second
+
 // CommandQueued reports whether the commands stream still holds the message of a
 // command: queued for its pool, or delivered to a worker that has not acked it (the
 // stream removes a command when its worker acks it, after the worker has published the
@@ -183,9 +196,12 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 			Description: "NoETL committed commands for worker pools",
 			Subjects:    []string{prefixCommands + ">"},
 			Retention:   jetstream.WorkQueuePolicy,
-			Duplicates:  2 * time.Minute,
-			Replicas:    cfg.Replicas,
-			MaxMsgSize:  MaxMessageBytes + 4096,
+			// One message per subject: a command's subject ends with its id, so this
+			// bounds only the keeper (KeepSubject).
+			MaxMsgsPerSubject: 1,
+			Duplicates:        2 * time.Minute,
+			Replicas:          cfg.Replicas,
+			MaxMsgSize:        MaxMessageBytes + 4096,
 		},
 		{
 			Name:        StreamCommitted,
@@ -226,6 +242,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 	sameLimit := func(a, b int32) bool { return a == b || (a <= 0 && b <= 0) }
 	if slices.Equal(cur.Subjects, sc.Subjects) && cur.Retention == sc.Retention && cur.MaxAge == sc.MaxAge &&
 		cur.Duplicates == sc.Duplicates && cur.Replicas == sc.Replicas && sameLimit(cur.MaxMsgSize, sc.MaxMsgSize) &&
+		(cur.MaxMsgsPerSubject == sc.MaxMsgsPerSubject || cur.MaxMsgsPerSubject <= 0 && sc.MaxMsgsPerSubject <= 0) &&
 		(cur.MaxBytes == sc.MaxBytes || cur.MaxBytes <= 0 && sc.MaxBytes <= 0) && cur.Discard == sc.Discard {
 		return nil
 	}

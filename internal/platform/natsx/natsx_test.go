@@ -268,3 +268,42 @@ func TestCommandQueuedUntilItsWorkerAcks(t *testing.T) {
 	require.NoError(t, m.DoubleAck(ctx))
 	require.False(t, queued(), "acked: the work queue removed it")
 }
+
+// NOETL_COMMANDS keeps one keeper (the latest), which no pool's consumer receives, even a
+// pool named like it; and a stream declared before the keeper existed is updated to keep
+// one message per subject.
+func TestCommandsStreamKeepsOneKeeperNoPoolReceives(t *testing.T) {
+	url := testkit.StartNATS(t)
+	nc, js, err := natsx.Connect(url, "t")
+	require.NoError(t, err)
+	defer nc.Close()
+	ctx := context.Background()
+	// An older declaration, without the per-subject bound.
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: natsx.StreamCommands, Subjects: []string{"noetl.commands.>"}, Retention: jetstream.WorkQueuePolicy,
+		Duplicates: 2 * time.Minute, MaxMsgSize: natsx.MaxMessageBytes + 4096})
+	require.NoError(t, err)
+	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
+	s, err := js.Stream(ctx, natsx.StreamCommands)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), s.CachedInfo().Config.MaxMsgsPerSubject)
+
+	for range 3 {
+		require.NoError(t, natsx.PublishAll(ctx, js, []natsx.Message{{Subject: natsx.KeepSubject}}))
+	}
+	cmd := natsx.CommandSubject("keep", "x1", "c1", 16)
+	require.NoError(t, natsx.PublishAll(ctx, js, []natsx.Message{{Subject: cmd, MsgID: "c1", Data: []byte("command")}}))
+	cons, err := js.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{Durable: "worker-keep", FilterSubject: natsx.PoolSubjects("keep"), AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	batch, err := cons.Fetch(10, jetstream.FetchMaxWait(time.Second))
+	require.NoError(t, err)
+	var got []string
+	for m := range batch.Messages() {
+		got = append(got, m.Subject())
+		require.NoError(t, m.DoubleAck(ctx))
+	}
+	require.NoError(t, batch.Error())
+	require.Equal(t, []string{cmd}, got, "the pool receives its command and not the keeper")
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(">"))
+	require.NoError(t, err)
+	require.Equal(t, map[string]uint64{natsx.KeepSubject: 1}, info.State.Subjects, "the acknowledged command is gone, one keeper stays")
+}

@@ -180,6 +180,9 @@ type loop struct {
 	lag     *lagMonitor
 	// group commits the partitions' batches, several per transaction (group.go).
 	group *committer
+	// keptAt is when (Unix nanoseconds) NOETL_COMMANDS's keeper was last published
+	// (natsx.KeepSubject).
+	keptAt atomic.Int64
 }
 
 // consume runs partition p until ctx ends. It reads the partition's events in stream order
@@ -404,6 +407,11 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 			}
 		}
 		out = append(out, natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), c.GetCommandId(), l.cfg.Partitions), MsgID: c.GetCommandId(), Data: b, Header: h})
+	}
+	if now := time.Now().UnixNano(); len(res.Commands) > 0 && now-l.keptAt.Load() >= int64(natsx.KeepEvery) {
+		// After the commands, so it lands in the stream's last block with them.
+		l.keptAt.Store(now)
+		out = append(out, natsx.Message{Subject: natsx.KeepSubject})
 	}
 	for _, n := range res.Notices {
 		if failpoint.Eval(failpoint.MaterializerLoseNotice) != nil {
