@@ -1,5 +1,8 @@
 // Package store rebuilds execution state from the event log incrementally: each cached
-// state is advanced by reading only the events after its seq, and the cache is bounded.
+// state is advanced by reading only the events after its seq, and the cache is bounded. A
+// terminal state is served only while its execution exists (retention may have purged it
+// since it was cached). An execution's head (tenant, status, last seq) is read from its
+// row, without the cache.
 package store
 
 import (
@@ -164,8 +167,12 @@ func (s *Store) GetState(ctx context.Context, req *sbv1.GetStateRequest) (*sbv1.
 	e := s.entry(id)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// read counts the events this call read from the log: at least one means the
+	// execution was in the log at that read, within this call.
+	read, cold := 0, !e.loaded
 	if e.state.GetSeq() < req.GetMinSeq() || req.GetMinSeq() == 0 {
-		if err := s.advance(ctx, e); err != nil {
+		var err error
+		if read, err = s.advance(ctx, e); err != nil {
 			s.drop(id)
 			if errors.Is(err, domain.ErrGap) {
 				return nil, status.Errorf(codes.Unavailable, "execution %s: %v; retry", id, err)
@@ -174,17 +181,22 @@ func (s *Store) GetState(ctx context.Context, req *sbv1.GetStateRequest) (*sbv1.
 		}
 	}
 	st := e.state
-	size := int64(proto.Size(st))
-	s.account(e, size)
+	if read > 0 || cold {
+		// Only a snapshot's load or a fold changes the state's size; a read of the cached
+		// state leaves it.
+		s.account(e, int64(proto.Size(st)))
+	}
 	if st.GetSeq()-e.snapSeq >= s.snapshotEvery {
 		if err := s.snapshot(ctx, e); err != nil {
 			return nil, err
 		}
 	}
 	gone := false
-	if st.GetSeq() > 0 && domain.IsTerminalStatus(st.GetStatus()) {
+	if st.GetSeq() > 0 && domain.IsTerminalStatus(st.GetStatus()) && read == 0 {
 		// Retention may have purged it since it was cached (by another replica's
 		// request, too): a terminal state is served only while its execution exists.
+		// Events this call read prove it did: retention deletes an execution's row and
+		// its events in one transaction (noetl.purge_executions).
 		var err error
 		if gone, err = s.purged(ctx, id); err != nil {
 			return nil, err
@@ -198,6 +210,28 @@ func (s *Store) GetState(ctx context.Context, req *sbv1.GetStateRequest) (*sbv1.
 		return nil, status.Errorf(codes.Unavailable, "execution %s: log at seq %d, behind requested seq %d; retry", id, st.GetSeq(), req.GetMinSeq())
 	}
 	return &sbv1.GetStateResponse{State: proto.Clone(st).(*sbv1.ExecutionState)}, nil
+}
+
+// GetExecutionHead returns an execution's tenant, status and last seq from its row in
+// noetl.execution, which the materializer updates in the transaction that commits the
+// events: no fold, no cache. An execution of another tenant, or one retention purged, is
+// not found, as in GetState.
+func (s *Store) GetExecutionHead(ctx context.Context, req *sbv1.GetExecutionHeadRequest) (*sbv1.GetExecutionHeadResponse, error) {
+	id := req.GetExecutionId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
+	}
+	var resp sbv1.GetExecutionHeadResponse
+	var st int16
+	err := s.db.QueryRow(ctx, `SELECT tenant, status, last_seq FROM noetl.execution WHERE execution_id = $1`, id).Scan(&resp.Tenant, &st, &resp.LastSeq)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (resp.GetLastSeq() == 0 || (req.GetTenant() != "" && resp.GetTenant() != req.GetTenant()))) {
+		return nil, status.Errorf(codes.NotFound, "execution %s not found", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp.Status = eventv1.ExecutionStatus(st)
+	return &resp, nil
 }
 
 // snapshot persists an entry's state so a cold rebuild reads at most snapshotEvery events.
@@ -217,8 +251,8 @@ func (s *Store) snapshot(ctx context.Context, e *entry) error {
 }
 
 // advance folds the events after the cached seq, starting a cold entry from its latest
-// snapshot.
-func (s *Store) advance(ctx context.Context, e *entry) error {
+// snapshot, and returns how many events it read from the log.
+func (s *Store) advance(ctx context.Context, e *entry) (read int, err error) {
 	if !e.loaded {
 		var seq int64
 		var body []byte
@@ -226,14 +260,14 @@ func (s *Store) advance(ctx context.Context, e *entry) error {
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 		case err != nil:
-			return err
+			return 0, err
 		default:
 			st := &sbv1.ExecutionState{}
 			if err := proto.Unmarshal(body, st); err != nil {
-				return fmt.Errorf("snapshot of %s: %w", e.id, err)
+				return 0, fmt.Errorf("snapshot of %s: %w", e.id, err)
 			}
 			if st.GetSeq() != seq {
-				return fmt.Errorf("snapshot of %s: body at seq %d, row at %d", e.id, st.GetSeq(), seq)
+				return 0, fmt.Errorf("snapshot of %s: body at seq %d, row at %d", e.id, st.GetSeq(), seq)
 			}
 			e.state, e.snapSeq = st, seq
 			s.snapshotReads.Inc()
@@ -243,28 +277,29 @@ func (s *Store) advance(ctx context.Context, e *entry) error {
 	for {
 		rows, err := s.db.Query(ctx, `SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, e.id, e.state.GetSeq(), readPage)
 		if err != nil {
-			return err
+			return read, err
 		}
 		n := 0
 		for rows.Next() {
 			ev, err := scanEvent(rows)
 			if err != nil {
 				rows.Close()
-				return fmt.Errorf("event of %s after seq %d: %w", e.id, e.state.GetSeq(), err)
+				return read, fmt.Errorf("event of %s after seq %d: %w", e.id, e.state.GetSeq(), err)
 			}
 			if err := domain.Apply(e.state, ev); err != nil {
 				rows.Close()
 				e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
-				return err
+				return read, err
 			}
 			n++
+			read++
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return err
+			return read, err
 		}
 		if n < readPage {
-			return nil
+			return read, nil
 		}
 	}
 }

@@ -1415,6 +1415,127 @@ func (x *GetStateResponse) GetState() *ExecutionState {
 	return nil
 }
 
+// GetExecutionHeadRequest names an execution.
+type GetExecutionHeadRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Execution id.
+	ExecutionId string `protobuf:"bytes,1,opt,name=execution_id,json=executionId,proto3" json:"execution_id,omitempty"`
+	// Tenant of the caller; empty for internal callers acting for every tenant. Another
+	// tenant's execution is not found.
+	Tenant        string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetExecutionHeadRequest) Reset() {
+	*x = GetExecutionHeadRequest{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetExecutionHeadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetExecutionHeadRequest) ProtoMessage() {}
+
+func (x *GetExecutionHeadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetExecutionHeadRequest.ProtoReflect.Descriptor instead.
+func (*GetExecutionHeadRequest) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetExecutionHeadRequest) GetExecutionId() string {
+	if x != nil {
+		return x.ExecutionId
+	}
+	return ""
+}
+
+func (x *GetExecutionHeadRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// GetExecutionHeadResponse is an execution's row in the execution projection: what the
+// materializer recorded with its last commit.
+type GetExecutionHeadResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tenant that owns the execution.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Lifecycle status.
+	Status v1.ExecutionStatus `protobuf:"varint,2,opt,name=status,proto3,enum=noetl.event.v1.ExecutionStatus" json:"status,omitempty"`
+	// Highest committed sequence number.
+	LastSeq       int64 `protobuf:"varint,3,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetExecutionHeadResponse) Reset() {
+	*x = GetExecutionHeadResponse{}
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetExecutionHeadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetExecutionHeadResponse) ProtoMessage() {}
+
+func (x *GetExecutionHeadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetExecutionHeadResponse.ProtoReflect.Descriptor instead.
+func (*GetExecutionHeadResponse) Descriptor() ([]byte, []int) {
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetExecutionHeadResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *GetExecutionHeadResponse) GetStatus() v1.ExecutionStatus {
+	if x != nil {
+		return x.Status
+	}
+	return v1.ExecutionStatus(0)
+}
+
+func (x *GetExecutionHeadResponse) GetLastSeq() int64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
 // ListEventsRequest asks for a page of an execution's events.
 type ListEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1439,7 +1560,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1572,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[11]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1585,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{11}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListEventsRequest) GetExecutionId() string {
@@ -1529,7 +1650,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1662,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[12]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1675,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{12}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListEventsResponse) GetEvents() []*v1.Event {
@@ -1600,7 +1721,7 @@ type ExecutionSummary struct {
 
 func (x *ExecutionSummary) Reset() {
 	*x = ExecutionSummary{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1733,7 @@ func (x *ExecutionSummary) String() string {
 func (*ExecutionSummary) ProtoMessage() {}
 
 func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[13]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1746,7 @@ func (x *ExecutionSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionSummary.ProtoReflect.Descriptor instead.
 func (*ExecutionSummary) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{13}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecutionSummary) GetExecutionId() string {
@@ -1727,7 +1848,7 @@ type ListExecutionsRequest struct {
 
 func (x *ListExecutionsRequest) Reset() {
 	*x = ListExecutionsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1860,7 @@ func (x *ListExecutionsRequest) String() string {
 func (*ListExecutionsRequest) ProtoMessage() {}
 
 func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[14]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1873,7 @@ func (x *ListExecutionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsRequest.ProtoReflect.Descriptor instead.
 func (*ListExecutionsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{14}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListExecutionsRequest) GetTenant() string {
@@ -1838,7 +1959,7 @@ type ListExecutionsResponse struct {
 
 func (x *ListExecutionsResponse) Reset() {
 	*x = ListExecutionsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[15]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1971,7 @@ func (x *ListExecutionsResponse) String() string {
 func (*ListExecutionsResponse) ProtoMessage() {}
 
 func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[15]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1984,7 @@ func (x *ListExecutionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExecutionsResponse.ProtoReflect.Descriptor instead.
 func (*ListExecutionsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{15}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListExecutionsResponse) GetExecutions() []*ExecutionSummary {
@@ -1899,7 +2020,7 @@ type Timer struct {
 
 func (x *Timer) Reset() {
 	*x = Timer{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[16]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2032,7 @@ func (x *Timer) String() string {
 func (*Timer) ProtoMessage() {}
 
 func (x *Timer) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[16]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2045,7 @@ func (x *Timer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timer.ProtoReflect.Descriptor instead.
 func (*Timer) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{16}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Timer) GetExecutionId() string {
@@ -1973,7 +2094,7 @@ type ListDueTimersRequest struct {
 
 func (x *ListDueTimersRequest) Reset() {
 	*x = ListDueTimersRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[17]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2106,7 @@ func (x *ListDueTimersRequest) String() string {
 func (*ListDueTimersRequest) ProtoMessage() {}
 
 func (x *ListDueTimersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[17]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2119,7 @@ func (x *ListDueTimersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDueTimersRequest.ProtoReflect.Descriptor instead.
 func (*ListDueTimersRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{17}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListDueTimersRequest) GetLimit() int32 {
@@ -2021,7 +2142,7 @@ type ListDueTimersResponse struct {
 
 func (x *ListDueTimersResponse) Reset() {
 	*x = ListDueTimersResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[18]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2154,7 @@ func (x *ListDueTimersResponse) String() string {
 func (*ListDueTimersResponse) ProtoMessage() {}
 
 func (x *ListDueTimersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[18]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2167,7 @@ func (x *ListDueTimersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDueTimersResponse.ProtoReflect.Descriptor instead.
 func (*ListDueTimersResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{18}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListDueTimersResponse) GetTimers() []*Timer {
@@ -2080,7 +2201,7 @@ type PurgeSnapshotsRequest struct {
 
 func (x *PurgeSnapshotsRequest) Reset() {
 	*x = PurgeSnapshotsRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[19]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2213,7 @@ func (x *PurgeSnapshotsRequest) String() string {
 func (*PurgeSnapshotsRequest) ProtoMessage() {}
 
 func (x *PurgeSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[19]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2226,7 @@ func (x *PurgeSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*PurgeSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{19}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PurgeSnapshotsRequest) GetExecutionIds() []string {
@@ -2142,7 +2263,7 @@ type PurgeSnapshotsResponse struct {
 
 func (x *PurgeSnapshotsResponse) Reset() {
 	*x = PurgeSnapshotsResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[20]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2275,7 @@ func (x *PurgeSnapshotsResponse) String() string {
 func (*PurgeSnapshotsResponse) ProtoMessage() {}
 
 func (x *PurgeSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[20]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2288,7 @@ func (x *PurgeSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*PurgeSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{20}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PurgeSnapshotsResponse) GetDeleted() int64 {
@@ -2201,7 +2322,7 @@ type QueryReadOnlyRequest struct {
 
 func (x *QueryReadOnlyRequest) Reset() {
 	*x = QueryReadOnlyRequest{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[21]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2334,7 @@ func (x *QueryReadOnlyRequest) String() string {
 func (*QueryReadOnlyRequest) ProtoMessage() {}
 
 func (x *QueryReadOnlyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[21]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2347,7 @@ func (x *QueryReadOnlyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryReadOnlyRequest.ProtoReflect.Descriptor instead.
 func (*QueryReadOnlyRequest) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{21}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueryReadOnlyRequest) GetSql() string {
@@ -2272,7 +2393,7 @@ type QueryReadOnlyResponse struct {
 
 func (x *QueryReadOnlyResponse) Reset() {
 	*x = QueryReadOnlyResponse{}
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[22]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2405,7 @@ func (x *QueryReadOnlyResponse) String() string {
 func (*QueryReadOnlyResponse) ProtoMessage() {}
 
 func (x *QueryReadOnlyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[22]
+	mi := &file_noetl_statebuilder_v1_statebuilder_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2418,7 @@ func (x *QueryReadOnlyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryReadOnlyResponse.ProtoReflect.Descriptor instead.
 func (*QueryReadOnlyResponse) Descriptor() ([]byte, []int) {
-	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{22}
+	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueryReadOnlyResponse) GetColumns() []string {
@@ -2478,7 +2599,14 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\amin_seq\x18\x02 \x01(\x03R\x06minSeq\x12\x16\n" +
 	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"O\n" +
 	"\x10GetStateResponse\x12;\n" +
-	"\x05state\x18\x01 \x01(\v2%.noetl.statebuilder.v1.ExecutionStateR\x05state\"\xce\x01\n" +
+	"\x05state\x18\x01 \x01(\v2%.noetl.statebuilder.v1.ExecutionStateR\x05state\"T\n" +
+	"\x17GetExecutionHeadRequest\x12!\n" +
+	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"\x86\x01\n" +
+	"\x18GetExecutionHeadResponse\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x127\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1f.noetl.event.v1.ExecutionStatusR\x06status\x12\x19\n" +
+	"\blast_seq\x18\x03 \x01(\x03R\alastSeq\"\xce\x01\n" +
 	"\x11ListEventsRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x1b\n" +
@@ -2555,9 +2683,10 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x15QueryReadOnlyResponse\x12\x18\n" +
 	"\acolumns\x18\x01 \x03(\tR\acolumns\x12\x1b\n" +
 	"\trows_json\x18\x02 \x01(\fR\browsJson\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated2\x84\x05\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated2\xf9\x05\n" +
 	"\fStateService\x12[\n" +
-	"\bGetState\x12&.noetl.statebuilder.v1.GetStateRequest\x1a'.noetl.statebuilder.v1.GetStateResponse\x12a\n" +
+	"\bGetState\x12&.noetl.statebuilder.v1.GetStateRequest\x1a'.noetl.statebuilder.v1.GetStateResponse\x12s\n" +
+	"\x10GetExecutionHead\x12..noetl.statebuilder.v1.GetExecutionHeadRequest\x1a/.noetl.statebuilder.v1.GetExecutionHeadResponse\x12a\n" +
 	"\n" +
 	"ListEvents\x12(.noetl.statebuilder.v1.ListEventsRequest\x1a).noetl.statebuilder.v1.ListEventsResponse\x12m\n" +
 	"\x0eListExecutions\x12,.noetl.statebuilder.v1.ListExecutionsRequest\x1a-.noetl.statebuilder.v1.ListExecutionsResponse\x12j\n" +
@@ -2578,106 +2707,111 @@ func file_noetl_statebuilder_v1_statebuilder_proto_rawDescGZIP() []byte {
 	return file_noetl_statebuilder_v1_statebuilder_proto_rawDescData
 }
 
-var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_noetl_statebuilder_v1_statebuilder_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_noetl_statebuilder_v1_statebuilder_proto_goTypes = []any{
-	(*ExecutionState)(nil),         // 0: noetl.statebuilder.v1.ExecutionState
-	(*Variable)(nil),               // 1: noetl.statebuilder.v1.Variable
-	(*StepState)(nil),              // 2: noetl.statebuilder.v1.StepState
-	(*CursorState)(nil),            // 3: noetl.statebuilder.v1.CursorState
-	(*CursorSlot)(nil),             // 4: noetl.statebuilder.v1.CursorSlot
-	(*CursorFrame)(nil),            // 5: noetl.statebuilder.v1.CursorFrame
-	(*CursorUnit)(nil),             // 6: noetl.statebuilder.v1.CursorUnit
-	(*RetryState)(nil),             // 7: noetl.statebuilder.v1.RetryState
-	(*LoopState)(nil),              // 8: noetl.statebuilder.v1.LoopState
-	(*GetStateRequest)(nil),        // 9: noetl.statebuilder.v1.GetStateRequest
-	(*GetStateResponse)(nil),       // 10: noetl.statebuilder.v1.GetStateResponse
-	(*ListEventsRequest)(nil),      // 11: noetl.statebuilder.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),     // 12: noetl.statebuilder.v1.ListEventsResponse
-	(*ExecutionSummary)(nil),       // 13: noetl.statebuilder.v1.ExecutionSummary
-	(*ListExecutionsRequest)(nil),  // 14: noetl.statebuilder.v1.ListExecutionsRequest
-	(*ListExecutionsResponse)(nil), // 15: noetl.statebuilder.v1.ListExecutionsResponse
-	(*Timer)(nil),                  // 16: noetl.statebuilder.v1.Timer
-	(*ListDueTimersRequest)(nil),   // 17: noetl.statebuilder.v1.ListDueTimersRequest
-	(*ListDueTimersResponse)(nil),  // 18: noetl.statebuilder.v1.ListDueTimersResponse
-	(*PurgeSnapshotsRequest)(nil),  // 19: noetl.statebuilder.v1.PurgeSnapshotsRequest
-	(*PurgeSnapshotsResponse)(nil), // 20: noetl.statebuilder.v1.PurgeSnapshotsResponse
-	(*QueryReadOnlyRequest)(nil),   // 21: noetl.statebuilder.v1.QueryReadOnlyRequest
-	(*QueryReadOnlyResponse)(nil),  // 22: noetl.statebuilder.v1.QueryReadOnlyResponse
-	nil,                            // 23: noetl.statebuilder.v1.ExecutionState.StepsEntry
-	nil,                            // 24: noetl.statebuilder.v1.ExecutionState.LabelsEntry
-	nil,                            // 25: noetl.statebuilder.v1.ExecutionState.VarsEntry
-	nil,                            // 26: noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	nil,                            // 27: noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
-	(v1.ExecutionStatus)(0),        // 28: noetl.event.v1.ExecutionStatus
-	(*v1.ErrorInfo)(nil),           // 29: noetl.event.v1.ErrorInfo
-	(*timestamppb.Timestamp)(nil),  // 30: google.protobuf.Timestamp
-	(v1.StepStatus)(0),             // 31: noetl.event.v1.StepStatus
-	(*v1.ResultRef)(nil),           // 32: noetl.event.v1.ResultRef
-	(*v1.Event)(nil),               // 33: noetl.event.v1.Event
+	(*ExecutionState)(nil),           // 0: noetl.statebuilder.v1.ExecutionState
+	(*Variable)(nil),                 // 1: noetl.statebuilder.v1.Variable
+	(*StepState)(nil),                // 2: noetl.statebuilder.v1.StepState
+	(*CursorState)(nil),              // 3: noetl.statebuilder.v1.CursorState
+	(*CursorSlot)(nil),               // 4: noetl.statebuilder.v1.CursorSlot
+	(*CursorFrame)(nil),              // 5: noetl.statebuilder.v1.CursorFrame
+	(*CursorUnit)(nil),               // 6: noetl.statebuilder.v1.CursorUnit
+	(*RetryState)(nil),               // 7: noetl.statebuilder.v1.RetryState
+	(*LoopState)(nil),                // 8: noetl.statebuilder.v1.LoopState
+	(*GetStateRequest)(nil),          // 9: noetl.statebuilder.v1.GetStateRequest
+	(*GetStateResponse)(nil),         // 10: noetl.statebuilder.v1.GetStateResponse
+	(*GetExecutionHeadRequest)(nil),  // 11: noetl.statebuilder.v1.GetExecutionHeadRequest
+	(*GetExecutionHeadResponse)(nil), // 12: noetl.statebuilder.v1.GetExecutionHeadResponse
+	(*ListEventsRequest)(nil),        // 13: noetl.statebuilder.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),       // 14: noetl.statebuilder.v1.ListEventsResponse
+	(*ExecutionSummary)(nil),         // 15: noetl.statebuilder.v1.ExecutionSummary
+	(*ListExecutionsRequest)(nil),    // 16: noetl.statebuilder.v1.ListExecutionsRequest
+	(*ListExecutionsResponse)(nil),   // 17: noetl.statebuilder.v1.ListExecutionsResponse
+	(*Timer)(nil),                    // 18: noetl.statebuilder.v1.Timer
+	(*ListDueTimersRequest)(nil),     // 19: noetl.statebuilder.v1.ListDueTimersRequest
+	(*ListDueTimersResponse)(nil),    // 20: noetl.statebuilder.v1.ListDueTimersResponse
+	(*PurgeSnapshotsRequest)(nil),    // 21: noetl.statebuilder.v1.PurgeSnapshotsRequest
+	(*PurgeSnapshotsResponse)(nil),   // 22: noetl.statebuilder.v1.PurgeSnapshotsResponse
+	(*QueryReadOnlyRequest)(nil),     // 23: noetl.statebuilder.v1.QueryReadOnlyRequest
+	(*QueryReadOnlyResponse)(nil),    // 24: noetl.statebuilder.v1.QueryReadOnlyResponse
+	nil,                              // 25: noetl.statebuilder.v1.ExecutionState.StepsEntry
+	nil,                              // 26: noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	nil,                              // 27: noetl.statebuilder.v1.ExecutionState.VarsEntry
+	nil,                              // 28: noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	nil,                              // 29: noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	(v1.ExecutionStatus)(0),          // 30: noetl.event.v1.ExecutionStatus
+	(*v1.ErrorInfo)(nil),             // 31: noetl.event.v1.ErrorInfo
+	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
+	(v1.StepStatus)(0),               // 33: noetl.event.v1.StepStatus
+	(*v1.ResultRef)(nil),             // 34: noetl.event.v1.ResultRef
+	(*v1.Event)(nil),                 // 35: noetl.event.v1.Event
 }
 var file_noetl_statebuilder_v1_statebuilder_proto_depIdxs = []int32{
-	28, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
-	23, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
-	29, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
-	30, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
-	30, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
-	24, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
-	30, // 6: noetl.statebuilder.v1.ExecutionState.deadline:type_name -> google.protobuf.Timestamp
-	25, // 7: noetl.statebuilder.v1.ExecutionState.vars:type_name -> noetl.statebuilder.v1.ExecutionState.VarsEntry
-	30, // 8: noetl.statebuilder.v1.Variable.create_time:type_name -> google.protobuf.Timestamp
-	30, // 9: noetl.statebuilder.v1.Variable.update_time:type_name -> google.protobuf.Timestamp
-	31, // 10: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
-	32, // 11: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
-	29, // 12: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
+	30, // 0: noetl.statebuilder.v1.ExecutionState.status:type_name -> noetl.event.v1.ExecutionStatus
+	25, // 1: noetl.statebuilder.v1.ExecutionState.steps:type_name -> noetl.statebuilder.v1.ExecutionState.StepsEntry
+	31, // 2: noetl.statebuilder.v1.ExecutionState.error:type_name -> noetl.event.v1.ErrorInfo
+	32, // 3: noetl.statebuilder.v1.ExecutionState.start_time:type_name -> google.protobuf.Timestamp
+	32, // 4: noetl.statebuilder.v1.ExecutionState.end_time:type_name -> google.protobuf.Timestamp
+	26, // 5: noetl.statebuilder.v1.ExecutionState.labels:type_name -> noetl.statebuilder.v1.ExecutionState.LabelsEntry
+	32, // 6: noetl.statebuilder.v1.ExecutionState.deadline:type_name -> google.protobuf.Timestamp
+	27, // 7: noetl.statebuilder.v1.ExecutionState.vars:type_name -> noetl.statebuilder.v1.ExecutionState.VarsEntry
+	32, // 8: noetl.statebuilder.v1.Variable.create_time:type_name -> google.protobuf.Timestamp
+	32, // 9: noetl.statebuilder.v1.Variable.update_time:type_name -> google.protobuf.Timestamp
+	33, // 10: noetl.statebuilder.v1.StepState.status:type_name -> noetl.event.v1.StepStatus
+	34, // 11: noetl.statebuilder.v1.StepState.result_ref:type_name -> noetl.event.v1.ResultRef
+	31, // 12: noetl.statebuilder.v1.StepState.error:type_name -> noetl.event.v1.ErrorInfo
 	8,  // 13: noetl.statebuilder.v1.StepState.loop:type_name -> noetl.statebuilder.v1.LoopState
 	7,  // 14: noetl.statebuilder.v1.StepState.retry:type_name -> noetl.statebuilder.v1.RetryState
-	33, // 15: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
+	35, // 15: noetl.statebuilder.v1.StepState.held:type_name -> noetl.event.v1.Event
 	3,  // 16: noetl.statebuilder.v1.StepState.cursor:type_name -> noetl.statebuilder.v1.CursorState
 	4,  // 17: noetl.statebuilder.v1.CursorState.slots:type_name -> noetl.statebuilder.v1.CursorSlot
-	29, // 18: noetl.statebuilder.v1.CursorState.last_error:type_name -> noetl.event.v1.ErrorInfo
+	31, // 18: noetl.statebuilder.v1.CursorState.last_error:type_name -> noetl.event.v1.ErrorInfo
 	5,  // 19: noetl.statebuilder.v1.CursorSlot.frame:type_name -> noetl.statebuilder.v1.CursorFrame
-	32, // 20: noetl.statebuilder.v1.CursorFrame.rows_ref:type_name -> noetl.event.v1.ResultRef
+	34, // 20: noetl.statebuilder.v1.CursorFrame.rows_ref:type_name -> noetl.event.v1.ResultRef
 	6,  // 21: noetl.statebuilder.v1.CursorFrame.units:type_name -> noetl.statebuilder.v1.CursorUnit
-	30, // 22: noetl.statebuilder.v1.CursorFrame.claimed_time:type_name -> google.protobuf.Timestamp
-	30, // 23: noetl.statebuilder.v1.CursorUnit.lease_from:type_name -> google.protobuf.Timestamp
-	30, // 24: noetl.statebuilder.v1.CursorUnit.heartbeat_time:type_name -> google.protobuf.Timestamp
-	30, // 25: noetl.statebuilder.v1.CursorUnit.lease_due:type_name -> google.protobuf.Timestamp
-	30, // 26: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
-	32, // 27: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
+	32, // 22: noetl.statebuilder.v1.CursorFrame.claimed_time:type_name -> google.protobuf.Timestamp
+	32, // 23: noetl.statebuilder.v1.CursorUnit.lease_from:type_name -> google.protobuf.Timestamp
+	32, // 24: noetl.statebuilder.v1.CursorUnit.heartbeat_time:type_name -> google.protobuf.Timestamp
+	32, // 25: noetl.statebuilder.v1.CursorUnit.lease_due:type_name -> google.protobuf.Timestamp
+	32, // 26: noetl.statebuilder.v1.RetryState.failed_time:type_name -> google.protobuf.Timestamp
+	34, // 27: noetl.statebuilder.v1.LoopState.items_ref:type_name -> noetl.event.v1.ResultRef
 	0,  // 28: noetl.statebuilder.v1.GetStateResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	33, // 29: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
-	28, // 30: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
-	30, // 31: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
-	30, // 32: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
-	26, // 33: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
-	28, // 34: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	30, // 35: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
-	30, // 36: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
-	30, // 37: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
-	27, // 38: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
-	13, // 39: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
-	30, // 40: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
-	16, // 41: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
-	30, // 42: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
-	2,  // 43: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
-	1,  // 44: noetl.statebuilder.v1.ExecutionState.VarsEntry.value:type_name -> noetl.statebuilder.v1.Variable
-	9,  // 45: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
-	11, // 46: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
-	14, // 47: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
-	17, // 48: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
-	19, // 49: noetl.statebuilder.v1.StateService.PurgeSnapshots:input_type -> noetl.statebuilder.v1.PurgeSnapshotsRequest
-	21, // 50: noetl.statebuilder.v1.StateService.QueryReadOnly:input_type -> noetl.statebuilder.v1.QueryReadOnlyRequest
-	10, // 51: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
-	12, // 52: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
-	15, // 53: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
-	18, // 54: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
-	20, // 55: noetl.statebuilder.v1.StateService.PurgeSnapshots:output_type -> noetl.statebuilder.v1.PurgeSnapshotsResponse
-	22, // 56: noetl.statebuilder.v1.StateService.QueryReadOnly:output_type -> noetl.statebuilder.v1.QueryReadOnlyResponse
-	51, // [51:57] is the sub-list for method output_type
-	45, // [45:51] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	30, // 29: noetl.statebuilder.v1.GetExecutionHeadResponse.status:type_name -> noetl.event.v1.ExecutionStatus
+	35, // 30: noetl.statebuilder.v1.ListEventsResponse.events:type_name -> noetl.event.v1.Event
+	30, // 31: noetl.statebuilder.v1.ExecutionSummary.status:type_name -> noetl.event.v1.ExecutionStatus
+	32, // 32: noetl.statebuilder.v1.ExecutionSummary.start_time:type_name -> google.protobuf.Timestamp
+	32, // 33: noetl.statebuilder.v1.ExecutionSummary.end_time:type_name -> google.protobuf.Timestamp
+	28, // 34: noetl.statebuilder.v1.ExecutionSummary.labels:type_name -> noetl.statebuilder.v1.ExecutionSummary.LabelsEntry
+	30, // 35: noetl.statebuilder.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	32, // 36: noetl.statebuilder.v1.ListExecutionsRequest.updated_before:type_name -> google.protobuf.Timestamp
+	32, // 37: noetl.statebuilder.v1.ListExecutionsRequest.started_after:type_name -> google.protobuf.Timestamp
+	32, // 38: noetl.statebuilder.v1.ListExecutionsRequest.started_before:type_name -> google.protobuf.Timestamp
+	29, // 39: noetl.statebuilder.v1.ListExecutionsRequest.labels:type_name -> noetl.statebuilder.v1.ListExecutionsRequest.LabelsEntry
+	15, // 40: noetl.statebuilder.v1.ListExecutionsResponse.executions:type_name -> noetl.statebuilder.v1.ExecutionSummary
+	32, // 41: noetl.statebuilder.v1.Timer.due_time:type_name -> google.protobuf.Timestamp
+	18, // 42: noetl.statebuilder.v1.ListDueTimersResponse.timers:type_name -> noetl.statebuilder.v1.Timer
+	32, // 43: noetl.statebuilder.v1.ListDueTimersResponse.next_due_time:type_name -> google.protobuf.Timestamp
+	2,  // 44: noetl.statebuilder.v1.ExecutionState.StepsEntry.value:type_name -> noetl.statebuilder.v1.StepState
+	1,  // 45: noetl.statebuilder.v1.ExecutionState.VarsEntry.value:type_name -> noetl.statebuilder.v1.Variable
+	9,  // 46: noetl.statebuilder.v1.StateService.GetState:input_type -> noetl.statebuilder.v1.GetStateRequest
+	11, // 47: noetl.statebuilder.v1.StateService.GetExecutionHead:input_type -> noetl.statebuilder.v1.GetExecutionHeadRequest
+	13, // 48: noetl.statebuilder.v1.StateService.ListEvents:input_type -> noetl.statebuilder.v1.ListEventsRequest
+	16, // 49: noetl.statebuilder.v1.StateService.ListExecutions:input_type -> noetl.statebuilder.v1.ListExecutionsRequest
+	19, // 50: noetl.statebuilder.v1.StateService.ListDueTimers:input_type -> noetl.statebuilder.v1.ListDueTimersRequest
+	21, // 51: noetl.statebuilder.v1.StateService.PurgeSnapshots:input_type -> noetl.statebuilder.v1.PurgeSnapshotsRequest
+	23, // 52: noetl.statebuilder.v1.StateService.QueryReadOnly:input_type -> noetl.statebuilder.v1.QueryReadOnlyRequest
+	10, // 53: noetl.statebuilder.v1.StateService.GetState:output_type -> noetl.statebuilder.v1.GetStateResponse
+	12, // 54: noetl.statebuilder.v1.StateService.GetExecutionHead:output_type -> noetl.statebuilder.v1.GetExecutionHeadResponse
+	14, // 55: noetl.statebuilder.v1.StateService.ListEvents:output_type -> noetl.statebuilder.v1.ListEventsResponse
+	17, // 56: noetl.statebuilder.v1.StateService.ListExecutions:output_type -> noetl.statebuilder.v1.ListExecutionsResponse
+	20, // 57: noetl.statebuilder.v1.StateService.ListDueTimers:output_type -> noetl.statebuilder.v1.ListDueTimersResponse
+	22, // 58: noetl.statebuilder.v1.StateService.PurgeSnapshots:output_type -> noetl.statebuilder.v1.PurgeSnapshotsResponse
+	24, // 59: noetl.statebuilder.v1.StateService.QueryReadOnly:output_type -> noetl.statebuilder.v1.QueryReadOnlyResponse
+	53, // [53:60] is the sub-list for method output_type
+	46, // [46:53] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_noetl_statebuilder_v1_statebuilder_proto_init() }
@@ -2691,7 +2825,7 @@ func file_noetl_statebuilder_v1_statebuilder_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc), len(file_noetl_statebuilder_v1_statebuilder_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,12 +22,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	StateService_GetState_FullMethodName       = "/noetl.statebuilder.v1.StateService/GetState"
-	StateService_ListEvents_FullMethodName     = "/noetl.statebuilder.v1.StateService/ListEvents"
-	StateService_ListExecutions_FullMethodName = "/noetl.statebuilder.v1.StateService/ListExecutions"
-	StateService_ListDueTimers_FullMethodName  = "/noetl.statebuilder.v1.StateService/ListDueTimers"
-	StateService_PurgeSnapshots_FullMethodName = "/noetl.statebuilder.v1.StateService/PurgeSnapshots"
-	StateService_QueryReadOnly_FullMethodName  = "/noetl.statebuilder.v1.StateService/QueryReadOnly"
+	StateService_GetState_FullMethodName         = "/noetl.statebuilder.v1.StateService/GetState"
+	StateService_GetExecutionHead_FullMethodName = "/noetl.statebuilder.v1.StateService/GetExecutionHead"
+	StateService_ListEvents_FullMethodName       = "/noetl.statebuilder.v1.StateService/ListEvents"
+	StateService_ListExecutions_FullMethodName   = "/noetl.statebuilder.v1.StateService/ListExecutions"
+	StateService_ListDueTimers_FullMethodName    = "/noetl.statebuilder.v1.StateService/ListDueTimers"
+	StateService_PurgeSnapshots_FullMethodName   = "/noetl.statebuilder.v1.StateService/PurgeSnapshots"
+	StateService_QueryReadOnly_FullMethodName    = "/noetl.statebuilder.v1.StateService/QueryReadOnly"
 )
 
 // StateServiceClient is the client API for StateService service.
@@ -39,6 +40,10 @@ const (
 type StateServiceClient interface {
 	// GetState returns the state of an execution folded up to at least min_seq.
 	GetState(ctx context.Context, in *GetStateRequest, opts ...grpc.CallOption) (*GetStateResponse, error)
+	// GetExecutionHead returns an execution's tenant, status and last committed seq from
+	// its row in the execution projection, without folding its log: what a caller that
+	// only needs to know whether an execution exists, and whether it ended, reads.
+	GetExecutionHead(ctx context.Context, in *GetExecutionHeadRequest, opts ...grpc.CallOption) (*GetExecutionHeadResponse, error)
 	// ListEvents returns a page of an execution's committed events in seq order.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
 	// ListExecutions returns a page of executions, newest first.
@@ -67,6 +72,16 @@ func (c *stateServiceClient) GetState(ctx context.Context, in *GetStateRequest, 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetStateResponse)
 	err := c.cc.Invoke(ctx, StateService_GetState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *stateServiceClient) GetExecutionHead(ctx context.Context, in *GetExecutionHeadRequest, opts ...grpc.CallOption) (*GetExecutionHeadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetExecutionHeadResponse)
+	err := c.cc.Invoke(ctx, StateService_GetExecutionHead_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +147,10 @@ func (c *stateServiceClient) QueryReadOnly(ctx context.Context, in *QueryReadOnl
 type StateServiceServer interface {
 	// GetState returns the state of an execution folded up to at least min_seq.
 	GetState(context.Context, *GetStateRequest) (*GetStateResponse, error)
+	// GetExecutionHead returns an execution's tenant, status and last committed seq from
+	// its row in the execution projection, without folding its log: what a caller that
+	// only needs to know whether an execution exists, and whether it ended, reads.
+	GetExecutionHead(context.Context, *GetExecutionHeadRequest) (*GetExecutionHeadResponse, error)
 	// ListEvents returns a page of an execution's committed events in seq order.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
 	// ListExecutions returns a page of executions, newest first.
@@ -158,6 +177,9 @@ type UnimplementedStateServiceServer struct{}
 
 func (UnimplementedStateServiceServer) GetState(context.Context, *GetStateRequest) (*GetStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetState not implemented")
+}
+func (UnimplementedStateServiceServer) GetExecutionHead(context.Context, *GetExecutionHeadRequest) (*GetExecutionHeadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetExecutionHead not implemented")
 }
 func (UnimplementedStateServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
@@ -209,6 +231,24 @@ func _StateService_GetState_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(StateServiceServer).GetState(ctx, req.(*GetStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StateService_GetExecutionHead_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetExecutionHeadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StateServiceServer).GetExecutionHead(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StateService_GetExecutionHead_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StateServiceServer).GetExecutionHead(ctx, req.(*GetExecutionHeadRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -313,6 +353,10 @@ var StateService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetState",
 			Handler:    _StateService_GetState_Handler,
+		},
+		{
+			MethodName: "GetExecutionHead",
+			Handler:    _StateService_GetExecutionHead_Handler,
 		},
 		{
 			MethodName: "ListEvents",
