@@ -228,6 +228,10 @@ func (s *Server) WaitExecution(ctx context.Context, req *apiv1.WaitExecutionRequ
 	if err != nil {
 		return nil, err
 	}
+	if st := w.GetState(); st != nil {
+		// The orchestrator read the final state for the caller's tenant: no second read.
+		return &apiv1.WaitExecutionResponse{Execution: executionView(st)}, nil
+	}
 	x, err := s.execution(ctx, req.GetExecutionId(), w.GetSeq())
 	if err != nil {
 		return nil, err
@@ -244,7 +248,11 @@ func (s *Server) execution(ctx context.Context, id string, minSeq int64) (*apiv1
 	if err != nil {
 		return nil, err
 	}
-	st := resp.GetState()
+	return executionView(resp.GetState()), nil
+}
+
+// executionView is the public view of an execution's state.
+func executionView(st *sbv1.ExecutionState) *apiv1.Execution {
 	x := &apiv1.Execution{
 		ExecutionId: st.GetExecutionId(), Path: st.GetPlaybookPath(), Version: st.GetPlaybookVersion(), Status: st.GetStatus(),
 		Result: jsonValue(st.GetResultJson()), Error: st.GetError(), FailedSteps: st.GetFailedSteps(), LastSeq: st.GetSeq(),
@@ -254,7 +262,7 @@ func (s *Server) execution(ctx context.Context, id string, minSeq int64) (*apiv1
 	for name, s := range st.GetSteps() {
 		x.Steps[name] = &apiv1.StepView{Name: name, Status: s.GetStatus(), Result: jsonValue(s.GetResultJson()), ResultRef: s.GetResultRef(), Error: s.GetError(), Epoch: s.GetEpoch(), Reused: s.GetReused()}
 	}
-	return x, nil
+	return x
 }
 
 // ListExecutions implements ExecutionService.

@@ -220,7 +220,10 @@ func (s *Service) CancelExecution(ctx context.Context, req *orchv1.CancelExecuti
 }
 
 // WaitExecution waits for an execution's terminal commit notice. It subscribes before
-// reading the state, so a terminal commit between the two cannot be missed.
+// reading the execution's head (its row: tenant, status, last seq), so a terminal commit
+// between the two cannot be missed; the state is read once, when the execution is
+// terminal, at its terminal seq. A wait that times out (or whose caller leaves) reports
+// the seq it knows, with no state.
 func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRequest) (*orchv1.WaitExecutionResponse, error) {
 	if req.GetExecutionId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "execution_id: required")
@@ -245,17 +248,15 @@ func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
-	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: domain.TenantOrDefault(req.GetTenant())})
+	tenant := domain.TenantOrDefault(req.GetTenant())
+	head, err := s.State.GetExecutionHead(ctx, &sbv1.GetExecutionHeadRequest{ExecutionId: req.GetExecutionId(), Tenant: tenant})
 	if err != nil {
 		return nil, err
 	}
-	out := &orchv1.WaitExecutionResponse{Seq: resp.GetState().GetSeq(), Terminal: domain.IsTerminalStatus(resp.GetState().GetStatus())}
+	out := &orchv1.WaitExecutionResponse{Seq: head.GetLastSeq(), Terminal: domain.IsTerminalStatus(head.GetStatus())}
+	ended := out.Terminal // before the wait: its seq is the state's, as it always was
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if out.Terminal {
-		out.State = resp.GetState()
-		return out, nil
-	}
 	for !out.Terminal {
 		m, err := sub.NextMsgWithContext(wctx)
 		if err != nil {
@@ -266,11 +267,14 @@ func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 			out.Terminal = terminal
 		}
 	}
-	final, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: domain.TenantOrDefault(req.GetTenant()), MinSeq: out.Seq})
+	final, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenant, MinSeq: out.Seq})
 	if err != nil {
 		return nil, err
 	}
 	out.State = final.GetState()
+	if ended {
+		out.Seq = out.GetState().GetSeq()
+	}
 	return out, nil
 }
 

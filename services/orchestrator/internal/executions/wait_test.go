@@ -1,0 +1,173 @@
+package executions
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// headLog is the statebuilder's view of executions of tenant "t": each one's status and
+// last seq, and the calls a wait made. (The mesh's wait tests run it against the real
+// statebuilder and Postgres.)
+type headLog struct {
+	sbv1.StateServiceClient
+	mu     sync.Mutex
+	execs  map[string]*sbv1.ExecutionState
+	heads  int
+	states []int64 // min_seq of each GetState
+	// headRead, when set, receives the id of every head read: the wait is subscribed.
+	headRead chan string
+}
+
+func (l *headLog) find(id, tenant string) (*sbv1.ExecutionState, error) {
+	st, ok := l.execs[id]
+	if !ok || (tenant != "" && tenant != st.GetTenant()) {
+		return nil, status.Errorf(codes.NotFound, "execution %s not found", id)
+	}
+	return st, nil
+}
+
+func (l *headLog) GetExecutionHead(_ context.Context, req *sbv1.GetExecutionHeadRequest, _ ...grpc.CallOption) (*sbv1.GetExecutionHeadResponse, error) {
+	l.mu.Lock()
+	l.heads++
+	st, err := l.find(req.GetExecutionId(), req.GetTenant())
+	var resp *sbv1.GetExecutionHeadResponse
+	if err == nil {
+		resp = &sbv1.GetExecutionHeadResponse{Tenant: st.GetTenant(), Status: st.GetStatus(), LastSeq: st.GetSeq()}
+	}
+	l.mu.Unlock()
+	if l.headRead != nil {
+		l.headRead <- req.GetExecutionId()
+	}
+	return resp, err
+}
+
+func (l *headLog) GetState(_ context.Context, req *sbv1.GetStateRequest, _ ...grpc.CallOption) (*sbv1.GetStateResponse, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.states = append(l.states, req.GetMinSeq())
+	st, err := l.find(req.GetExecutionId(), req.GetTenant())
+	if err != nil {
+		return nil, err
+	}
+	if st.GetSeq() < req.GetMinSeq() {
+		return nil, status.Errorf(codes.Unavailable, "behind")
+	}
+	return &sbv1.GetStateResponse{State: proto.Clone(st).(*sbv1.ExecutionState)}, nil
+}
+
+// commit moves an execution to seq and status, as a commit does, and publishes its notice.
+func (l *headLog) commit(t *testing.T, nc *nats.Conn, id string, seq int64, st eventv1.ExecutionStatus) {
+	t.Helper()
+	l.mu.Lock()
+	l.execs[id].Seq, l.execs[id].Status = seq, st
+	l.mu.Unlock()
+	b, err := proto.Marshal(&eventv1.CommitNotice{ExecutionId: id, Tenant: "t", Seq: seq, Terminal: st != eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING})
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(natsx.CommittedSubject(id, 16), b))
+	require.NoError(t, nc.Flush())
+}
+
+func waitFixture(t *testing.T) (*Service, *headLog, *nats.Conn) {
+	t.Helper()
+	nc, err := nats.Connect(testkit.StartNATS(t))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	running, completed := eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED
+	l := &headLog{execs: map[string]*sbv1.ExecutionState{
+		"done": {ExecutionId: "done", Tenant: "t", Seq: 7, Status: completed, ResultJson: []byte(`{"ok":true}`)},
+		"live": {ExecutionId: "live", Tenant: "t", Seq: 2, Status: running},
+	}}
+	return &Service{NC: nc, State: l, Waiters: make(chan struct{}, 4)}, l, nc
+}
+
+// An execution that already ended costs one head read and one state read at its
+// terminal seq.
+func TestWaitOnAnEndedExecutionReadsTheStateOnce(t *testing.T) {
+	s, l, _ := waitFixture(t)
+	resp, err := s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "done"})
+	require.NoError(t, err)
+	require.True(t, resp.GetTerminal())
+	require.Equal(t, int64(7), resp.GetSeq())
+	require.Equal(t, `{"ok":true}`, string(resp.GetState().GetResultJson()))
+	require.Equal(t, 1, l.heads)
+	require.Equal(t, []int64{7}, l.states, "one state read, at the terminal seq")
+}
+
+// A running execution is waited for through its notices; its state is read once, at
+// the terminal notice's seq.
+func TestWaitFollowsNoticesToTheEndThenReadsTheStateOnce(t *testing.T) {
+	s, l, nc := waitFixture(t)
+	l.headRead = make(chan string, 1)
+	type result struct {
+		resp *orchv1.WaitExecutionResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "live", Timeout: durationpb.New(time.Minute)})
+		done <- result{resp, err}
+	}()
+	require.Equal(t, "live", <-l.headRead, "the wait subscribed and read the head")
+	l.commit(t, nc, "live", 3, eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING)
+	l.commit(t, nc, "live", 5, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED)
+	r := <-done
+	require.NoError(t, r.err)
+	require.True(t, r.resp.GetTerminal())
+	require.Equal(t, int64(5), r.resp.GetSeq())
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, r.resp.GetState().GetStatus())
+	require.Equal(t, 1, l.heads)
+	require.Equal(t, []int64{5}, l.states, "no state read before the end, one after")
+}
+
+// A wait that times out reports the seq it knows, not terminal and without a state, and
+// reads no state.
+func TestWaitThatTimesOutReportsWhatIsKnown(t *testing.T) {
+	s, l, _ := waitFixture(t)
+	resp, err := s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "live", Timeout: durationpb.New(50 * time.Millisecond)})
+	require.NoError(t, err)
+	require.False(t, resp.GetTerminal())
+	require.Equal(t, int64(2), resp.GetSeq())
+	require.Nil(t, resp.GetState())
+	require.Empty(t, l.states)
+}
+
+// An execution that does not exist, or is another tenant's, is NotFound; a wait needs an
+// id; waits beyond the bound are refused.
+func TestWaitRefusesUnknownOtherTenantsAndTooMany(t *testing.T) {
+	s, l, _ := waitFixture(t)
+	ctx := context.Background()
+	for _, req := range []*orchv1.WaitExecutionRequest{
+		{Tenant: "t", ExecutionId: "nope"},
+		{Tenant: "u", ExecutionId: "done"},
+	} {
+		_, err := s.WaitExecution(ctx, req)
+		require.Equal(t, codes.NotFound, status.Code(err), "%v: %v", req, err)
+	}
+	require.Empty(t, l.states, "NotFound is known from the head")
+	_, err := s.WaitExecution(ctx, &orchv1.WaitExecutionRequest{Tenant: "t"})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.ErrorContains(t, err, "execution_id")
+	for range cap(s.Waiters) {
+		s.Waiters <- struct{}{}
+	}
+	_, err = s.WaitExecution(ctx, &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "done"})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+}
