@@ -249,7 +249,7 @@ func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
 	tenant := domain.TenantOrDefault(req.GetTenant())
-	head, err := s.State.GetExecutionHead(ctx, &sbv1.GetExecutionHeadRequest{ExecutionId: req.GetExecutionId(), Tenant: tenant})
+	head, err := s.head(ctx, req.GetExecutionId(), tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -276,6 +276,21 @@ func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 		out.Seq = out.GetState().GetSeq()
 	}
 	return out, nil
+}
+
+// head reads an execution's head. A statebuilder older than GetExecutionHead (a rolling
+// upgrade) answers Unimplemented: its state says the same, at the cost of a fold.
+func (s *Service) head(ctx context.Context, id, tenant string) (*sbv1.GetExecutionHeadResponse, error) {
+	head, err := s.State.GetExecutionHead(ctx, &sbv1.GetExecutionHeadRequest{ExecutionId: id, Tenant: tenant})
+	if status.Code(err) != codes.Unimplemented {
+		return head, err
+	}
+	resp, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id, Tenant: tenant})
+	if err != nil {
+		return nil, err
+	}
+	st := resp.GetState()
+	return &sbv1.GetExecutionHeadResponse{Tenant: st.GetTenant(), Status: st.GetStatus(), LastSeq: st.GetSeq()}, nil
 }
 
 // cancelChildren cancels the running child executions of a cancelled execution (their own

@@ -34,6 +34,8 @@ type headLog struct {
 	states []int64 // min_seq of each GetState
 	// headRead, when set, receives the id of every head read: the wait is subscribed.
 	headRead chan string
+	// old makes it a statebuilder from before GetExecutionHead.
+	old bool
 }
 
 func (l *headLog) find(id, tenant string) (*sbv1.ExecutionState, error) {
@@ -45,6 +47,9 @@ func (l *headLog) find(id, tenant string) (*sbv1.ExecutionState, error) {
 }
 
 func (l *headLog) GetExecutionHead(_ context.Context, req *sbv1.GetExecutionHeadRequest, _ ...grpc.CallOption) (*sbv1.GetExecutionHeadResponse, error) {
+	if l.old {
+		return nil, status.Error(codes.Unimplemented, "unknown method GetExecutionHead")
+	}
 	l.mu.Lock()
 	l.heads++
 	st, err := l.find(req.GetExecutionId(), req.GetTenant())
@@ -170,4 +175,18 @@ func TestWaitRefusesUnknownOtherTenantsAndTooMany(t *testing.T) {
 	}
 	_, err = s.WaitExecution(ctx, &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "done"})
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+}
+
+// A statebuilder from before GetExecutionHead (a rolling upgrade) is read as before: the
+// state stands in for the head.
+func TestWaitOnAStatebuilderWithoutHeadsReadsTheState(t *testing.T) {
+	s, l, _ := waitFixture(t)
+	l.old = true
+	resp, err := s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "done"})
+	require.NoError(t, err)
+	require.True(t, resp.GetTerminal())
+	require.Equal(t, int64(7), resp.GetSeq())
+	require.Equal(t, `{"ok":true}`, string(resp.GetState().GetResultJson()))
+	_, err = s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "u", ExecutionId: "done"})
+	require.Equal(t, codes.NotFound, status.Code(err))
 }
