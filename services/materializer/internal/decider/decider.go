@@ -86,9 +86,14 @@ func (s *Stream) DecideCommitting(ctx context.Context, req *orchv1.DecideCommitt
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
+	// Send blocks while the stream's flow-control window is full (an orchestrator that
+	// stopped reading): past the call's deadline the stream is given up, so the writer's
+	// row locks are never held longer than a unary call would hold them.
+	giveUp := context.AfterFunc(ctx, ss.cancel)
 	ss.sendMu.Lock()
 	err = ss.stream.Send(&orchv1.DecideStreamRequest{CallId: id, Timeout: durationpb.New(timeout), Request: req})
 	ss.sendMu.Unlock()
+	giveUp()
 	if err != nil {
 		// Send reports io.EOF for a stream the server ended; the reason is Recv's.
 		<-ss.done

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/testkit"
 )
@@ -214,4 +215,40 @@ func TestClosedStreamRefusesCalls(t *testing.T) {
 	s.Close()
 	_, err = ask(context.Background(), s, "b")
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+// stuckOrchestrator opens streams and never reads them.
+type stuckOrchestrator struct {
+	orchv1.UnimplementedDecisionServiceServer
+}
+
+func (stuckOrchestrator) DecideStream(ss orchv1.DecisionService_DecideStreamServer) error {
+	<-ss.Context().Done()
+	return nil
+}
+
+// A call whose Send blocks (an orchestrator that stopped reading fills the stream's
+// flow-control window) returns once its deadline passes, instead of holding the writer's
+// row locks until the orchestrator reads again.
+func TestACallBlockedOnAStuckStreamReturnsAtItsDeadline(t *testing.T) {
+	s := New(serve(t, stuckOrchestrator{}))
+	defer s.Close()
+	big := &orchv1.DecideCommittingRequest{Executions: []*orchv1.CommittingExecution{{ExecutionId: "x", Events: []*eventv1.Event{{PayloadJson: make([]byte, 256<<10)}}}}}
+	done := make(chan error, 8)
+	for range 8 { // more than the window holds
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := s.DecideCommitting(ctx, big)
+			done <- err
+		}()
+	}
+	for range 8 {
+		select {
+		case err := <-done:
+			require.Error(t, err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("a call stayed blocked on the stuck stream past its deadline")
+		}
+	}
 }
