@@ -120,9 +120,10 @@ func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, pare
 		// A start already logged answers at once. When the statebuilder cannot tell, the
 		// start is published anyway: its playbook.started has the id of the first one, so
 		// the materializer keeps one copy and notifies the commit either way. A start
-		// needs only what it writes through (NATS, the materializer).
+		// needs only what it writes through (NATS, the materializer). Its existence is all
+		// the start needs: the head, not the state.
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a paused statebuilder is one that cannot tell
-		_, err := s.State.GetState(sctx, &sbv1.GetStateRequest{ExecutionId: id, Tenant: tenant})
+		_, err := s.head(sctx, id, tenant)
 		cancel()
 		switch code := status.Code(err); {
 		case err == nil:

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -189,4 +190,17 @@ func TestWaitOnAStatebuilderWithoutHeadsReadsTheState(t *testing.T) {
 	require.Equal(t, `{"ok":true}`, string(resp.GetState().GetResultJson()))
 	_, err = s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "u", ExecutionId: "done"})
 	require.Equal(t, codes.NotFound, status.Code(err))
+}
+
+// A start whose idempotency key names a logged execution answers from the head alone.
+func TestStartWithAKeyOfALoggedExecutionReadsOnlyItsHead(t *testing.T) {
+	s, l, _ := waitFixture(t)
+	id := uuid.NewSHA1(idempotencyNS, []byte("t\x00k1")).String()
+	l.execs[id] = &sbv1.ExecutionState{ExecutionId: id, Tenant: "t", Seq: 3, Status: eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING}
+	got, existing, err := s.publishStart(context.Background(), "t", "k1", "", []byte(`{}`), nil)
+	require.NoError(t, err)
+	require.True(t, existing)
+	require.Equal(t, id, got)
+	require.Equal(t, 1, l.heads)
+	require.Empty(t, l.states, "no state read")
 }
