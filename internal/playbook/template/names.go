@@ -76,6 +76,12 @@ func NameRefs(v any) ([]string, bool) {
 	return out, dynamic
 }
 
+// ExprNames is NameRefs of an expression as Eval and Truthy evaluate it (written bare or
+// in {{ }}): the top-level names it reads, and whether it could not be analysed.
+func ExprNames(expr string) ([]string, bool) {
+	return NameRefs(exprSource(expr))
+}
+
 // FirstCompileError returns the compile error of the first template inside v (strings,
 // and the keys and values of maps and lists) that does not compile, or nil.
 func FirstCompileError(v any) error {

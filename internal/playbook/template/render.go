@@ -143,12 +143,18 @@ func (r *Renderer) Truthy(expr string, ctx map[string]any) (bool, error) {
 	return truthy(v), nil
 }
 
-func (r *Renderer) eval(st *state, expr string) (any, error) {
+// exprSource is the template source of an expression Eval and Truthy evaluate: written
+// bare or wrapped in {{ }}.
+func exprSource(expr string) string {
 	src := strings.TrimSpace(expr)
 	if !strings.HasPrefix(src, "{{") || !strings.HasSuffix(src, "}}") {
 		src = "{{ " + src + " }}"
 	}
-	c := r.compile(src)
+	return src
+}
+
+func (r *Renderer) eval(st *state, expr string) (any, error) {
+	c := r.compile(exprSource(expr))
 	if c.err != nil {
 		return nil, c.err
 	}

@@ -515,3 +515,22 @@ func TestHasTemplates(t *testing.T) {
 		}
 	}
 }
+
+func TestExprNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		expr string
+		want []string
+	}{
+		{"ctx.flag and i == 7", []string{"ctx", "i"}},
+		{"{{ output.status == 'error' }}", []string{"output"}},
+		{"  {{ x }}  ", []string{"x"}},
+		{"items | length > limit", []string{"items", "limit"}},
+	} {
+		names, dynamic := ExprNames(c.expr)
+		require.False(t, dynamic, c.expr)
+		require.Equal(t, c.want, names, c.expr)
+	}
+	_, dynamic := ExprNames("a +")
+	require.True(t, dynamic)
+}

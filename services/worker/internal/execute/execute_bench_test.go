@@ -45,3 +45,22 @@ func BenchmarkExecuteNoopIteration(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkExecuteTemplatedIteration runs the command of a loop iteration whose tool reads
+// the iteration's item: {{ i }}.
+func BenchmarkExecuteTemplatedIteration(b *testing.B) {
+	ex := testExecutor()
+	ex.Tools["noop"] = tools.Noop{}
+	cmd := &eventv1.Command{CommandId: "c1", ExecutionId: "x1", Tenant: "t", Step: "start", PlaybookPath: "bench/fanout", Attempt: 1,
+		Iteration:   &eventv1.Iteration{Index: 7},
+		Tools:       []*eventv1.ToolCall{{Kind: "noop", ConfigJson: []byte(`{"kind":"noop","result":{"item":"{{ i }}"}}`)}},
+		InputJson:   []byte(`null`),
+		ContextJson: []byte(`{"execution_id":"x1","workload":{"n":2000,"api":"http://example.test","pages":[1,2,3]},"ctx":{"token_name":"t"},"iter":{"_index":7,"_total":2000,"i":7},"iterator":"i"}`)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if evs := ex.Execute(ctx, cmd); len(evs) != 1 || evs[0].GetError() != nil {
+			b.Fatalf("%v", evs)
+		}
+	}
+}

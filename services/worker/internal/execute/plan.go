@@ -39,6 +39,11 @@ type toolPlan struct {
 	// configuration holds a template anywhere but in its code, or has a policy or a set
 	// (conditions and set values are rendered against the scope).
 	templated bool
+	// names are the top-level names the call's templates read (template.NameRefs of the
+	// configuration but its code, and of each policy condition), and dynamic says that
+	// some template could not be analysed, so that it may read any name.
+	names   []string
+	dynamic bool
 }
 
 // copies returns the call's own copies of the plan's code and spec: a tool, or the
@@ -62,6 +67,18 @@ func newToolPlan(config []byte) *toolPlan {
 	// ResolveRefs): a template in spec counts too, so that a command whose scope is not
 	// decoded fetches nothing it would have fetched.
 	p.templated = template.HasTemplates(cfg) || p.policy != nil || len(p.set) > 0
+	if p.templated {
+		p.names, p.dynamic = template.NameRefs(cfg)
+		if p.policy != nil {
+			for _, r := range p.policy.Rules {
+				if r.Else {
+					continue
+				}
+				ns, dynamic := template.ExprNames(r.When) // evaluated by Renderer.Truthy
+				p.names, p.dynamic = append(p.names, ns...), p.dynamic || dynamic
+			}
+		}
+	}
 	p.spec = cfg["spec"]
 	delete(cfg, "spec")
 	delete(cfg, "set") // a pipeline item's set is rendered against its result (run)

@@ -178,3 +178,66 @@ func TestBadToolConfigFailsItsCall(t *testing.T) {
 		require.Equal(t, "step s: tool b (noop): tool config: unexpected end of JSON input", evs[0].GetError().GetMessage())
 	}
 }
+
+// TestPartialScopeBindsWhatFullDoes: for the names a command's templates read, the
+// variables of a scope decoded in part are those of the whole scope, whether the partial
+// decoding applies or falls back to the whole.
+func TestPartialScopeBindsWhatFullDoes(t *testing.T) {
+	ex := testExecutor()
+	loop := `{"execution_id":"x1","workload":{"n":2000,"greeting":"hi","i":"shadowed","workload":"shadowed"},"ctx":{"flag":true,"_index":"shadowed"},` +
+		`"steps":{"a":{"status":"completed","result":{"k":1}}},"iter":{"_index":7,"_total":2000,"i":{"id":7}},"iterator":"i","vars":{"x":1.5}}`
+	ctxIterator := `{"execution_id":"x1","workload":{"n":1},"ctx":{"flag":true},"iter":{"_index":0,"ctx":"item"},"iterator":"ctx"}`
+	plain := `{"execution_id":"x1","workload":{"n":1,"_index":"flat"},"ctx":{"flag":true},"steps":{"a":{"status":"completed","result":2}}}`
+	cases := []struct {
+		context string
+		names   []string
+	}{
+		{loop, []string{"i"}},
+		{loop, []string{"_index", "loop_index", "iter"}},
+		{loop, []string{"workload"}},
+		{loop, []string{"ctx", "vars", "execution_id", "command_id"}},
+		{loop, []string{"i", "workload", "ctx", "vars", "iter", "_attempt", "_task"}},
+		{loop, []string{"greeting"}},        // a flat key: the whole scope
+		{loop, []string{"i", "greeting"}},   // two unbound names: the whole scope
+		{loop, []string{"a", "steps"}},      // step results: the whole scope
+		{ctxIterator, []string{"ctx"}},      // the iterator variable shadows ctx
+		{ctxIterator, []string{"workload"}}, // one part only
+		{plain, []string{"workload", "ctx"}},
+		{plain, []string{"_index"}}, // outside a loop _index is a flat key
+		{plain, []string{"i"}},      // no iterator: a flat key (undefined)
+		{`{"execution_id":"x1","workload":null,"ctx":null}`, []string{"workload", "ctx", "vars", "iter"}},
+	}
+	for _, c := range cases {
+		cmd := iterationCommand(`{}`, `null`)
+		cmd.ContextJson = []byte(c.context)
+		full, err := ex.commandScope(context.Background(), cmd, c.names, true)
+		require.NoError(t, err)
+		part, err := ex.commandScope(context.Background(), cmd, c.names, false)
+		require.NoError(t, err)
+		for _, n := range c.names {
+			fv, fok := full[n]
+			pv, pok := part[n]
+			require.Equal(t, fok, pok, "%s in %s", n, c.context)
+			require.Equal(t, fv, pv, "%s in %s", n, c.context)
+		}
+	}
+}
+
+// TestPartialScopeDecodesOnlyWhatIsRead: a loop iteration reading only its item does not
+// decode the workload or ctx (a part that does not decode is no error); reading the
+// workload decodes it.
+func TestPartialScopeDecodesOnlyWhatIsRead(t *testing.T) {
+	ex := testExecutor()
+	ex.Tools["noop"] = tools.Noop{}
+	odd := `{"execution_id":"x1","workload":"not an object","ctx":["nor this"],"iter":{"_index":7,"i":7},"iterator":"i"}`
+	cmd := iterationCommand(`{"result": {"item": "{{ i }}", "index": "{{ loop_index }}"}}`, `null`)
+	cmd.ContextJson = []byte(odd)
+	done := completed(t, ex.Execute(context.Background(), cmd))
+	require.JSONEq(t, `{"item": 7, "index": 7}`, string(done.GetResultJson()))
+
+	cmd = iterationCommand(`{"result": "{{ workload }}"}`, `null`)
+	cmd.ContextJson = []byte(odd)
+	evs := ex.Execute(context.Background(), cmd)
+	require.Len(t, evs, 1)
+	require.Contains(t, evs[0].GetError().GetMessage(), "command context: workload")
+}

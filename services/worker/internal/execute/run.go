@@ -28,11 +28,16 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 	// The scope (the command's context: workload, ctx, step results, the iteration) is
 	// read by templates only. A command none of whose values is a template, without a
 	// keychain, a policy or a set, renders every value to itself: its context is neither
-	// loaded nor decoded.
-	scoped := len(cmd.GetKeychainJson()) > 0
+	// loaded nor decoded. Otherwise the names its templates read say which parts of the
+	// scope are decoded (commandScope).
+	all := len(cmd.GetKeychainJson()) > 0 // keychain templates are rendered first, and not analysed here
+	scoped := all
+	var names []string
 	for i, tc := range calls {
-		plans[i] = e.plans.plan(tc)
-		scoped = scoped || plans[i].templated
+		p := e.plans.plan(tc)
+		plans[i] = p
+		scoped = scoped || p.templated
+		names, all = append(names, p.names...), all || p.dynamic
 	}
 	var stepInput map[string]any
 	if len(cmd.GetInputJson()) > 0 && string(cmd.GetInputJson()) != "null" {
@@ -41,13 +46,16 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 			return nil, fmt.Errorf("command input: %w", err)
 		}
 		stepInput = in
-		scoped = scoped || template.HasTemplates(in)
+		if template.HasTemplates(in) {
+			ns, dynamic := template.NameRefs(in)
+			scoped, names, all = true, append(names, ns...), all || dynamic
+		}
 	}
 	// Without a scope nothing reads the variables: run binds none (vars stays nil).
 	var vars map[string]any
 	if scoped {
 		var err error
-		if vars, err = e.commandScope(ctx, cmd); err != nil {
+		if vars, err = e.commandScope(ctx, cmd, names, all); err != nil {
 			return nil, err
 		}
 	}
@@ -196,38 +204,6 @@ func (e *Executor) run(ctx context.Context, cmd *eventv1.Command) (*outcome, err
 		out.result = merged
 	}
 	return out, nil
-}
-
-// commandScope loads and decodes the command's context and returns its template
-// variables, the keychain's entries among them.
-func (e *Executor) commandScope(ctx context.Context, cmd *eventv1.Command) (map[string]any, error) {
-	var scope domain.Scope
-	contextJSON := cmd.GetContextJson()
-	if ref := cmd.GetContextRef(); ref != nil {
-		// The context was too large to travel in the command.
-		body, err := e.Results.Fetch(ctx, cmd.GetTenant(), ref.GetUri())
-		if err != nil {
-			return nil, &tools.Error{Msg: fmt.Sprintf("step %s: load the command context %s: %v", cmd.GetStep(), ref.GetUri(), err), Retryable: true}
-		}
-		contextJSON = body
-	}
-	if len(contextJSON) > 0 {
-		if err := domain.DecodeJSON(contextJSON, &scope); err != nil {
-			return nil, fmt.Errorf("command context: %w", err)
-		}
-	}
-	if scope.Ctx == nil {
-		scope.Ctx = map[string]any{}
-	}
-	if err := e.Results.ResolveRefs(ctx, cmd, &scope); err != nil {
-		return nil, err
-	}
-	vars := scope.Vars()
-	vars["command_id"] = cmd.GetCommandId()
-	if err := e.loadKeychain(ctx, cmd, vars); err != nil { // keychain.go
-		return nil, err
-	}
-	return vars, nil
 }
 
 // runTool renders one tool's configuration and runs it.
