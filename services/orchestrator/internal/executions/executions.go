@@ -150,15 +150,11 @@ func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, pare
 		ProduceTime:       timestamppb.Now(),
 	}
 	// Subscribe before publishing so the commit notice cannot be missed.
-	sub, err := s.NC.SubscribeSync(natsx.CommittedWildcard(id))
+	watch, err := notice.Subscribe(s.NC, id)
 	if err != nil {
-		return "", false, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	// Make sure the server has the subscription before anything it must catch can happen.
-	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
 		return "", false, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
+	defer watch.Close()
 	duplicate, err := eventbus.PublishNew(ctx, s.JS, s.Partitions, ev)
 	if err != nil {
 		if errors.Is(err, natsx.ErrMessageTooLarge) {
@@ -177,7 +173,7 @@ func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, pare
 	}
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if _, err := sub.NextMsgWithContext(wctx); err != nil {
+	if _, _, err := watch.Next(wctx); err != nil {
 		return "", false, status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
 	}
 	return id, false, nil
@@ -240,15 +236,11 @@ func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 		timeout = 30 * time.Second
 	}
 	timeout = min(timeout, 5*time.Minute)
-	sub, err := s.NC.SubscribeSync(natsx.CommittedWildcard(req.GetExecutionId()))
+	watch, err := notice.Subscribe(s.NC, req.GetExecutionId())
 	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	// Make sure the server has the subscription before anything it must catch can happen.
-	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
+	defer watch.Close()
 	tenant := domain.TenantOrDefault(req.GetTenant())
 	head, err := s.head(ctx, req.GetExecutionId(), tenant)
 	if err != nil {
@@ -259,14 +251,12 @@ func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for !out.Terminal {
-		m, err := sub.NextMsgWithContext(wctx)
+		seq, terminal, err := watch.Next(wctx)
 		if err != nil {
 			return out, nil // timed out (or the caller left): report what is known
 		}
-		if seq, terminal, err := notice.Progress(m.Data); err == nil {
-			out.Seq = max(out.Seq, seq)
-			out.Terminal = terminal
-		}
+		out.Seq = max(out.Seq, seq)
+		out.Terminal = terminal
 	}
 	final, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenant, MinSeq: out.Seq})
 	if err != nil {

@@ -27,7 +27,6 @@ import (
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/eventbus"
-	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/services/orchestrator/internal/notice"
 )
 
@@ -168,14 +167,11 @@ func varsPayload(req *orchv1.UpdateExecutionVariablesRequest) (*domain.VarsPaylo
 // again: a terminal execution (whose log refuses the event) is FailedPrecondition.
 func (s *Service) publishCommitted(ctx context.Context, st *sbv1.ExecutionState, ev *eventv1.Event) (int64, error) {
 	id := st.GetExecutionId()
-	sub, err := s.NC.SubscribeSync(natsx.CommittedWildcard(id))
+	watch, err := notice.Subscribe(s.NC, id)
 	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := s.NC.FlushTimeout(5 * time.Second); err != nil {
 		return 0, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
+	defer watch.Close()
 	if err := eventbus.Publish(ctx, s.JS, s.Partitions, []*eventv1.Event{ev}); err != nil {
 		return 0, status.Errorf(codes.Unavailable, "publish %s: %v", ev.GetType(), err)
 	}
@@ -187,12 +183,11 @@ func (s *Service) publishCommitted(ctx context.Context, st *sbv1.ExecutionState,
 	defer cancel()
 	after := st.GetSeq()
 	for {
-		m, err := sub.NextMsgWithContext(wctx)
+		upTo, terminal, err := watch.Next(wctx)
 		if err != nil {
 			break
 		}
-		upTo, terminal, err := notice.Progress(m.Data)
-		if err != nil || upTo <= after {
+		if upTo <= after {
 			continue
 		}
 		seq, found, err := s.findEvent(ctx, st, ev.GetEventId(), ev.GetType(), after, upTo)

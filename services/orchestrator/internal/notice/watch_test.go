@@ -1,0 +1,73 @@
+package notice
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/platform/natsx"
+	"github.com/noetl/noetl/internal/testkit"
+)
+
+// A Watch reports the highest seq over every notice so far and stays terminal once a
+// terminal notice arrived, whatever order notices come in and however many arrive
+// between two Nexts; another execution's notices do not wake it; Next ends with its
+// context.
+func TestWatchFoldsTheNoticesOfItsExecution(t *testing.T) {
+	nc, err := nats.Connect(testkit.StartNATS(t))
+	require.NoError(t, err)
+	defer nc.Close()
+	w, err := Subscribe(nc, "e1")
+	require.NoError(t, err)
+	defer w.Close()
+	publish := func(exec string, seq int64, terminal bool) {
+		t.Helper()
+		b, err := proto.Marshal(&eventv1.CommitNotice{ExecutionId: exec, Seq: seq, Terminal: terminal})
+		require.NoError(t, err)
+		require.NoError(t, nc.Publish(natsx.CommittedSubject(exec, 16), b))
+		require.NoError(t, nc.Flush())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// Nothing yet: Next waits, and ends with its context.
+	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, _, err = w.Next(short)
+	stop()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	publish("e1", 3, false)
+	seq, terminal, err := w.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), seq)
+	require.False(t, terminal)
+
+	// Several before the next Next, out of order, the terminal one first: one answer
+	// holding the highest seq, terminal.
+	publish("e1", 9, true)
+	publish("e1", 7, false)
+	publish("e2", 50, false) // another execution's
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		seq, terminal, err := w.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if seq != 9 || !terminal {
+			return fmt.Errorf("seq %d terminal %v", seq, terminal)
+		}
+		return nil
+	})
+	// A malformed notice says the log grew: it wakes Next without moving seq.
+	require.NoError(t, nc.Publish(natsx.CommittedSubject("e1", 16), []byte{0xff}))
+	require.NoError(t, nc.Flush())
+	seq, terminal, err = w.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(9), seq)
+	require.True(t, terminal)
+}
