@@ -245,6 +245,40 @@ func grepStream(ctx context.Context, js jetstream.JetStream, stream string, form
 		return 0, 0, nil
 	}
 	last := info.State.LastSeq
+	holds := func(data []byte, h nats.Header) bool {
+		for _, f := range forms {
+			if bytes.Contains(data, f) {
+				return true
+			}
+			for _, vs := range h {
+				for _, v := range vs {
+					if bytes.Contains([]byte(v), f) {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	if info.Config.Retention != jetstream.LimitsPolicy {
+		// A work queue (NOETL_COMMANDS) takes no consumer beside its pools' (and a
+		// replicated one none of another replica count): read what it holds, its pending
+		// commands and its keeper, message by message.
+		for seq := info.State.FirstSeq; seq > 0 && seq <= last; seq++ {
+			m, err := s.GetMsg(ctx, seq)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue // acknowledged, or replaced
+			}
+			if err != nil {
+				return read, found, err
+			}
+			read++
+			if holds(m.Data, m.Header) {
+				found++
+			}
+		}
+		return read, found, nil
+	}
 	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return 0, 0, err
@@ -258,18 +292,7 @@ func grepStream(ctx context.Context, js jetstream.JetStream, stream string, form
 		for m := range batch.Messages() {
 			got++
 			read++
-			hit := false
-			for _, f := range forms {
-				if bytes.Contains(m.Data(), f) {
-					hit = true
-				}
-				for _, vs := range m.Headers() {
-					for _, v := range vs {
-						hit = hit || bytes.Contains([]byte(v), f)
-					}
-				}
-			}
-			if hit {
+			if holds(m.Data(), m.Headers()) {
 				found++
 			}
 			if md, err := m.Metadata(); err == nil && md.Sequence.Stream >= last {
