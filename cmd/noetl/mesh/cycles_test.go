@@ -260,7 +260,7 @@ func cycleNothingLeft(t *testing.T, c *client, natsURL string) {
 			return err
 		}
 		// The pools' subjects: the stream's keeper (natsx.KeepSubject) is no command.
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter("noetl.commands.*.>"))
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(natsx.PoolSubjects("*")))
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -87,7 +88,7 @@ const decideRest = 5 * time.Second
 // committed); by a call now for the executions early did not ask about. It returns evs and
 // bodies extended with the answered events (in execution order, each execution's in the
 // order answered), marking the executions decided so their notices ask for nothing more.
-func (w *Writer) decideInline(ctx context.Context, early *earlyAsk, evs []*eventv1.Event, bodies [][]byte, distinct []int, res *Result, seqs []int64,
+func (w *Writer) decideInline(ctx context.Context, early *earlyAsk, evs []*eventv1.Event, bodies [][]byte, distinct []int, res *Result,
 	execs []string, state map[string]*execState, commitTime time.Time) ([]*eventv1.Event, [][]byte) {
 	// The committed events per execution, in seq order (distinct is grouped by execution
 	// in arrival order), and whether any needs a decision.
@@ -135,33 +136,15 @@ func (w *Writer) decideInline(ctx context.Context, early *earlyAsk, evs []*event
 		if size > decideRequestMax && len(req.Executions) > 0 {
 			break // the rest are decided after their notices
 		}
-		req.Executions = append(req.Executions, &orchv1.CommittingExecution{ExecutionId: id, Tenant: s.tenant, SeqBefore: s.lastSeq, LastEventId: s.lastID, Events: committing[id],
-			Trace: traceOf(ctx, id)})
+		// The committed events of an execution take the seqs right after its head, in order.
+		req.Executions = append(req.Executions, committingExecution(ctx, id, s.tenant, s.lastSeq, s.lastID, committing[id], ct))
 	}
 	if len(req.Executions) == 0 {
 		return evs, bodies
 	}
-	// The events travel with the seqs and commit time this transaction gives them; they
-	// are cleared again before the insert, which stores the events as published.
-	idx := map[*eventv1.Event]int{}
-	for _, i := range distinct {
-		if res.Outcomes[i] == Committed {
-			idx[evs[i]] = i
-		}
-	}
-	for _, x := range req.Executions {
-		for _, ev := range x.Events {
-			ev.Seq, ev.CommitTime = seqs[idx[ev]], ct
-		}
-	}
 	cctx, cancel := context.WithTimeout(ctx, DecideTimeout)
 	resp, err := w.Decide.DecideCommitting(cctx, req)
 	cancel()
-	for _, x := range req.Executions {
-		for _, ev := range x.Events {
-			ev.Seq, ev.CommitTime = 0, nil
-		}
-	}
 	if err != nil || len(resp.GetDecisions()) != len(req.Executions) {
 		w.decideRestUntil.Store(time.Now().Add(decideRest).UnixNano())
 		return evs, bodies
@@ -212,6 +195,21 @@ func sameEvents(committed, asked []*eventv1.Event) bool {
 		}
 	}
 	return true
+}
+
+// committingExecution is one execution's part of a DecideCommitting request: its head
+// before the batch (seqBefore, lastID) and copies of evs, its events the batch commits, with
+// the seqs after the head in order and the commit time the transaction gives them (evs
+// themselves are inserted as published).
+func committingExecution(ctx context.Context, id, tenant string, seqBefore int64, lastID string, evs []*eventv1.Event, ct *timestamppb.Timestamp) *orchv1.CommittingExecution {
+	x := &orchv1.CommittingExecution{ExecutionId: id, Tenant: tenant, SeqBefore: seqBefore, LastEventId: lastID, Trace: traceOf(ctx, id),
+		Events: make([]*eventv1.Event, 0, len(evs))}
+	for k, ev := range evs {
+		c := proto.Clone(ev).(*eventv1.Event)
+		c.Seq, c.CommitTime = seqBefore+int64(k)+1, ct
+		x.Events = append(x.Events, c)
+	}
+	return x
 }
 
 // head is an execution's last event as this writer committed it.
@@ -292,24 +290,16 @@ func (w *Writer) askEarly(ctx context.Context, evs []*eventv1.Event, distinct []
 		default:
 			continue // asked after the lock
 		}
-		x := &orchv1.CommittingExecution{ExecutionId: id, Tenant: h.tenant, SeqBefore: h.seq, LastEventId: h.id, Trace: traceOf(ctx, id)}
-		for k, ev := range batch {
-			if ev.GetTenant() != h.tenant {
-				x = nil
-				break
-			}
-			size += proto.Size(ev)
-			c := proto.Clone(ev).(*eventv1.Event)
-			c.Seq, c.CommitTime = h.seq+int64(k)+1, ct
-			x.Events = append(x.Events, c)
-		}
-		if x == nil {
+		if slices.ContainsFunc(batch, func(ev *eventv1.Event) bool { return ev.GetTenant() != h.tenant }) {
 			continue
+		}
+		for _, ev := range batch {
+			size += proto.Size(ev)
 		}
 		if size > decideRequestMax && len(req.Executions) > 0 {
 			break
 		}
-		req.Executions = append(req.Executions, x)
+		req.Executions = append(req.Executions, committingExecution(ctx, id, h.tenant, h.seq, h.id, batch, ct))
 	}
 	w.headsMu.Unlock()
 	if len(req.Executions) == 0 {

@@ -363,7 +363,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	// The decisions the batch causes, committed with it (inline.go).
 	nIn := len(evs)
 	if w.Decide != nil {
-		evs, bodies = w.decideInline(ctx, early, evs, bodies, distinct, res, seqs, execs, state, commitTime)
+		evs, bodies = w.decideInline(ctx, early, evs, bodies, distinct, res, execs, state, commitTime)
 		if len(evs) > nIn {
 			seqs = append(seqs, make([]int64, len(evs)-nIn)...)
 			for i := nIn; i < len(evs); i++ {

@@ -247,6 +247,7 @@ func (d *DecisionServer) DecideStream(ss orchv1.DecisionService_DecideStreamServ
 		sendMu  sync.Mutex // a stream's Send is not safe for concurrent use
 		sendErr error
 		calls   sync.WaitGroup
+		slots   = make(chan struct{}, streamCallsMax)
 	)
 	defer calls.Wait()
 	for {
@@ -261,9 +262,12 @@ func (d *DecisionServer) DecideStream(ss orchv1.DecisionService_DecideStreamServ
 		if t := call.GetTimeout(); t != nil {
 			timeout = min(max(t.AsDuration(), 0), streamCallMax)
 		}
+		// Past streamCallsMax calls in flight the stream is read no further until one is
+		// answered: the caller's sends wait on the stream's flow control.
+		slots <- struct{}{}
 		calls.Add(1)
 		go func() {
-			defer calls.Done()
+			defer func() { <-slots; calls.Done() }()
 			ctx, cancel := context.WithTimeout(ss.Context(), timeout)
 			resp := d.Engine.DecideCommitting(ctx, call.GetRequest())
 			cancel()
@@ -277,6 +281,10 @@ func (d *DecisionServer) DecideStream(ss orchv1.DecisionService_DecideStreamServ
 		}()
 	}
 }
+
+// streamCallsMax bounds the calls of one DecideStream decided at once (a materializer has
+// about one in flight per commit).
+const streamCallsMax = 256
 
 // streamCallMax bounds how long a DecideStream call may wait for its decisions (the
 // materializer holds row locks meanwhile).
