@@ -20,6 +20,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	}
 	configtest.RejectsBadValues(t, func(fs *config.FlagSet) { new(materializer.Config).Flags(fs) }, parse, map[string]configtest.Check{
 		"NOETL_MATERIALIZER_BATCH":       configtest.Positive,
+		"NOETL_MATERIALIZER_COMMITTERS":  configtest.Positive,
 		"NOETL_MATERIALIZER_LEASE_TTL":   configtest.Positive,
 		"NOETL_MATERIALIZER_MAX_LAG":     configtest.Positive,
 		"NOETL_MATERIALIZER_STALL_AFTER": configtest.Positive,
@@ -29,6 +30,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct{ env, value, want string }{
 		{"NOETL_MATERIALIZER_LEASE_TTL", "15", `NOETL_MATERIALIZER_LEASE_TTL="15": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
 		{"NOETL_MATERIALIZER_BATCH", "0", `NOETL_MATERIALIZER_BATCH="0": must be positive`},
+		{"NOETL_MATERIALIZER_COMMITTERS", "65", `NOETL_MATERIALIZER_COMMITTERS="65": must be at most 64`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)

@@ -39,7 +39,13 @@ const (
 	// event: fewer commit notices (one per execution per batch), round trips and
 	// statements (the ingest bench spends about a third less CPU per event at 4096 than at
 	// 1024).
-	DefaultBatchSize  = 4096
+	DefaultBatchSize = 4096
+	// DefaultCommitters is how many transactions a replica commits at once: enough that
+	// one commits while another waits on Postgres, the decider or NATS, few enough that
+	// batches still share transactions under load (partition/group.go).
+	DefaultCommitters = 4
+	// MaxCommitters bounds NOETL_MATERIALIZER_COMMITTERS (each holds a Postgres connection).
+	MaxCommitters     = 64
 	DefaultMaxLag     = 100000
 	DefaultStallAfter = time.Minute
 	DefaultLeaseTTL   = 15 * time.Second
@@ -55,6 +61,9 @@ type Config struct {
 	PostgresURL string
 	Partitions  int
 	BatchSize   int
+	// Committers is how many transactions commit the partitions' batches at once
+	// (partition/group.go); each holds one of the replica's Postgres connections.
+	Committers int
 	// Consumer names the group of materializer replicas that share the partitions of
 	// NOETL_EVENTS (their leases and cursors); replicas of another name read every
 	// partition on their own.
@@ -111,6 +120,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.Partitions, "partitions", "NOETL_PARTITIONS", natsx.DefaultPartitions, "execution partitions", config.Positive)
 	fs.Int(&c.StreamReplicas, "stream-replicas", "NOETL_STREAM_REPLICAS", 1, "JetStream replicas of the three streams (3 on a clustered NATS)", config.Positive)
 	fs.Int(&c.BatchSize, "batch-size", "NOETL_MATERIALIZER_BATCH", DefaultBatchSize, "maximum events per commit", config.Positive)
+	fs.Int(&c.Committers, "committers", "NOETL_MATERIALIZER_COMMITTERS", DefaultCommitters, fmt.Sprintf("transactions committing batches at once (1 to %d)", MaxCommitters), committersCheck)
 	fs.String(&c.Consumer, "consumer", "NOETL_MATERIALIZER_CONSUMER", "materializer", "group name: replicas with the same name share the partitions of NOETL_EVENTS")
 	fs.String(&c.ReplicaID, "replica-id", "NOETL_MATERIALIZER_REPLICA_ID", "", "this replica's id within its group, stable across restarts (the chart sets the pod name; default: host name, pid and this process's incarnation, which a later replica on the host can prove gone)")
 	fs.Duration(&c.LeaseTTL, "lease-ttl", "NOETL_MATERIALIZER_LEASE_TTL", DefaultLeaseTTL, "how long a partition lease lasts unless renewed (renewed every third of it)", config.Positive)
@@ -131,6 +141,17 @@ func ParseFlags(args []string) (cfg Config, printed bool, err error) {
 	return cfg, printed, err
 }
 
+// committersCheck is the check of NOETL_MATERIALIZER_COMMITTERS.
+func committersCheck(n int) error {
+	if err := config.Positive(n); err != nil {
+		return err
+	}
+	if n > MaxCommitters {
+		return fmt.Errorf("must be at most %d", MaxCommitters)
+	}
+	return nil
+}
+
 // Run runs the materializer until ctx ends.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log = log.With(slog.String("service", "materializer"))
@@ -142,6 +163,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = natsx.DefaultPartitions
+	}
+	if cfg.Committers <= 0 {
+		cfg.Committers = DefaultCommitters
+	}
+	if err := committersCheck(cfg.Committers); err != nil {
+		return fmt.Errorf("NOETL_MATERIALIZER_COMMITTERS: %w", err)
 	}
 	if cfg.Consumer == "" {
 		cfg.Consumer = "materializer"
@@ -169,7 +196,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer tel.Close(log)
-	db, err := pgxext.Open(ctx, cfg.PostgresURL, 8)
+	// A connection for each committer, and some for leases, cursors and checks.
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, int32(cfg.Committers+6))
 	if err != nil {
 		return err
 	}
@@ -215,7 +243,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer d.Close()
 		w.Decide = d
 	}
-	parts := partition.New(partition.Config{Partitions: cfg.Partitions, BatchSize: cfg.BatchSize, Group: cfg.Consumer, MaxLag: cfg.MaxLag,
+	parts := partition.New(partition.Config{Partitions: cfg.Partitions, BatchSize: cfg.BatchSize, Committers: cfg.Committers, Group: cfg.Consumer, MaxLag: cfg.MaxLag,
 		StallAfter: cfg.StallAfter, LagPoll: cfg.LagPoll, RenewEvery: cfg.LeaseTTL / 3, Gate: cfg.Gate, Static: cfg.OwnPartitions, PurgeEvery: cfg.PurgeEvery},
 		partition.Deps{Log: log, NC: nc, JS: js, Tracer: tel.Tracer(), Cursors: lease.Cursors{DB: db, Group: cfg.Consumer}, Writer: w,
 			Leases: leases, Gone: replica.Gone, Registry: srv.Registry})

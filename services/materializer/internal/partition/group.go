@@ -2,6 +2,7 @@ package partition
 
 import (
 	"context"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -10,14 +11,19 @@ import (
 )
 
 // Group commit. Each partition reads its events in stream order and hands its batch to the
-// replica's one committer, then waits for the outcome before it reads the next batch, so a
+// replica's committer, then waits for the outcome before it reads the next batch, so a
 // partition has at most one batch in flight and its events are committed in order. The
-// committer takes the batch that is waiting and any others that are (as long as they fit
-// BatchSize events together; a larger batch goes alone), and commits them in one transaction that also moves each one's
-// partition cursor (loop.commit): under load the partitions share a transaction, a commit
-// and its fsync instead of paying for one each, and one forward of their commands and
-// notices follows. Batches of distinct partitions hold distinct executions, so merging them
-// changes no execution's order.
+// committer runs Config.Committers transactions at once: each takes the batch that is
+// waiting and any others that are (as long as they fit BatchSize events together; a larger
+// batch goes alone), and commits them in one transaction that also moves each one's
+// partition cursor (loop.commit), then forwards their commands and notices. Under load the
+// partitions share transactions, commits and fsyncs instead of paying for one each, and
+// while one transaction waits on Postgres, the decider or the forward's acknowledgements,
+// another commits the batches that arrived meanwhile (one loop doing it all serialised
+// every batch behind the previous one's round trips, with the CPU mostly idle). Batches of
+// distinct partitions hold distinct executions, so neither merging them nor committing
+// them side by side changes any execution's order, and two transactions never lock the
+// same rows (an execution's, a partition cursor's).
 //
 // A failure fails every batch of the transaction, and each partition retries its own (as
 // after a crash: what was committed comes back as duplicates). So that one partition's
@@ -43,13 +49,15 @@ type committer struct {
 	commit    func(context.Context, []*job) error
 	jobs      chan *job
 	maxEvents int
+	// loops is how many groups are committed at once (at least one).
+	loops int
 }
 
 // committerQueue bounds the batches waiting for the committer: one per partition.
 const committerQueue = 1024
 
-func newCommitter(l *loop, maxEvents int) *committer {
-	return &committer{commit: l.commit, jobs: make(chan *job, committerQueue), maxEvents: max(maxEvents, 1)}
+func newCommitter(l *loop, maxEvents, loops int) *committer {
+	return &committer{commit: l.commit, jobs: make(chan *job, committerQueue), maxEvents: max(maxEvents, 1), loops: max(loops, 1)}
 }
 
 // submit hands j to the committer and waits for its outcome, or for ctx to end (the batch
@@ -72,8 +80,18 @@ func (c *committer) submit(ctx context.Context, j *job) error {
 	}
 }
 
-// run commits what the partitions hand over until ctx ends.
+// run commits what the partitions hand over until ctx ends, in c.loops transactions at
+// once.
 func (c *committer) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range max(c.loops, 1) {
+		wg.Go(func() { c.loop(ctx) })
+	}
+	wg.Wait()
+}
+
+// loop is one of the committer's transactions, group after group.
+func (c *committer) loop(ctx context.Context) {
 	var next *job // a batch taken that did not fit the last group
 	for {
 		first := next

@@ -133,3 +133,46 @@ func TestCommitterGroupsWaitingBatches(t *testing.T) {
 	require.Equal(t, []int{1, 3, 5}, groups[1])
 	require.Equal(t, [][]int{{1}, {3}, {5}}, groups[2:])
 }
+
+// TestCommittersCommitSideBySide: with two committer loops, a batch that arrives while one
+// transaction is held up is committed by the other at once, not after it; each partition
+// still has one batch in flight, so the two transactions hold distinct partitions.
+func TestCommittersCommitSideBySide(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var groups [][]int
+	c := &committer{jobs: make(chan *job, committerQueue), maxEvents: 10, loops: 2}
+	c.commit = fakeCommit(&mu, &groups, release, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.run(ctx)
+	}()
+
+	first := make(chan error, 1)
+	go func() { first <- c.submit(ctx, batchOf(0, 2)) }()
+	testkit.WaitFor(t, 5*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(groups) != 1 {
+			return fmt.Errorf("the first transaction has not started")
+		}
+		return nil
+	})
+	// The first transaction is held; the second loop commits partition 1's batch.
+	require.NoError(t, c.submit(ctx, batchOf(1, 3)))
+	select {
+	case err := <-first:
+		t.Fatalf("the held transaction finished before it was released: %v", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-first)
+	mu.Lock()
+	require.Equal(t, [][]int{{0}, {1}}, groups)
+	mu.Unlock()
+	cancel()
+	<-done // run returns once every loop has stopped
+}

@@ -46,6 +46,9 @@ type Config struct {
 	Partitions int
 	// BatchSize bounds the events of one commit.
 	BatchSize int
+	// Committers is how many transactions commit the partitions' batches at once (group.go;
+	// zero: one).
+	Committers int
 	// Group names the replicas that share the partitions (their leases and cursors).
 	Group string
 	// MaxLag is the consumer lag past which CheckLag fails.
@@ -99,7 +102,7 @@ func New(cfg Config, d Deps) *Replica {
 	lag.onPoll = sat.observe
 	m := newMetrics(d.Registry)
 	l := &loop{cfg: cfg, log: d.Log, nc: d.NC, js: d.JS, cursors: d.Cursors, w: d.Writer, m: m, tracer: d.Tracer, sat: sat, lag: lag}
-	l.group = newCommitter(l, cfg.BatchSize)
+	l.group = newCommitter(l, cfg.BatchSize, cfg.Committers)
 	own := &ownership{l: l, log: d.Log, m: m, static: cfg.Static, every: cfg.RenewEvery, table: d.Leases, gone: d.Gone}
 	return &Replica{own: own, lag: lag, sat: sat, purge: newPurger(d.JS, d.Cursors, cfg.PurgeEvery, d.Log, d.Registry)}
 }
