@@ -100,10 +100,14 @@ type Writer struct {
 // last ANALYZE looks small and would be scanned whole per batch), and compiling a plan is
 // never worth it. Each statement is planned once per connection (a generic plan,
 // plan_cache_mode): planning it again for each batch's arrays cost more than running it
-// (a chain step's four bind phases took 0.49 ms of Postgres's 0.87 ms per commit).
+// (a chain step's four bind phases took 0.49 ms of Postgres's 0.87 ms per commit). The
+// settings are the session's, made in the first transaction a connection commits for the
+// writer (settled): setting them in every transaction was a statement a commit, an eighth
+// of a chain step's Postgres time. They only steer plans, and the materializer's other
+// statements on its connections (leases, cursors, purges) are keyed too.
 const (
-	sqlSettings = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-		set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
+	sqlSettings = `SELECT set_config('enable_seqscan', 'off', false), set_config('enable_hashjoin', 'off', false),
+		set_config('enable_mergejoin', 'off', false), set_config('jit', 'off', false), set_config('plan_cache_mode', 'force_generic_plan', false)`
 	sqlStart = `INSERT INTO noetl.execution (execution_id, tenant, playbook_path, playbook_version, parent_execution_id, started_at, labels)
 		SELECT r.ex, r.tn, r.path, r.ver, r.parent, $6, r.labels::jsonb
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $7::text[]) AS r(ex, tn, path, ver, parent, labels)
@@ -237,7 +241,12 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	open = true
-	b.Queue(sqlSettings)
+	settle := !settled(conn)
+	execs0 := 1
+	if settle {
+		b.Queue(sqlSettings) // the session's from this commit on (a rollback undoes them)
+		execs0++
+	}
 	started := w.queueStarts(b, evs, distinct, commitTime)
 	if w.Decide != nil {
 		b.Queue(sqlLockLast, execs)
@@ -262,7 +271,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	logged := map[int]bool{}      // input indices
 	rivalLogged := map[int]bool{} // input indices whose rival outcome is in the log
 	err = w.run(ctx, conn, b, func(br pgx.BatchResults) error {
-		for range 2 + started {
+		for range execs0 + started {
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
@@ -434,6 +443,9 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 	}
 	open = false
+	if settle {
+		conn.Conn().PgConn().CustomData()[settledKey] = true
+	}
 
 	var lastIDs map[string]string // execution -> id of its last event committed here
 	if w.Decide != nil {
@@ -486,6 +498,15 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 // execution's batch larger than this is announced without them, and its readers read the
 // log instead.
 const NoticeEventsBudget = 64 << 10
+
+// settledKey marks, in a connection's custom data, that its session has the writer's
+// settings (sqlSettings).
+const settledKey = "noetl.writer.settled"
+
+// settled reports whether conn's session has the writer's settings.
+func settled(conn *pgxpool.Conn) bool {
+	return conn.Conn().PgConn().CustomData()[settledKey] != nil
+}
 
 // noticeCopy is ev as a commit notice carries it: without the command a command.issued
 // carries (its tools, input and render scope, for workers; no fold reads it), which would

@@ -364,3 +364,31 @@ func issued(exec, id string) *eventv1.Event {
 	e.Command = &eventv1.Command{CommandId: id + "-cmd", ExecutionId: exec, Tenant: "t1", Step: "s", ContextJson: []byte(`{"workload":{"k":"v"}}`)}
 	return e
 }
+
+// The writer's plan settings are its connections' session settings, made by the first
+// transaction a connection commits for it, and not made again: a connection the writer
+// never committed on keeps the server's defaults.
+func TestSettingsAreTheSessionsOnce(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 1)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	show := func() (seqscan, plans string, isSettled bool) {
+		conn, err := db.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		require.NoError(t, conn.QueryRow(ctx, `SELECT current_setting('enable_seqscan'), current_setting('plan_cache_mode')`).Scan(&seqscan, &plans))
+		return seqscan, plans, settled(conn)
+	}
+	seqscan, plans, isSettled := show()
+	require.Equal(t, []any{"on", "auto", false}, []any{seqscan, plans, isSettled}, "a connection the writer has not used")
+
+	w := &Writer{DB: db}
+	_, err = w.Commit(ctx, []*eventv1.Event{ev("s", "s1", domain.EventPlaybookStarted)}, nil)
+	require.NoError(t, err)
+	seqscan, plans, isSettled = show()
+	require.Equal(t, []any{"off", "force_generic_plan", true}, []any{seqscan, plans, isSettled}, "after its first commit")
+	res, err := w.Commit(ctx, []*eventv1.Event{ev("s", "s2", domain.EventStepEnter)}, nil)
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Committed}, res.Outcomes, "a settled connection commits without the settings statement")
+}
