@@ -55,21 +55,30 @@ func (d *DuckDB) Run(ctx context.Context, c *Call) (any, error) {
 			return nil, &Error{Msg: "duckdb: " + strings.ToLower(strings.Fields(set)[1]) + ": " + duckMessage(err.Error()), Retryable: ctx.Err() != nil}
 		}
 	}
-	secrets, err := d.attach(ctx, conn, req)
+	scanner, secrets, err := d.attach(ctx, conn, req)
+	// The scanner's connections close after the script, before the database.
+	defer scanner.close()
 	if err != nil {
 		return nil, err
+	}
+	if scanner != nil {
+		ctx = context.WithValue(ctx, pgScannerKey{}, scanner)
 	}
 	return runDuckScript(ctx, conn, req, secrets)
 }
 
 // attach resolves and attaches the request's postgres credentials, returning the secret
-// values to keep out of later messages.
-func (d *DuckDB) attach(ctx context.Context, conn *sql.Conn, req *duckRequest) ([]string, error) {
+// values to keep out of later messages. DuckDB's postgres extension attaches them when
+// it loads (from the extension directory, never downloaded); else the worker's own
+// scanner does (duckdb_pgscan.go), returned to be closed when the command ends.
+func (d *DuckDB) attach(ctx context.Context, conn *sql.Conn, req *duckRequest) (*pgScanner, []string, error) {
 	var secrets []string
+	var scanner *pgScanner
+	tried, extension := false, false
 	for _, a := range req.attach {
 		ra, err := resolveAuth(ctx, d.Resolve, "duckdb", a.auth)
 		if err != nil {
-			return nil, err
+			return scanner, nil, err
 		}
 		if ra == nil {
 			continue
@@ -79,26 +88,41 @@ func (d *DuckDB) attach(ctx context.Context, conn *sql.Conn, req *duckRequest) (
 			label = fmt.Sprintf("auth %q", ra.name)
 		}
 		if t := strings.ToLower(ra.typ); t != "" && t != "postgres" && t != "postgresql" {
-			return nil, &Error{Msg: fmt.Sprintf("duckdb: %s is a %q credential; only postgres credentials can be attached", label, ra.typ)}
+			return scanner, nil, &Error{Msg: fmt.Sprintf("duckdb: %s is a %q credential; only postgres credentials can be attached", label, ra.typ)}
 		}
-		dsn := cfgString(ra.data, "connection_string", "dsn", "url", "uri")
-		password := passwordOf(dsn)
+		dsn := pgCredentialDSN(ra.data, nil)
 		if dsn == "" {
-			parts := map[string]string{}
-			collectPGParts(parts, ra.data)
-			password = parts["password"]
-			dsn = keywordDSN(parts)
+			return scanner, nil, &Error{Msg: fmt.Sprintf("duckdb: %s holds no connection (connection_string, or host/database/user)", label)}
 		}
+		password := passwordOf(dsn)
 		secrets = append(secrets, password)
-		if _, err := conn.ExecContext(ctx, "LOAD postgres_scanner"); err != nil {
-			return nil, &Error{Msg: fmt.Sprintf("duckdb: %s: attaching a Postgres database needs DuckDB's postgres extension (postgres_scanner), which this worker cannot load: %s",
-				label, scrub(duckMessage(err.Error()), password)), Retryable: ctx.Err() != nil}
+		failed := func(what string, err error) error {
+			return &Error{Msg: fmt.Sprintf("duckdb: %s: %s as %s: %s", label, what, duckIdent(a.alias), scrub(duckMessage(err.Error()), password)), Retryable: ctx.Err() != nil}
 		}
-		if _, err := conn.ExecContext(ctx, duckAttachSQL(dsn, a.alias)); err != nil {
-			return nil, &Error{Msg: fmt.Sprintf("duckdb: %s: attach as %s: %s", label, duckIdent(a.alias), scrub(duckMessage(err.Error()), password)), Retryable: ctx.Err() != nil}
+		cfg, err := pgConnConfig(dsn)
+		if err != nil {
+			return scanner, nil, &Error{Msg: fmt.Sprintf("duckdb: %s: bad connection parameters: %s", label, scrub(err.Error(), password))}
+		}
+		if !tried {
+			_, err := conn.ExecContext(ctx, "LOAD postgres_scanner")
+			tried, extension = true, err == nil
+		}
+		if extension {
+			if _, err := conn.ExecContext(ctx, duckAttachSQL(dsn, a.alias)); err != nil {
+				return scanner, nil, failed("attach", err)
+			}
+			continue
+		}
+		if scanner == nil {
+			if scanner, err = newPGScanner(ctx, conn); err != nil {
+				return nil, nil, &Error{Msg: fmt.Sprintf("duckdb: %s: the worker's Postgres scanner: %s", label, duckMessage(err.Error()))}
+			}
+		}
+		if err := scanner.attach(context.WithValue(ctx, pgScannerKey{}, scanner), conn, a.alias, label, cfg.ConnConfig, password); err != nil {
+			return scanner, nil, failed("attach", err)
 		}
 	}
-	return secrets, nil
+	return scanner, secrets, nil
 }
 
 // runDuckScript runs the statements in order, each under the statement timeout, and
@@ -106,11 +130,12 @@ func (d *DuckDB) attach(ctx context.Context, conn *sql.Conn, req *duckRequest) (
 func runDuckScript(ctx context.Context, conn *sql.Conn, req *duckRequest, secrets []string) (map[string]any, error) {
 	n := len(req.statements)
 	if req.oneStatement {
-		if err := duckOneStatement(conn, req.statements[0]); err != nil {
-			if strings.Contains(err.Error(), "multi-statement query") {
-				return nil, &Error{Msg: "duckdb: the SQL text holds several statements; " + severalStatementsHint}
-			}
-			return nil, duckFailure(ctx, ctx, err, duckStatementLabel(0, 1, req.statements[0]), secrets)
+		// Only the count matters here: any other error (one statement that does not
+		// bind, which context-free Prepare does without the statement's context, so
+		// without the command's Postgres scanner) is the statement's own to report
+		// when it runs.
+		if err := duckOneStatement(conn, req.statements[0]); err != nil && strings.Contains(err.Error(), "multi-statement query") {
+			return nil, &Error{Msg: "duckdb: the SQL text holds several statements; " + severalStatementsHint}
 		}
 	}
 	for i, stmt := range req.statements[:n-1] {

@@ -242,22 +242,36 @@ func (p *Postgres) dsn(ctx context.Context, cfg map[string]any) (string, error) 
 	if s := cfgString(cfg, "connection_string", "dsn"); s != "" {
 		return s, nil
 	}
-	parts := map[string]string{}
 	ra, err := resolveAuth(ctx, p.Resolve, "postgres", cfg["auth"])
 	if err != nil {
 		return "", err
 	}
+	var data map[string]any
 	if ra != nil {
-		if s := cfgString(ra.data, "connection_string", "dsn", "url", "uri"); s != "" {
-			return s, nil
-		}
-		collectPGParts(parts, ra.data)
+		data = ra.data
 	}
-	collectPGParts(parts, cfg)
-	if len(parts) == 0 {
+	dsn := pgCredentialDSN(data, cfg)
+	if dsn == "" {
 		return "", &Error{Msg: "postgres: no connection: set tool.auth to a credential name, or connection_string, or host/database/user"}
 	}
-	return keywordDSN(parts), nil
+	return dsn, nil
+}
+
+// pgCredentialDSN is the connection string of postgres credential data: its
+// connection_string (dsn, url, uri) as it stands, else keyword/value parameters from its
+// fields overlaid with overlay's (a tool's inline host, port, ...); "" when neither names
+// any.
+func pgCredentialDSN(data, overlay map[string]any) string {
+	if s := cfgString(data, "connection_string", "dsn", "url", "uri"); s != "" {
+		return s
+	}
+	parts := map[string]string{}
+	collectPGParts(parts, data)
+	collectPGParts(parts, overlay)
+	if len(parts) == 0 {
+		return ""
+	}
+	return keywordDSN(parts)
 }
 
 // keywordDSN writes libpq keyword/value connection parameters, each value quoted. A
@@ -302,15 +316,12 @@ func collectPGParts(parts map[string]string, m map[string]any) {
 
 var kvPasswordRE = regexp.MustCompile(`(^|\s)password\s*=`)
 
-// pgConfig parses a DSN into a pool config. A DSN that sets no password gets an empty
-// one, whatever PGPASSWORD or a password file say.
+// pgConfig parses a DSN into a pool config (pgConnConfig's connection settings, the
+// tool's pool size).
 func (p *Postgres) pgConfig(dsn string) (*pgxpool.Config, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgConnConfig(dsn)
 	if err != nil {
 		return nil, err
-	}
-	if !dsnHasPassword(dsn) {
-		cfg.ConnConfig.Password = ""
 	}
 	maxConns := p.MaxConns
 	if maxConns <= 0 {
@@ -319,6 +330,23 @@ func (p *Postgres) pgConfig(dsn string) (*pgxpool.Config, error) {
 	cfg.MaxConns = maxConns
 	cfg.MinConns = 0
 	cfg.MaxConnIdleTime = 5 * time.Minute
+	return cfg, nil
+}
+
+// pgConnConfig parses a DSN (keyword/value or URL; pool_* keys are taken out) into the
+// connection settings every worker connection to a playbook's Postgres uses: a DSN that
+// sets no password gets an empty one, whatever PGPASSWORD or a password file say; a
+// connect timeout unless the DSN sets one; application_name noetl-worker unless set; no
+// statement or description cache (playbooks change schemas between steps). TLS is the
+// DSN's sslmode, as libpq reads it.
+func pgConnConfig(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if !dsnHasPassword(dsn) {
+		cfg.ConnConfig.Password = ""
+	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = postgresConnectTimeout
 	}
