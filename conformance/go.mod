@@ -3,11 +3,15 @@ module github.com/noetl/noetl/conformance
 go 1.26.0
 
 require (
-	github.com/duckdb/duckdb-go/v2 v2.10506.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/noetl/noetl/cmd/noetl v0.0.0
 	github.com/noetl/noetl/internal v0.0.0
 	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/duckdb/duckdb-go/v2 v2.10506.0 // indirect
+	github.com/tetratelabs/wazero v1.12.0 // indirect
 )
 
 require (

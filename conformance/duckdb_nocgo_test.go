@@ -1,6 +1,0 @@
-//go:build !cgo
-
-package conformance
-
-// duckdbPostgresExtension is false without cgo: there is no DuckDB.
-func duckdbPostgresExtension() bool { return false }
