@@ -48,9 +48,11 @@ const (
 // reads its tables as <alias>.<schema>.<table>. auth is a credential name (attached
 // under that name, or attach_as), or NoETL's map of aliases
 // ({alias: {source: credential, key: <name>}, ...}), each attached under its alias.
-// Attaching needs DuckDB's postgres extension (postgres_scanner): DuckDB loads it from
-// its extension directory, installing it first where the worker can reach DuckDB's
-// extension repository; a worker that has neither fails the step naming the extension.
+// DuckDB's postgres extension (postgres_scanner) attaches them when it loads from the
+// extension directory (never downloaded: full pushdown and writes); else the worker's
+// own read-only scanner does (duckdb_pgscan.go): a view per table and view the
+// credential sees, over postgres_scan('<alias>', '<schema>', '<table>'), and
+// postgres_query('<alias>', '<sql>'), which pushes a whole query down.
 //
 // Values come back JSON-friendly: integers as int64 (128-bit and unsigned ones past
 // int64 as decimal text), floats as float64 (NaN and infinities as text), decimals as

@@ -256,6 +256,37 @@ func TestDuckDBAttachPostgres(t *testing.T) {
 		require.ErrorContains(t, err, `Install it first using "INSTALL postgres_scanner"`, "no auth: no built-in function, only DuckDB's own hint")
 	})
 
+	t.Run("a database file two commands share", func(t *testing.T) {
+		// Two commands on one database file share a DuckDB instance (duckdb-go's
+		// instance cache): the second, which attaches nothing, sees the first's
+		// functions and views but can never read through its credential.
+		file := t.TempDir() + "/shared.duckdb"
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		first := make(chan error, 1)
+		go func() {
+			_, err := d.Run(ctx, &Call{Kind: "duckdb", CommandID: "a", Step: "s", Config: map[string]any{
+				"auth": "pg_local", "attach_as": "pg", "database": file, "statement_timeout_ms": 0,
+				"command": "SELECT * FROM postgres_query('pg', 'SELECT pg_sleep(60), 1 AS x')"}})
+			first <- err
+		}()
+		testkit.WaitFor(t, 30*time.Second, func() error {
+			if n := workerBackends(t, dsn, db); n == 0 {
+				return errors.New("the first command's query is not running yet")
+			}
+			return nil
+		})
+		for _, sql := range []string{
+			"SELECT * FROM postgres_query('pg', 'SELECT current_user')",
+			"SELECT count(*) FROM pg.public.t",
+		} {
+			_, err := runDuck(t, &DuckDB{}, map[string]any{"database": file, "command": sql})
+			require.ErrorContains(t, err, "no Postgres database is attached in this command", sql)
+		}
+		cancel(ErrExecutionCancelled)
+		require.Error(t, <-first)
+	})
+
 	t.Run("timeout and cancel", func(t *testing.T) {
 		slow := "SELECT * FROM postgres_query('pg', 'SELECT pg_sleep(60), 1 AS x')"
 		_, err := runDuck(t, d, map[string]any{"auth": "pg_local", "attach_as": "pg", "command": slow, "statement_timeout_ms": 300})
