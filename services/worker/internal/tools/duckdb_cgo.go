@@ -99,10 +99,6 @@ func (d *DuckDB) attach(ctx context.Context, conn *sql.Conn, req *duckRequest) (
 		failed := func(what string, err error) error {
 			return &Error{Msg: fmt.Sprintf("duckdb: %s: %s as %s: %s", label, what, duckIdent(a.alias), scrub(duckMessage(err.Error()), password)), Retryable: ctx.Err() != nil}
 		}
-		cfg, err := pgConnConfig(dsn)
-		if err != nil {
-			return scanner, nil, &Error{Msg: fmt.Sprintf("duckdb: %s: bad connection parameters: %s", label, scrub(err.Error(), password))}
-		}
 		if !tried {
 			_, err := conn.ExecContext(ctx, "LOAD postgres_scanner")
 			tried, extension = true, err == nil
@@ -112,6 +108,10 @@ func (d *DuckDB) attach(ctx context.Context, conn *sql.Conn, req *duckRequest) (
 				return scanner, nil, failed("attach", err)
 			}
 			continue
+		}
+		cfg, err := pgConnConfig(dsn)
+		if err != nil {
+			return scanner, nil, &Error{Msg: fmt.Sprintf("duckdb: %s: bad connection parameters: %s", label, scrub(err.Error(), password))}
 		}
 		if scanner == nil {
 			if scanner, err = newPGScanner(ctx, conn); err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -731,6 +732,13 @@ func (p *pgScan) value(m *pgtype.Map, ci int, fd pgconn.FieldDescription, raw []
 		return string(raw), nil
 	case pgJSON:
 		return json.RawMessage(raw), nil
+	}
+	if t.kind == pgList && fd.Format == pgx.BinaryFormatCode && len(raw) >= 4 {
+		// pgx would flatten a multi-dimensional array; the type does not say its
+		// dimensions, so the value does.
+		if dims := int32(binary.BigEndian.Uint32(raw)); dims > 1 {
+			return nil, fmt.Errorf("a %d-dimensional array does not fit a list column; read it with postgres_query as text (::text) or JSON (array_to_json)", dims)
+		}
 	}
 	typ, ok := m.TypeForOID(fd.DataTypeOID)
 	if !ok {

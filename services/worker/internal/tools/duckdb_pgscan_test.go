@@ -192,6 +192,10 @@ func TestDuckDBAttachPostgres(t *testing.T) {
 			map[string]any{"id": int64(1), "id_1": int64(1), "name": "one"},
 			map[string]any{"id": int64(2), "id_1": int64(2), "name": nil},
 		}, rows(res))
+		_, err := runDuck(t, d, map[string]any{"auth": "pg_local", "attach_as": "pg", "command": "SELECT * FROM postgres_query('pg', 'SELECT ''{{1,2},{3,4}}''::int4[] AS grid')"})
+		require.ErrorContains(t, err, `postgres_query(pg): column "grid": a 2-dimensional array does not fit a list column`)
+		res = run(t, map[string]any{"command": "SELECT * FROM postgres_query('pg', 'SELECT array_to_json(''{{1,2},{3,4}}''::int4[]) AS grid')"})
+		require.Equal(t, []any{map[string]any{"grid": []any{[]any{float64(1), float64(2)}, []any{float64(3), float64(4)}}}}, rows(res))
 		res = run(t, map[string]any{"command": "SELECT id FROM postgres_scan('pg', 'public', 't') WHERE ok ORDER BY id"})
 		require.Equal(t, []any{map[string]any{"id": int64(1)}}, rows(res))
 		// A table created after the attach is described when the script names it.
