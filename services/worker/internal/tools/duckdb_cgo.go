@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -118,7 +119,14 @@ func (d *DuckDB) attach(ctx context.Context, conn *sql.Conn, req *duckRequest) (
 				return nil, nil, &Error{Msg: fmt.Sprintf("duckdb: %s: the worker's Postgres scanner: %s", label, duckMessage(err.Error()))}
 			}
 		}
-		if err := scanner.attach(context.WithValue(ctx, pgScannerKey{}, scanner), conn, a.alias, label, cfg.ConnConfig, password); err != nil {
+		actx, cancel := duckStatementContext(context.WithValue(ctx, pgScannerKey{}, scanner), req.timeout)
+		err = scanner.attach(actx, conn, a.alias, label, cfg.ConnConfig, password)
+		timedOut := errors.Is(context.Cause(actx), errStatementTimeout) && ctx.Err() == nil
+		cancel()
+		if timedOut {
+			return scanner, nil, &Error{Msg: fmt.Sprintf("duckdb: %s: attach as %s: cancelled at the statement timeout (tool.statement_timeout_ms)", label, duckIdent(a.alias))}
+		}
+		if err != nil {
 			return scanner, nil, failed("attach", err)
 		}
 	}

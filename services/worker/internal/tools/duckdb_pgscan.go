@@ -34,7 +34,8 @@ import (
 // the credential can see a schema and a VIEW over postgres_scan, so <alias>.<schema>.<table>
 // reads the Postgres table. Invariants:
 //
-//   - Reads only: every connection runs with default_transaction_read_only on, and a
+//   - Reads only: every scan runs in a READ ONLY transaction (a transaction, not a
+//     startup parameter, so it also holds behind a pooler such as PgBouncer), and a
 //     postgres_query statement that returns no columns is refused at bind.
 //   - Column types come from Postgres at bind (the catalog read at attach, or a describe);
 //     rows stream from one connection per running scan (nothing is held beyond a row),
@@ -174,7 +175,6 @@ func mustType(t duckdb.Type) duckdb.TypeInfo {
 // see, and creates the catalog alias with a view over postgres_scan for each.
 func (s *pgScanner) attach(ctx context.Context, conn *sql.Conn, alias, label string, cc *pgx.ConnConfig, password string) error {
 	cc = cc.Copy()
-	cc.RuntimeParams["default_transaction_read_only"] = "on"
 	// A cancelled statement is cancelled in Postgres too, not only abandoned.
 	cc.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: time.Second}
@@ -624,6 +624,9 @@ func (p *pgScan) FillRow(row duckdb.Row) (bool, error) {
 		p.rr = nil
 		pc := p.pc
 		p.pc = nil
+		if _, rerr := pc.PgConn().Exec(p.ctx, "ROLLBACK").ReadAll(); rerr != nil && err == nil {
+			err = rerr
+		}
 		p.s.releaseOrDiscard(p.src, pc, err)
 		if err != nil {
 			return false, p.fail(err)
@@ -690,6 +693,9 @@ func (p *pgScan) start(row duckdb.Row) error {
 	}
 	if len(p.fields) == 0 {
 		formats = nil
+	}
+	if _, err := pc.PgConn().Exec(p.ctx, "BEGIN READ ONLY").ReadAll(); err != nil {
+		return err
 	}
 	p.rr = pc.PgConn().ExecParams(p.ctx, query, nil, nil, nil, formats)
 	// (No field descriptions: the statement failed; NextRow and Close report it.)
