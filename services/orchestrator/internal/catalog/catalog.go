@@ -185,13 +185,23 @@ func (c *Catalog) Versions(ctx context.Context, tenant, path string, limit int, 
 	return out, nil
 }
 
-// Compiled returns the compiled form of a version (the latest when version is 0).
+// Compiled returns the compiled form of a version (the latest when version is 0). The
+// latest version's number is read from the catalog every time (another replica may have
+// registered one since), but not its content when that version is compiled already: a
+// start of a playbook read its whole text back for every execution.
 func (c *Catalog) Compiled(ctx context.Context, tenant, path string, version int64) (*decide.Compiled, error) {
 	path = playbook.CleanPath(path)
-	if version > 0 {
-		if cp := c.get(key{tenant, path, version}); cp != nil {
-			return cp, nil
+	if version == 0 {
+		err := c.db.QueryRow(ctx, `SELECT version FROM noetl.catalog WHERE tenant=$1 AND path=$2 ORDER BY version DESC LIMIT 1`, tenant, path).Scan(&version)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, ErrNotFound
 		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cp := c.get(key{tenant, path, version}); cp != nil {
+		return cp, nil
 	}
 	e, err := c.Get(ctx, tenant, path, version)
 	if err != nil {

@@ -66,6 +66,13 @@ func (s *Service) StartExecution(ctx context.Context, req *orchv1.StartExecution
 	if domain.PoolFor(req.GetPath()) == "system" && !auth.FromContext(ctx).Can(auth.PermSystem) {
 		return nil, status.Errorf(codes.PermissionDenied, "path: starting system/ playbooks requires the system role")
 	}
+	// A start with an idempotency key looks up the execution the key names while the
+	// playbook is looked up.
+	var prior *priorStart
+	if req.GetIdempotencyKey() != "" {
+		prior = s.lookupPrior(ctx, tenant, req.GetIdempotencyKey())
+		defer prior.stop()
+	}
 	cp, err := s.Catalog.Compiled(ctx, tenant, req.GetPath(), req.GetVersion())
 	if errors.Is(err, catalog.ErrNotFound) {
 		return nil, status.Errorf(codes.NotFound, "playbook %q (version %d) not found", req.GetPath(), req.GetVersion())
@@ -101,7 +108,7 @@ func (s *Service) StartExecution(ctx context.Context, req *orchv1.StartExecution
 	id, existing, err := s.publishStart(ctx, tenant, req.GetIdempotencyKey(), req.GetParentExecutionId(), payload, func() error {
 		// The message of the publish error names the internal subject: not for the caller.
 		return status.Errorf(codes.ResourceExhausted, "workload: the start is too large to record; keep the workload under %d bytes of JSON", MaxWorkloadBytes)
-	})
+	}, prior)
 	if err != nil {
 		return nil, err
 	}
@@ -113,25 +120,14 @@ func (s *Service) StartExecution(ctx context.Context, req *orchv1.StartExecution
 // playbook.started with payload and waits until it is committed. tooLarge is the error
 // for a start larger than a message may be. existing reports that the idempotency key
 // named an execution already logged (or already in the stream), which this call did not
-// start.
-func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, parent string, payload []byte, tooLarge func() error) (id string, existing bool, err error) {
-	if k := idempotencyKey; k != "" {
-		id = uuid.NewSHA1(idempotencyNS, []byte(tenant+"\x00"+k)).String()
-		// A start already logged answers at once. When the statebuilder cannot tell, the
-		// start is published anyway: its playbook.started has the id of the first one, so
-		// the materializer keeps one copy and notifies the commit either way. A start
-		// needs only what it writes through (NATS, the materializer). Its existence is all
-		// the start needs: the head, not the state.
-		sctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a paused statebuilder is one that cannot tell
-		_, err := s.head(sctx, id, tenant)
-		cancel()
-		switch code := status.Code(err); {
-		case err == nil:
-			return id, true, nil
-		case code == codes.NotFound, code == codes.Unavailable, code == codes.DeadlineExceeded:
-		default:
-			return "", false, err
+// start. prior, when not nil, is the look-up of that execution the caller started
+// (lookupPrior); publishStart starts it itself otherwise.
+func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, parent string, payload []byte, tooLarge func() error, prior *priorStart) (id string, existing bool, err error) {
+	if idempotencyKey != "" {
+		if prior == nil {
+			prior = s.lookupPrior(ctx, tenant, idempotencyKey)
 		}
+		id = prior.id
 	} else {
 		u, err := uuid.NewV7()
 		if err != nil {
@@ -149,12 +145,19 @@ func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, pare
 		Producer:          "orchestrator",
 		ProduceTime:       timestamppb.Now(),
 	}
-	// Subscribe before publishing so the commit notice cannot be missed.
+	// Subscribe before publishing so the commit notice cannot be missed (its flush overlaps
+	// the look-up of a prior start).
 	watch, err := notice.Subscribe(s.NC, id)
 	if err != nil {
+		prior.stop()
 		return "", false, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
 	defer watch.Close()
+	if found, err := prior.wait(); err != nil {
+		return "", false, err
+	} else if found {
+		return id, true, nil
+	}
 	duplicate, err := eventbus.PublishNew(ctx, s.JS, s.Partitions, ev)
 	if err != nil {
 		if errors.Is(err, natsx.ErrMessageTooLarge) {
@@ -177,6 +180,59 @@ func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, pare
 		return "", false, status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
 	}
 	return id, false, nil
+}
+
+// priorStart is the look-up of the execution an idempotency key names, started as soon as
+// the start is asked for so it overlaps the start's other work (the playbook's look-up, the
+// notice subscription). A nil *priorStart is a start without a key.
+type priorStart struct {
+	id     string
+	done   chan struct{}
+	found  bool
+	err    error
+	cancel context.CancelFunc
+}
+
+// lookupPrior starts the look-up of the execution the idempotency key names: the id is a
+// UUIDv5 of tenant and key, so a retried start finds the same execution. A start already
+// logged answers at once. When the statebuilder cannot tell, the start is published
+// anyway: its playbook.started has the id of the first one, so the materializer keeps one
+// copy and notifies the commit either way. Its existence is all the start needs: the head,
+// not the state.
+func (s *Service) lookupPrior(ctx context.Context, tenant, idempotencyKey string) *priorStart {
+	p := &priorStart{id: uuid.NewSHA1(idempotencyNS, []byte(tenant+"\x00"+idempotencyKey)).String(), done: make(chan struct{})}
+	var sctx context.Context
+	sctx, p.cancel = context.WithTimeout(ctx, 2*time.Second) // a paused statebuilder is one that cannot tell
+	go func() {
+		defer close(p.done)
+		_, err := s.head(sctx, p.id, tenant)
+		switch code := status.Code(err); {
+		case err == nil:
+			p.found = true
+		case code == codes.NotFound, code == codes.Unavailable, code == codes.DeadlineExceeded:
+		default:
+			p.err = err
+		}
+	}()
+	return p
+}
+
+// wait returns whether the key's execution is already logged, or the look-up's error.
+func (p *priorStart) wait() (found bool, err error) {
+	if p == nil {
+		return false, nil
+	}
+	<-p.done
+	p.cancel()
+	return p.found, p.err
+}
+
+// stop abandons the look-up (a start that failed before it needed it) and waits for it.
+func (p *priorStart) stop() {
+	if p != nil {
+		p.cancel()
+		<-p.done
+	}
 }
 
 // CancelExecution publishes playbook.cancelled for a running execution.

@@ -85,7 +85,7 @@ func (s *Service) RerunExecution(ctx context.Context, req *orchv1.RerunExecution
 	}
 	// A rerun is the caller's own execution, not a child of the original's parent (which
 	// neither waits for it nor cancels it).
-	id, _, err := s.publishStart(ctx, tenant, req.GetIdempotencyKey(), "", payload, tooLarge)
+	id, _, err := s.publishStart(ctx, tenant, req.GetIdempotencyKey(), "", payload, tooLarge, nil)
 	if err != nil {
 		return nil, err
 	}

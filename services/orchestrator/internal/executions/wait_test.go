@@ -197,7 +197,7 @@ func TestStartWithAKeyOfALoggedExecutionReadsOnlyItsHead(t *testing.T) {
 	s, l, _ := waitFixture(t)
 	id := uuid.NewSHA1(idempotencyNS, []byte("t\x00k1")).String()
 	l.execs[id] = &sbv1.ExecutionState{ExecutionId: id, Tenant: "t", Seq: 3, Status: eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING}
-	got, existing, err := s.publishStart(context.Background(), "t", "k1", "", []byte(`{}`), nil)
+	got, existing, err := s.publishStart(context.Background(), "t", "k1", "", []byte(`{}`), nil, nil)
 	require.NoError(t, err)
 	require.True(t, existing)
 	require.Equal(t, id, got)
