@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,6 +151,95 @@ func TestCursorHeartbeatsKeepALongFrameAndMaxSecondsStopsOne(t *testing.T) {
 	require.Contains(t, sum["last_error"], "ran past its timeout of 2s (loop.spec.frame.max_seconds)", "%v", sum)
 	require.NoError(t, pg.QueryRow(ctx, `SELECT count(*) FROM ms.effect`).Scan(&effects))
 	require.Zero(t, effects, "a stopped body records nothing")
+}
+
+// TestCursorHeartbeatsOfAReplacementWorkerKeepTheLease runs a frame (lease 4 s, a
+// heartbeat a second, one attempt) on a worker that stops mid-frame after six heartbeats,
+// its drain timeout zero: it gives the body's command back, and the commands stream
+// delivers it again to a second worker, which runs the body from the start and numbers its
+// heartbeats from 1 again. Those heartbeats name their delivery, so they are committed
+// rather than dropped as copies of the first worker's, and keep the lease: the frame is
+// never issued again, and its rows are recorded once.
+func TestCursorHeartbeatsOfAReplacementWorkerKeepTheLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the six services as processes (skipped with -short)")
+	}
+	p := startProcesses(t)
+	ctx := context.Background()
+	pg, err := pgx.Connect(ctx, p.pgURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg.Close(context.Background()) })
+	_, err = pg.Exec(ctx, `CREATE SCHEMA rd;
+		CREATE TABLE rd.queue (id int PRIMARY KEY, claimed_by text);
+		CREATE TABLE rd.effect (id int PRIMARY KEY REFERENCES rd.queue (id), attempt int NOT NULL);
+		INSERT INTO rd.queue (id) SELECT generate_series(1, 3);`)
+	require.NoError(t, err)
+	stopPid(t, p.pids["worker"], syscall.SIGTERM)
+	first := p.startService(t, "worker", "NOETL_WORKER_ID=rd-first", "NOETL_WORKER_DRAIN_TIMEOUT=0s")
+	p.register(t, fmt.Sprintf(cursorFramePlaybook, "rd", "lease_seconds: 4, heartbeat_seconds: 1, max_attempts: 1"))
+	gate := filepath.Join(t.TempDir(), "gate")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o600) })
+	id := p.startExecution(t, "tests/cursor_rd", map[string]any{"gate": gate, "pg": p.pgURL})
+
+	// beats counts the heartbeats committed per delivery.
+	beats := func() (map[string]int, error) {
+		evs, err := p.events(id)
+		if err != nil {
+			return nil, err
+		}
+		n := map[string]int{}
+		for _, ev := range evs {
+			if ev.Type == "command.heartbeat" {
+				n[fmt.Sprint(ev.Payload["delivery"])]++
+			}
+		}
+		return n, nil
+	}
+	var firstDelivery string
+	testkit.WaitFor(t, 2*time.Minute, func() error {
+		n, err := beats()
+		if err != nil {
+			return err
+		}
+		for d, k := range n {
+			if k >= 6 {
+				firstDelivery = d
+				return nil
+			}
+		}
+		return fmt.Errorf("heartbeats so far: %v", n)
+	})
+	// The second worker starts only now, so the first delivery went to the first.
+	p.startService(t, "worker", "NOETL_WORKER_ID=rd-second")
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGTERM), "stop the first worker mid-frame")
+	require.Zero(t, first.wait(t, time.Minute))
+
+	// The replacement's first six heartbeats (as many as the first worker sent, over a
+	// lease and a half) are in the log: with the first worker's ids they would have been
+	// dropped, and the lease would have run out meanwhile.
+	testkit.WaitFor(t, 2*time.Minute, func() error {
+		n, err := beats()
+		if err != nil {
+			return err
+		}
+		for d, k := range n {
+			if d != firstDelivery && k >= 6 {
+				return nil
+			}
+		}
+		return fmt.Errorf("heartbeats so far: %v (first delivery %s)", n, firstDelivery)
+	})
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
+	x := p.waitExecution(t, id)
+	require.Equal(t, "EXECUTION_STATUS_COMPLETED", x["status"], "%v", x)
+	sum := cursorSummary(t, x)
+	require.EqualValues(t, 3, sum["processed"], "%v", sum)
+	require.EqualValues(t, 0, sum["failed"], "the lease held through the replacement: %v", sum)
+	require.EqualValues(t, 1, sum["attempts"], "the frame was never issued again: %v", sum)
+	require.GreaterOrEqual(t, sum["renewals"], 2.0, "%v", sum)
+	var effects, distinct int
+	require.NoError(t, pg.QueryRow(ctx, `SELECT count(*), count(DISTINCT id) FROM rd.effect`).Scan(&effects, &distinct))
+	require.Equal(t, []int{3, 3}, []int{effects, distinct}, "every row recorded once, by the replacement")
 }
 
 // cursorSummary is the result of execution x's cursor step start.

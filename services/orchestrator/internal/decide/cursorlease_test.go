@@ -21,7 +21,7 @@ import (
 func (q *queue) heartbeat(cmd *eventv1.Event, beat int32, after time.Duration) *eventv1.Event {
 	q.clock = q.clock.Add(after)
 	payload, _ := json.Marshal(domain.HeartbeatPayload{Beat: beat})
-	return &eventv1.Event{EventId: domain.HeartbeatEventID(cmd.GetCommandId(), beat), ExecutionId: "x", Type: domain.EventCommandHeartbeat, Step: cmd.GetStep(),
+	return &eventv1.Event{EventId: domain.HeartbeatEventID(cmd.GetCommandId(), "", beat), ExecutionId: "x", Type: domain.EventCommandHeartbeat, Step: cmd.GetStep(),
 		CommandId: cmd.GetCommandId(), Iteration: cmd.GetIteration(), Attempt: cmd.GetAttempt(), PayloadJson: payload, CommitTime: timestamppb.New(q.clock)}
 }
 

@@ -218,7 +218,7 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 			}
 		}
 	})
-	stopBeats := c.heartbeats(ctx, cmd, log) // heartbeat.go
+	stopBeats := c.heartbeats(ctx, cmd, delivery(m), log) // heartbeat.go
 	events := c.Exec.Execute(runCtx, cmd)
 	stopBeats()
 	startedTimer.Stop()
