@@ -45,7 +45,20 @@ type CursorIssue struct {
 	// claimed by reference whose row count the claim's reference did not say.
 	Units int32 `json:"units,omitempty"`
 	Rows  int32 `json:"rows,omitempty"`
+	// Parts splits a frame processed whole whose rows are over loop.spec.frame.max_bytes
+	// into sub-frames of consecutive rows, one unit each: the index of each sub-frame's
+	// first row, from 0. It rides on the first body the decision issues for the frame
+	// (unit 0's), before which the frame is one unit.
+	Parts []int32 `json:"parts,omitempty"`
+	// Refused says why the decision sent no body for this unit: its row alone is over
+	// loop.spec.frame.max_bytes. The command.issued carries no command; the attempt counts
+	// and the unit fails at once (no attempt could fit it).
+	Refused string `json:"refused,omitempty"`
 }
+
+// CursorRowTooLarge is the error code of a unit whose row alone is over
+// loop.spec.frame.max_bytes (CursorIssue.Refused).
+const CursorRowTooLarge = "cursor_row_too_large"
 
 // IssuedPayload is the payload of command.issued (only cursor commands carry one).
 type IssuedPayload struct {
@@ -181,6 +194,9 @@ func applyCursor(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) 
 				f.Units[i] = &sbv1.CursorUnit{LeaseFrom: f.GetClaimedTime()}
 			}
 		}
+		if len(ci.Parts) > 0 {
+			cursorSplit(c, f, ci.Parts)
+		}
 		if ci.Unit < 0 || int(ci.Unit) >= len(f.Units) {
 			return nil
 		}
@@ -192,6 +208,12 @@ func applyCursor(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) 
 			c.Attempts++
 			if ci.Attempt > 1 {
 				c.Reissued++
+			}
+			if ci.Refused != "" {
+				u.Failed = true
+				c.Failed += unitRows(c, f, u)
+				c.LastError = &eventv1.ErrorInfo{Code: CursorRowTooLarge, Message: ci.Refused}
+				cursorFrameDone(slot)
 			}
 		}
 		return nil
@@ -258,7 +280,7 @@ func applyCursor(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event) 
 	if ev.GetType() == EventCommandCompleted {
 		// Any attempt's completion (a late one whose lease ran out included) did the work.
 		u.Done = true
-		c.Processed += unitRows(c, f)
+		c.Processed += unitRows(c, f, u)
 		cursorReleased(f, ev)
 		cursorFrameDone(slot)
 		return nil
@@ -307,7 +329,7 @@ func cursorAttemptOver(c *sbv1.CursorState, slot *sbv1.CursorSlot, f *sbv1.Curso
 	cursorReleased(f, ev)
 	if u.GetAttempt() >= c.GetMaxAttempts() {
 		u.Failed = true
-		c.Failed += unitRows(c, f)
+		c.Failed += unitRows(c, f, u)
 		c.LastError = why
 		cursorFrameDone(slot)
 		return
@@ -317,12 +339,45 @@ func cursorAttemptOver(c *sbv1.CursorState, slot *sbv1.CursorSlot, f *sbv1.Curso
 	u.DueEventId = ev.GetEventId()
 }
 
-// unitRows is the number of rows one unit of frame f stands for.
-func unitRows(c *sbv1.CursorState, f *sbv1.CursorFrame) int64 {
-	if c.GetPerRow() {
+// unitRows is the number of rows unit u of frame f stands for.
+func unitRows(c *sbv1.CursorState, f *sbv1.CursorFrame, u *sbv1.CursorUnit) int64 {
+	switch {
+	case u.GetRows() > 0:
+		return int64(u.GetRows())
+	case c.GetPerRow():
 		return 1
 	}
 	return int64(f.GetRows())
+}
+
+// cursorSplit splits frame f, processed whole and not issued yet, into the sub-frames
+// whose first rows parts lists (CursorIssue.Parts): one unit each, leased from when the
+// frame's was. Parts that do not cut the frame's rows from 0 in increasing order, or a
+// frame split or issued already, change nothing.
+func cursorSplit(c *sbv1.CursorState, f *sbv1.CursorFrame, parts []int32) {
+	if c.GetPerRow() || len(f.GetUnits()) == 0 || parts[0] != 0 || parts[len(parts)-1] >= f.GetRows() {
+		return
+	}
+	for i := 1; i < len(parts); i++ {
+		if parts[i] <= parts[i-1] {
+			return
+		}
+	}
+	for _, u := range f.GetUnits() {
+		if u.GetAttempt() > 0 || u.GetDone() || u.GetFailed() || u.GetRows() > 0 {
+			return
+		}
+	}
+	from := f.GetUnits()[0].GetLeaseFrom()
+	units := make([]*sbv1.CursorUnit, len(parts))
+	for i, first := range parts {
+		end := f.GetRows()
+		if i+1 < len(parts) {
+			end = parts[i+1]
+		}
+		units[i] = &sbv1.CursorUnit{LeaseFrom: from, FirstRow: first, Rows: end - first}
+	}
+	f.Units = units
 }
 
 // cursorFrameDone releases the slot's frame once each of its units is done or failed:

@@ -42,9 +42,10 @@ type Frame struct {
 	// attempt fails (deadline_exceeded), counting against MaxAttempts (0: no bound but
 	// the step's spec.timeout).
 	MaxSeconds int
-	// MaxBytes bounds a frame's rows, as JSON: the claim reads it as
-	// {{ cursor.max_bytes }}, and a frame over it fails the execution naming the setting
-	// (0: no bound).
+	// MaxBytes bounds the rows one body binds (the sum of their JSON sizes; 0: no
+	// bound): the claim reads it as {{ cursor.max_bytes }}; with process: frame a frame
+	// over it is cut into sub-frames of consecutive rows within it, one body each, and a
+	// row over it alone is never sent: its body is refused, failing the row.
 	MaxBytes int
 	// MaxAttempts is how many body attempts a row (or frame) gets (default 3).
 	MaxAttempts int

@@ -69,10 +69,16 @@ func TestLoopOverACollectionByReference(t *testing.T) {
 	require.NotEmpty(t, uri)
 }
 
+// sent reports whether ev issues a command a worker runs: a command.issued with its
+// command (a cursor body refused over max_bytes carries none).
+func sent(ev *eventv1.Event) bool {
+	return ev.GetType() == domain.EventCommandIssued && ev.GetCommand() != nil
+}
+
 func commandsOf(evs []*eventv1.Event) []*eventv1.Event {
 	var out []*eventv1.Event
 	for _, ev := range evs {
-		if ev.GetType() == domain.EventCommandIssued {
+		if sent(ev) {
 			out = append(out, ev)
 		}
 	}

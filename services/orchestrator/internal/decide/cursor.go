@@ -136,10 +136,15 @@ func (d *decider) advanceCursors() error {
 				if err := d.renewLeases(ps, s, int32(w), f); err != nil { // cursorlease.go
 					return err
 				}
-				if err := d.issueBodies(ps, s, int32(w), f); err != nil {
-					return err
+				over, err := d.issueBodies(ps, s, int32(w), f)
+				if err != nil || !over {
+					if err != nil {
+						return err
+					}
+					continue
 				}
-				continue
+				// The frame ended in this decision (its last units refused): nothing would
+				// decide again on the fold of a decision's own events, so claim now.
 			}
 			if err := d.checkEvents(name, "issuing a claim"); err != nil {
 				return err
@@ -181,10 +186,13 @@ func (d *decider) issueClaim(ps *playbook.Step, epoch, slot, claim int32, cause 
 }
 
 // issueBodies emits the bodies of frame f (of slot) that are due: each unit's first
-// attempt, and the next attempt of a unit whose attempt failed or ran out its lease.
-func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, f *sbv1.CursorFrame) error {
+// attempt, and the next attempt of a unit whose attempt failed or ran out its lease. A unit
+// whose rows are over loop.spec.frame.max_bytes is refused instead (frameParts first cuts a
+// frame processed whole into sub-frames within it, so only a row over it alone is); over
+// reports whether that ended the frame, every unit of it done or failed.
+func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, f *sbv1.CursorFrame) (over bool, _ error) {
 	if !frameHasWork(f) {
-		return nil
+		return false, nil
 	}
 	c := s.GetCursor()
 	rows := make([]json.RawMessage, len(f.GetRowsJson()))
@@ -194,7 +202,7 @@ func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, 
 	if ref := f.GetRowsRef(); ref != nil {
 		var ok bool
 		if rows, ok = d.in.ClaimRows[ref.GetUri()]; !ok {
-			return fmt.Errorf("step %s: %w: %s", ps.Name, ErrClaimRowsMissing, ref.GetUri())
+			return false, fmt.Errorf("step %s: %w: %s", ps.Name, ErrClaimRowsMissing, ref.GetUri())
 		}
 	}
 	units := f.GetUnits()
@@ -207,10 +215,10 @@ func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, 
 			n = len(rows)
 		}
 		if len(rows) == 0 {
-			return &Error{Step: ps.Name, Msg: "the cursor's claim answered a stored result without rows"}
+			return false, &Error{Step: ps.Name, Msg: "the cursor's claim answered a stored result without rows"}
 		}
 		if len(rows) > domain.CursorMaxFrameRows {
-			return &Error{Step: ps.Name, Msg: fmt.Sprintf("the cursor's claim returned %d rows, over the most a frame holds (%d); limit it with {{ cursor.max_rows }}", len(rows), domain.CursorMaxFrameRows)}
+			return false, &Error{Step: ps.Name, Msg: fmt.Sprintf("the cursor's claim returned %d rows, over the most a frame holds (%d); limit it with {{ cursor.max_rows }}", len(rows), domain.CursorMaxFrameRows)}
 		}
 		issue.Units, issue.Rows = int32(n), int32(len(rows))
 		units = make([]*sbv1.CursorUnit, n)
@@ -218,10 +226,14 @@ func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, 
 			units[i] = &sbv1.CursorUnit{LeaseFrom: f.GetClaimedTime()}
 		}
 	} else if c.GetPerRow() && len(rows) < len(units) {
-		return &Error{Step: ps.Name, Msg: fmt.Sprintf("the cursor's claim holds %d rows, its frame %d", len(rows), len(units))}
+		return false, &Error{Step: ps.Name, Msg: fmt.Sprintf("the cursor's claim holds %d rows, its frame %d", len(rows), len(units))}
 	}
-	if err := checkFrameBytes(ps, rows); err != nil { // cursorlease.go
-		return err
+	limit := ps.Loop.Cursor.Frame.MaxBytes
+	if !c.GetPerRow() {
+		var err error
+		if units, issue.Parts, err = frameParts(ps, units, rows); err != nil { // cursorlease.go
+			return false, err
+		}
 	}
 	// row_concurrency: at most that many of the frame's bodies in flight at once.
 	budget := len(units)
@@ -233,50 +245,74 @@ func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, 
 			}
 		}
 	}
+	refused := 0
 	for i, u := range units {
 		if u.GetDone() || u.GetFailed() || (u.GetAttempt() > 0 && !u.GetDue()) {
 			continue
 		}
-		if budget <= 0 {
+		unit := int32(i)
+		first, count := unitSpan(c, u, unit, len(rows))
+		size := rowsBytes(rows[first : first+count])
+		tooLarge := limit > 0 && size > limit
+		if !tooLarge && budget <= 0 {
 			break
 		}
-		budget--
 		if err := d.checkEvents(ps.Name, "issuing a cursor body"); err != nil {
-			return err
+			return false, err
 		}
 		attempt := u.GetAttempt() + 1
-		var bound any
-		if c.GetPerRow() {
-			if err := domain.DecodeJSON(rows[i], &bound); err != nil {
-				return err
-			}
-		} else {
-			list := make([]any, len(rows))
-			for j, r := range rows {
-				if err := domain.DecodeJSON(r, &list[j]); err != nil {
-					return err
-				}
-			}
-			bound = list
-		}
-		unit := int32(i)
 		id := domain.CursorBodyID(d.st.GetExecutionId(), ps.Name, s.GetEpoch(), slot, f.GetClaim(), unit, attempt)
 		iter := &eventv1.Iteration{Epoch: s.GetEpoch(), Index: domain.CursorIndex(slot, unit)}
-		cmd, err := d.command(ps, id, iter, attempt, map[string]any{
-			ps.Loop.Iterator: bound, "_index": unit, "_slot": slot, "_claim": f.GetClaim(), "_attempt": attempt, "_rows": len(rows),
-		})
-		if err != nil {
-			return err
-		}
-		bodyBounds(cmd, ps.Loop.Cursor.Frame) // cursorlease.go
 		cause := f.GetClaimEventId()
 		if u.GetDueEventId() != "" {
 			cause = u.GetDueEventId()
 		}
 		issue.Unit, issue.Attempt = unit, attempt
-		if err := d.issueCursor(ps.Name, cmd, issue, cause); err != nil {
-			return err
+		if tooLarge {
+			// No worker could take it: the unit fails now, counted as an attempt.
+			what := fmt.Sprintf("row %d", first)
+			if count > 1 {
+				what = fmt.Sprintf("rows %d to %d", first, first+count-1)
+			}
+			issue.Refused = fmt.Sprintf("%s of the frame (slot %d, claim %d): %d bytes as JSON, over loop.spec.frame.max_bytes (%d); its body was not issued",
+				what, slot, f.GetClaim(), size, limit)
+			if err := d.refuseCursor(ps.Name, id, iter, issue, cause); err != nil {
+				return false, err
+			}
+			issue.Refused, issue.Parts = "", nil
+			refused++
+			continue
 		}
+		budget--
+		var bound any
+		if c.GetPerRow() {
+			if err := domain.DecodeJSON(rows[i], &bound); err != nil {
+				return false, err
+			}
+		} else {
+			list := make([]any, count)
+			for j, r := range rows[first : first+count] {
+				if err := domain.DecodeJSON(r, &list[j]); err != nil {
+					return false, err
+				}
+			}
+			bound = list
+		}
+		n := len(rows)
+		if !c.GetPerRow() {
+			n = int(count) // a sub-frame's rows, when max_bytes split the frame
+		}
+		cmd, err := d.command(ps, id, iter, attempt, map[string]any{
+			ps.Loop.Iterator: bound, "_index": unit, "_slot": slot, "_claim": f.GetClaim(), "_attempt": attempt, "_rows": n,
+		})
+		if err != nil {
+			return false, err
+		}
+		bodyBounds(cmd, ps.Loop.Cursor.Frame) // cursorlease.go
+		if err := d.issueCursor(ps.Name, cmd, issue, cause); err != nil {
+			return false, err
+		}
+		issue.Parts = nil // the fold split the frame at its first body
 		if secs := c.GetLeaseSeconds(); secs > 0 {
 			due := u.GetLeaseFrom().AsTime().Add(time.Duration(secs) * time.Second)
 			timerID := domain.CursorLeaseTimerID(slot, unit, id)
@@ -284,6 +320,29 @@ func (d *decider) issueBodies(ps *playbook.Step, s *sbv1.StepState, slot int32, 
 			d.emit(&eventv1.Event{EventId: domain.EventID(id, domain.EventTimerScheduled), Type: domain.EventTimerScheduled, Step: ps.Name, Attempt: attempt, CauseEventId: cause, PayloadJson: payload})
 		}
 	}
+	if refused == 0 {
+		return false, nil
+	}
+	// The refused units failed; the frame is over when no other unit is left.
+	left := 0
+	for _, u := range units {
+		if !u.GetDone() && !u.GetFailed() {
+			left++
+		}
+	}
+	return left == refused, nil
+}
+
+// refuseCursor emits the command.issued of a cursor body that is not sent (issue.Refused
+// says why): it carries no command, so no worker runs it, the commands stream never holds
+// it and the reconciler has nothing to publish again; the fold fails its unit.
+func (d *decider) refuseCursor(step, id string, iter *eventv1.Iteration, issue domain.CursorIssue, cause string) error {
+	payload, err := json.Marshal(domain.IssuedPayload{Cursor: &issue})
+	if err != nil {
+		return err
+	}
+	d.emit(&eventv1.Event{EventId: domain.EventID(id, domain.EventCommandIssued), Type: domain.EventCommandIssued, Step: step, CommandId: id, Attempt: issue.Attempt,
+		CauseEventId: cause, Iteration: iter, PayloadJson: payload})
 	return nil
 }
 

@@ -55,6 +55,11 @@ type queue struct {
 	// byRef makes claims answer by reference (rowCount: whether it says its row count).
 	byRef, rowCount bool
 	stored          map[string][]json.RawMessage
+	// pad, when set, pads row id's JSON with that many bytes; maxBytes is the playbook's
+	// frame.max_bytes, which no body's rows may exceed, and oversize the rows over it alone.
+	pad      func(id int) int
+	maxBytes int
+	oversize map[int]bool
 }
 
 func newQueue(t *testing.T, process string, n int) *queue {
@@ -88,7 +93,17 @@ func (q *queue) run(cmd *eventv1.Event) *eventv1.Event {
 		}
 		for len(rows) < limit && q.next < q.n {
 			q.next++
-			rows = append(rows, json.RawMessage(fmt.Sprintf(`{"id":%d}`, q.next)))
+			row := fmt.Sprintf(`{"id":%d}`, q.next)
+			if q.pad != nil && q.pad(q.next) > 0 {
+				row = fmt.Sprintf(`{"id":%d,"pad":"%s"}`, q.next, strings.Repeat("x", q.pad(q.next)))
+			}
+			if q.maxBytes > 0 && len(row) > q.maxBytes {
+				if q.oversize == nil {
+					q.oversize = map[int]bool{}
+				}
+				q.oversize[q.next] = true
+			}
+			rows = append(rows, json.RawMessage(row))
 		}
 		ev := q.answer(cmd, domain.EventCommandCompleted)
 		body, _ := json.Marshal(map[string]any{"rows": rows, "row_count": len(rows)})
@@ -116,6 +131,24 @@ func (q *queue) run(cmd *eventv1.Event) *eventv1.Event {
 		}
 	}
 	require.NotEmpty(t, ids, "the body sees its row(s): %v", sc.Iter)
+	if q.maxBytes > 0 {
+		size := 0
+		for _, id := range ids {
+			require.False(t, q.oversize[id], "row %d is over max_bytes alone and is never sent", id)
+		}
+		rows, ok := sc.Iter["row"].([]any)
+		if !ok {
+			rows = []any{sc.Iter["row"]}
+		}
+		for _, r := range rows {
+			b, _ := json.Marshal(r)
+			size += len(b)
+		}
+		require.LessOrEqual(t, size, q.maxBytes, "a body's rows are within max_bytes: %v", ids)
+		if _, frame := sc.Iter["row"].([]any); frame {
+			require.EqualValues(t, len(ids), sc.Iter["_rows"], "a sub-frame's _rows is its own")
+		}
+	}
 	if q.fail != nil && q.fail(ids, cmd.GetAttempt()) {
 		ev := q.answer(cmd, domain.EventCommandFailed)
 		ev.Error = &eventv1.ErrorInfo{Code: "tool_error", Message: fmt.Sprintf("rows %v failed", ids)}
@@ -141,6 +174,14 @@ func (q *queue) decide() []*eventv1.Event {
 	require.NoError(q.s.t, err)
 	require.Equal(q.s.t, ids(evs), ids(again), "deciding again on the same state yields the same events")
 	q.s.apply(evs...)
+	// Only the decision's own events changed the state, and those call for no decision
+	// (domain.NeedsDecision): this one must have left nothing to decide.
+	for _, ref := range NeededClaimRows(q.s.st) {
+		in.ClaimRows[ref.GetUri()] = q.stored[ref.GetUri()]
+	}
+	next, err := DecideWith(q.s.c, q.s.st, in)
+	require.NoError(q.s.t, err)
+	require.Empty(q.s.t, ids(next), "a decision on the fold of the last one's events: %v", q.s.types())
 	return evs
 }
 
@@ -150,7 +191,7 @@ func (q *queue) drain(drop func(cmd *eventv1.Event) bool, pending ...*eventv1.Ev
 	var dropped []*eventv1.Event
 	for range 10_000 {
 		for _, ev := range q.decide() {
-			if ev.GetType() == domain.EventCommandIssued {
+			if sent(ev) {
 				pending = append(pending, ev)
 			}
 		}
@@ -393,7 +434,7 @@ func TestCursorRowConcurrencyCapsAFramesBodiesInFlight(t *testing.T) {
 	var pending []*eventv1.Event
 	for range 1000 {
 		for _, ev := range q.decide() {
-			if ev.GetType() == domain.EventCommandIssued {
+			if sent(ev) {
 				pending = append(pending, ev)
 				if k := key(ev); k != "" {
 					inFlight[k]++
@@ -428,30 +469,43 @@ workflow:
       iterator: row
       spec:
         max_in_flight: %d
-        frame: {max_rows: %d, lease_seconds: 10, max_attempts: %d, process: %s, row_concurrency: %d}
+        frame: {max_rows: %d, lease_seconds: 10, max_attempts: %d, process: %s, row_concurrency: %d, max_bytes: %d}
     tool: {kind: noop}
 `
 
 // TestCursorLoopProperties drains random queues with random slots, frames and attempts,
 // answering commands in a random order, failing or dropping (a worker that died) random
-// body attempts, and checks: the loop completes with every row claimed once and counted
-// processed or failed, each row's effect at most once, decisions are deterministic, and
-// folding the whole log from zero yields the incremental state.
+// body attempts, with rows of random sizes under a random frame.max_bytes (0: none), some
+// claims answered by reference, and checks: the loop completes with every row claimed once
+// and counted processed or failed, each row's effect at most once, no body's rows over
+// max_bytes and no row over it alone sent (it counts failed), decisions are deterministic
+// and leave nothing to decide on their own fold, and folding the whole log from zero
+// yields the incremental state.
 func TestCursorLoopProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(0, 30).Draw(rt, "rows")
 		maxRows := rapid.IntRange(1, 5).Draw(rt, "max_rows")
+		maxBytes := rapid.SampledFrom([]int{0, 0, 20, 30, 45, 60}).Draw(rt, "max_bytes")
 		src := fmt.Sprintf(cursorPropBook, rapid.IntRange(1, 4).Draw(rt, "slots"), maxRows, rapid.IntRange(1, 3).Draw(rt, "max_attempts"),
-			rapid.SampledFrom([]string{"row", "frame"}).Draw(rt, "process"), rapid.IntRange(0, 3).Draw(rt, "row_concurrency"))
-		q := &queue{s: newSim(t, src, "{}"), n: n, maxRows: maxRows, processed: map[int]int{}, clock: time.Unix(1_700_000_000, 0), stored: map[string][]json.RawMessage{}}
+			rapid.SampledFrom([]string{"row", "frame"}).Draw(rt, "process"), rapid.IntRange(0, 3).Draw(rt, "row_concurrency"), maxBytes)
+		q := &queue{s: newSim(t, src, "{}"), n: n, maxRows: maxRows, processed: map[int]int{}, clock: time.Unix(1_700_000_000, 0), stored: map[string][]json.RawMessage{}, maxBytes: maxBytes}
+		q.byRef = rapid.Bool().Draw(rt, "by_reference")
+		q.rowCount = rapid.Bool().Draw(rt, "row_count")
 		q.fail = func([]int, int32) bool { return rapid.IntRange(0, 4).Draw(rt, "fail") == 0 }
+		pads := map[int]int{}
+		q.pad = func(id int) int {
+			if _, ok := pads[id]; !ok {
+				pads[id] = rapid.SampledFrom([]int{0, 0, 5, 12, 30, 50}).Draw(rt, "pad")
+			}
+			return pads[id]
+		}
 		var pending []*eventv1.Event
 		for step := 0; ; step++ {
 			if step > 5000 {
 				rt.Fatalf("the loop never drained: %v", q.s.types())
 			}
 			for _, ev := range q.decide() {
-				if ev.GetType() == domain.EventCommandIssued {
+				if sent(ev) {
 					pending = append(pending, ev)
 				}
 			}
@@ -487,6 +541,9 @@ func TestCursorLoopProperties(t *testing.T) {
 		}
 		if sum["claimed"] != float64(n) || sum["processed"] != float64(len(q.processed)) || sum["processed"].(float64)+sum["failed"].(float64) != float64(n) {
 			rt.Fatalf("summary %v for %d rows, %d processed", sum, n, len(q.processed))
+		}
+		if sum["failed"].(float64) < float64(len(q.oversize)) {
+			rt.Fatalf("summary %v: %d rows over max_bytes alone", sum, len(q.oversize))
 		}
 		again := domain.NewState("x")
 		for _, ev := range q.s.log {

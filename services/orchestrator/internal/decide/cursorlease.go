@@ -15,7 +15,9 @@ import (
 
 // The bounds of a cursor loop's frame beyond its rows: heartbeats that keep a body's lease
 // alive (the fold renews a lease whose timer fired while heartbeats came; this file arms
-// the renewal's timer), max_seconds for one body attempt, and max_bytes for a frame's rows.
+// the renewal's timer), max_seconds for one body attempt, and max_bytes for the rows one
+// body binds: a frame processed whole over it is cut into sub-frames within it, one body
+// each (frameParts), and a row over it alone is refused, its unit failed, rather than sent.
 
 // renewLeases schedules the timers of frame f's lease renewals the fold asked for: each
 // due lease_seconds after the heartbeat that renewed it (as the fold computed it from
@@ -57,19 +59,67 @@ func bodyBounds(cmd *eventv1.Command, f playbook.Frame) {
 	}
 }
 
-// checkFrameBytes fails the execution when a frame's rows, as JSON, are over max_bytes: the
-// claim is to keep its frame under it (it reads {{ cursor.max_bytes }}).
-func checkFrameBytes(ps *playbook.Step, rows []json.RawMessage) error {
+// frameParts is how loop.spec.frame.max_bytes cuts a frame processed whole (its units and
+// rows): a frame within it, or split already (its units say their rows), is as it was; a
+// frame over it that no body was issued for yet is cut into sub-frames of consecutive rows,
+// each within max_bytes but for a row over it alone (splitRows), one unit each, and parts
+// lists their first rows for the fold (domain.CursorIssue.Parts; nil: no cut).
+func frameParts(ps *playbook.Step, units []*sbv1.CursorUnit, rows []json.RawMessage) ([]*sbv1.CursorUnit, []int32, error) {
 	limit := ps.Loop.Cursor.Frame.MaxBytes
-	if limit <= 0 {
-		return nil
+	if limit <= 0 || len(units) != 1 || units[0].GetRows() > 0 || units[0].GetAttempt() > 0 || rowsBytes(rows) <= limit {
+		return units, nil, nil
 	}
+	parts := splitRows(rows, limit)
+	if len(parts) < 2 {
+		return units, nil, nil // one row over max_bytes alone: refused as it is
+	}
+	if len(parts) > domain.CursorMaxFrameRows {
+		return nil, nil, &Error{Step: ps.Name, Msg: fmt.Sprintf("loop.spec.frame.max_bytes cuts a frame into %d sub-frames, over %d", len(parts), domain.CursorMaxFrameRows)}
+	}
+	split := make([]*sbv1.CursorUnit, len(parts))
+	for i, first := range parts {
+		end := int32(len(rows))
+		if i+1 < len(parts) {
+			end = parts[i+1]
+		}
+		split[i] = &sbv1.CursorUnit{LeaseFrom: units[0].GetLeaseFrom(), FirstRow: first, Rows: end - first}
+	}
+	return split, parts, nil
+}
+
+// splitRows cuts rows into runs of consecutive rows whose JSON sizes sum to at most limit,
+// each as long as it fits, and returns the index of each run's first row; a row over limit
+// alone is a run of its own.
+func splitRows(rows []json.RawMessage, limit int) []int32 {
+	var parts []int32
+	size := 0
+	for i, r := range rows {
+		if i == 0 || size+len(r) > limit {
+			parts = append(parts, int32(i))
+			size = 0
+		}
+		size += len(r)
+	}
+	return parts
+}
+
+// unitSpan is the rows of n a unit (number unit) of a frame binds: its own row with
+// process: row, its sub-frame's when max_bytes split the frame, else all of them.
+func unitSpan(c *sbv1.CursorState, u *sbv1.CursorUnit, unit int32, n int) (first, count int32) {
+	switch {
+	case c.GetPerRow():
+		return unit, 1
+	case u.GetRows() > 0 && int(u.GetFirstRow()+u.GetRows()) <= n:
+		return u.GetFirstRow(), u.GetRows()
+	}
+	return 0, int32(n)
+}
+
+// rowsBytes is the size max_bytes bounds: the sum of the rows' JSON sizes.
+func rowsBytes(rows []json.RawMessage) int {
 	n := 0
 	for _, r := range rows {
 		n += len(r)
 	}
-	if n > limit {
-		return &Error{Step: ps.Name, Code: "cursor_frame_too_large", Msg: fmt.Sprintf("the cursor's claim returned a frame of %d rows and %d bytes, over loop.spec.frame.max_bytes (%d); limit the claim with {{ cursor.max_bytes }} or {{ cursor.max_rows }}", len(rows), n, limit)}
-	}
-	return nil
+	return n
 }

@@ -205,23 +205,94 @@ func TestCursorMaxSecondsTightensTheStepTimeout(t *testing.T) {
 	}
 }
 
-func TestCursorFrameOverMaxBytesFailsNamingTheSetting(t *testing.T) {
-	q := newQueue(t, "row, max_bytes: 30", 4)
-	claims := commandsOf(q.decide())
-	var sc domain.Scope
-	require.NoError(t, json.Unmarshal(claims[0].GetCommand().GetContextJson(), &sc))
-	require.EqualValues(t, 30, sc.Iter["cursor"].(map[string]any)["max_bytes"], "the claim reads {{ cursor.max_bytes }}")
-	q.s.apply(q.run(claims[0])) // 4 rows of 8 bytes: 32
-	q.decide()
-	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, q.s.st.GetStatus())
-	require.Contains(t, q.s.st.GetError().GetMessage(), "over loop.spec.frame.max_bytes (30)")
-	require.Contains(t, q.s.st.GetError().GetMessage(), "4 rows and 32 bytes")
+// A frame processed whole whose rows are over max_bytes is cut into sub-frames of
+// consecutive rows within it, one body each, with ids derived from the claim and the
+// sub-frame; the fold learns the cut from the first body and counts each sub-frame's rows.
+func TestCursorMaxBytesSplitsAFrameIntoSubFrames(t *testing.T) {
+	for _, byRef := range []bool{false, true} {
+		t.Run(fmt.Sprintf("by_reference=%v", byRef), func(t *testing.T) {
+			q := newQueue(t, "frame, max_bytes: 20", 7)
+			q.maxBytes, q.byRef = 20, byRef
+			claims := commandsOf(q.decide())
+			var sc domain.Scope
+			require.NoError(t, json.Unmarshal(claims[0].GetCommand().GetContextJson(), &sc))
+			require.EqualValues(t, 20, sc.Iter["cursor"].(map[string]any)["max_bytes"], "the claim reads {{ cursor.max_bytes }}")
+			q.s.apply(q.run(claims[0])) // 4 rows of 8 bytes: 32, over 20
+			evs := q.decide()
+			bodies := commandsOf(evs)
+			require.Len(t, bodies, 2, "two sub-frames of two rows (16 bytes) each")
+			for unit, b := range bodies {
+				require.Equal(t, domain.CursorBodyID("x", "start", 1, 0, 1, int32(unit), 1), b.GetCommandId())
+				var p domain.IssuedPayload
+				require.NoError(t, json.Unmarshal(b.GetPayloadJson(), &p))
+				if unit == 0 {
+					require.Equal(t, []int32{0, 2}, p.Cursor.Parts, "the first body tells the fold the cut")
+				} else {
+					require.Nil(t, p.Cursor.Parts)
+				}
+				var bsc domain.Scope
+				require.NoError(t, json.Unmarshal(b.GetCommand().GetContextJson(), &bsc))
+				require.Len(t, bsc.Iter["row"], 2)
+				require.EqualValues(t, 2, bsc.Iter["_rows"])
+			}
+			require.Len(t, timersOf(evs), 2, "each sub-frame has its lease")
+			units := q.s.st.GetSteps()["start"].GetCursor().GetSlots()[0].GetFrame().GetUnits()
+			require.Len(t, units, 2)
+			require.Equal(t, [4]int32{0, 2, 2, 2}, [4]int32{units[0].GetFirstRow(), units[0].GetRows(), units[1].GetFirstRow(), units[1].GetRows()})
 
-	// Under the bound the frame runs.
-	q = newQueue(t, "row, max_bytes: 32", 4)
-	q.drain(nil)
-	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, q.s.st.GetStatus(), "%v", q.s.st.GetError())
-	require.EqualValues(t, 4, q.summary()["processed"])
+			q.drain(nil, append(bodies, claims[1:]...)...)
+			require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, q.s.st.GetStatus(), "%v", q.s.st.GetError())
+			require.Len(t, q.processed, 7)
+			for id, n := range q.processed {
+				require.Equal(t, 1, n, "row %d processed once", id)
+			}
+			sum := q.summary()
+			require.EqualValues(t, 7, sum["processed"])
+			require.EqualValues(t, 0, sum["failed"])
+			require.EqualValues(t, 2, sum["frames"], "the claims' frames, however cut")
+			require.EqualValues(t, 4, sum["attempts"], "2+2 sub-frames (4 rows, then 3: 2+1)")
+		})
+	}
+}
+
+// A row over max_bytes alone is never sent: its body is refused (a command.issued without
+// a command), counted as an attempt and as a failed row naming the setting, the row's size
+// and the limit, and the loop goes on; a frame whose units all end so claims again in the
+// same decision.
+func TestCursorRowOverMaxBytesFailsItsBodyAlone(t *testing.T) {
+	for _, process := range []string{"row", "frame"} {
+		t.Run(process, func(t *testing.T) {
+			q := newQueue(t, process+", max_bytes: 30", 9)
+			q.maxBytes = 30
+			q.pad = func(id int) int {
+				if id == 3 || id == 5 || id == 6 || id == 7 || id == 8 {
+					return 40
+				}
+				return 0
+			}
+			q.drain(nil)
+			require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, q.s.st.GetStatus(), "%v", q.s.st.GetError())
+			require.Equal(t, map[int]int{1: 1, 2: 1, 4: 1, 9: 1}, q.processed)
+			sum := q.summary()
+			require.EqualValues(t, 4, sum["processed"])
+			require.EqualValues(t, 5, sum["failed"])
+			require.Contains(t, sum["last_error"], "57 bytes as JSON, over loop.spec.frame.max_bytes (30)")
+			refused := 0
+			for _, ev := range q.s.log {
+				var p domain.IssuedPayload
+				if ev.GetType() == domain.EventCommandIssued && json.Unmarshal(ev.GetPayloadJson(), &p) == nil && p.Cursor != nil && p.Cursor.Refused != "" {
+					refused++
+					require.Nil(t, ev.GetCommand(), "a refused body carries no command")
+				}
+			}
+			require.Equal(t, 5, refused)
+			bodies := 4 // row: one per row sent
+			if process == "frame" {
+				bodies = 3 // [1 2] [4]; [9]
+			}
+			require.EqualValues(t, bodies+5, sum["attempts"], "refusals count as attempts")
+		})
+	}
 }
 
 const cursorBeatBook = `
@@ -260,7 +331,7 @@ func TestCursorHeartbeatProperties(t *testing.T) {
 				rt.Fatalf("the loop never drained: %v", q.s.types())
 			}
 			for _, ev := range q.decide() {
-				if ev.GetType() == domain.EventCommandIssued {
+				if sent(ev) {
 					pending = append(pending, ev)
 				}
 			}

@@ -976,8 +976,14 @@ type CursorUnit struct {
 	// Whether the latest renewal's timer.scheduled is not committed yet: the decision
 	// schedules it.
 	LeaseRenewPending bool `protobuf:"varint,10,opt,name=lease_renew_pending,json=leaseRenewPending,proto3" json:"lease_renew_pending,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Rows of the frame this unit stands for, from first_row, once loop.spec.frame.max_bytes
+	// split a frame processed whole into sub-frames (one unit each); 0: the frame was not
+	// split (one row a unit with process: row, the whole frame with process: frame).
+	Rows int32 `protobuf:"varint,11,opt,name=rows,proto3" json:"rows,omitempty"`
+	// Index of the unit's first row in the frame, when rows is set.
+	FirstRow      int32 `protobuf:"varint,12,opt,name=first_row,json=firstRow,proto3" json:"first_row,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CursorUnit) Reset() {
@@ -1078,6 +1084,20 @@ func (x *CursorUnit) GetLeaseRenewPending() bool {
 		return x.LeaseRenewPending
 	}
 	return false
+}
+
+func (x *CursorUnit) GetRows() int32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *CursorUnit) GetFirstRow() int32 {
+	if x != nil {
+		return x.FirstRow
+	}
+	return 0
 }
 
 // RetryState is a retry waiting on its durable timer.
@@ -2556,7 +2576,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x04rows\x18\x04 \x01(\x05R\x04rows\x127\n" +
 	"\x05units\x18\x05 \x03(\v2!.noetl.statebuilder.v1.CursorUnitR\x05units\x12$\n" +
 	"\x0eclaim_event_id\x18\x06 \x01(\tR\fclaimEventId\x12=\n" +
-	"\fclaimed_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vclaimedTime\"\x94\x03\n" +
+	"\fclaimed_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vclaimedTime\"\xc5\x03\n" +
 	"\n" +
 	"CursorUnit\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x12\n" +
@@ -2571,7 +2591,9 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x0elease_renewals\x18\b \x01(\x05R\rleaseRenewals\x127\n" +
 	"\tlease_due\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bleaseDue\x12.\n" +
 	"\x13lease_renew_pending\x18\n" +
-	" \x01(\bR\x11leaseRenewPending\"\xea\x01\n" +
+	" \x01(\bR\x11leaseRenewPending\x12\x12\n" +
+	"\x04rows\x18\v \x01(\x05R\x04rows\x12\x1b\n" +
+	"\tfirst_row\x18\f \x01(\x05R\bfirstRow\"\xea\x01\n" +
 	"\n" +
 	"RetryState\x12!\n" +
 	"\fnext_attempt\x18\x01 \x01(\x05R\vnextAttempt\x12#\n" +
