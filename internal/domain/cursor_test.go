@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 )
 
 func TestClaimRowsCountsRowsInlineAndByReference(t *testing.T) {
@@ -74,4 +75,45 @@ func TestCursorIndexAndLeaseTimerRoundTrip(t *testing.T) {
 	require.False(t, NeedsDecision(EventTimerScheduled))
 	require.NotEqual(t, CursorClaimID("x", "s", 1, 0, 1), CursorBodyID("x", "s", 1, 0, 1, 0, 1))
 	require.NotEqual(t, CursorClaimID("x", "s", 1, 0, 1), CommandID("x", "s", 1, 0, 1))
+}
+
+// A frame's cut (CursorIssue.Parts) applies once, to a frame processed whole that no body
+// was issued for, and only when it cuts the frame's rows from 0 in increasing order; each
+// sub-frame then counts its own rows.
+func TestCursorSplitCutsAFrameOnce(t *testing.T) {
+	frame := func() *sbv1.CursorFrame {
+		return &sbv1.CursorFrame{Rows: 5, Units: []*sbv1.CursorUnit{{}}}
+	}
+	whole := &sbv1.CursorState{}
+	for _, tc := range []struct {
+		name  string
+		c     *sbv1.CursorState
+		f     *sbv1.CursorFrame
+		parts []int32
+		want  [][2]int32 // first row, rows
+	}{
+		{"cut", whole, frame(), []int32{0, 2, 4}, [][2]int32{{0, 2}, {2, 2}, {4, 1}}},
+		{"not from 0", whole, frame(), []int32{1, 3}, [][2]int32{{0, 0}}},
+		{"past the rows", whole, frame(), []int32{0, 5}, [][2]int32{{0, 0}}},
+		{"not increasing", whole, frame(), []int32{0, 3, 3}, [][2]int32{{0, 0}}},
+		{"per row", &sbv1.CursorState{PerRow: true}, frame(), []int32{0, 2}, [][2]int32{{0, 0}}},
+		{"issued already", whole, &sbv1.CursorFrame{Rows: 5, Units: []*sbv1.CursorUnit{{Attempt: 1}}}, []int32{0, 2}, [][2]int32{{0, 0}}},
+		{"cut already", whole, &sbv1.CursorFrame{Rows: 5, Units: []*sbv1.CursorUnit{{Rows: 3}, {FirstRow: 3, Rows: 2}}}, []int32{0, 1}, [][2]int32{{0, 3}, {3, 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cursorSplit(tc.c, tc.f, tc.parts)
+			var got [][2]int32
+			for _, u := range tc.f.GetUnits() {
+				got = append(got, [2]int32{u.GetFirstRow(), u.GetRows()})
+			}
+			require.Equal(t, tc.want, got)
+			var rows int64
+			for _, u := range tc.f.GetUnits() {
+				rows += unitRows(tc.c, tc.f, u)
+			}
+			if !tc.c.GetPerRow() {
+				require.EqualValues(t, 5, rows, "the units count the frame's rows once")
+			}
+		})
+	}
 }

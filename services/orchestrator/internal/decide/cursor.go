@@ -137,10 +137,10 @@ func (d *decider) advanceCursors() error {
 					return err
 				}
 				over, err := d.issueBodies(ps, s, int32(w), f)
-				if err != nil || !over {
-					if err != nil {
-						return err
-					}
+				if err != nil {
+					return err
+				}
+				if !over {
 					continue
 				}
 				// The frame ended in this decision (its last units refused): nothing would
