@@ -30,7 +30,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 	for _, tc := range []struct{ env, value, want string }{
 		{"NOETL_MATERIALIZER_LEASE_TTL", "15", `NOETL_MATERIALIZER_LEASE_TTL="15": invalid duration (want a number with a unit, e.g. 30s, 5m, 1h)`},
 		{"NOETL_MATERIALIZER_BATCH", "0", `NOETL_MATERIALIZER_BATCH="0": must be positive`},
-		{"NOETL_MATERIALIZER_COMMITTERS", "65", `NOETL_MATERIALIZER_COMMITTERS="65": must be at most 64`},
+		{"NOETL_MATERIALIZER_COMMITTERS", "17", `NOETL_MATERIALIZER_COMMITTERS="17": must be at most 16`},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			t.Setenv(tc.env, tc.value)

@@ -44,8 +44,10 @@ const (
 	// one commits while another waits on Postgres, the decider or NATS, few enough that
 	// batches still share transactions under load (partition/group.go).
 	DefaultCommitters = 4
-	// MaxCommitters bounds NOETL_MATERIALIZER_COMMITTERS (each holds a Postgres connection).
-	MaxCommitters     = 64
+	// MaxCommitters bounds NOETL_MATERIALIZER_COMMITTERS: each holds a Postgres connection,
+	// and their forwards together stay below the NATS client's 4,000 unacknowledged async
+	// publishes (partition.forwardWindow each).
+	MaxCommitters     = 16
 	DefaultMaxLag     = 100000
 	DefaultStallAfter = time.Minute
 	DefaultLeaseTTL   = 15 * time.Second

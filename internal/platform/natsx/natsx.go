@@ -284,7 +284,18 @@ type Message struct {
 // ctx travels in the header of every message that does not carry one already, so the
 // consumer's span continues the publisher's trace.
 func PublishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) error {
-	_, err := publishAll(ctx, js, msgs)
+	_, err := publishAll(ctx, js, msgs, 0)
+	return err
+}
+
+// PublishWindowed publishes msgs as PublishAll does, with at most window of them
+// unacknowledged at once: each message past the first window is sent as soon as the ack of
+// the one window places before it arrives, so the acknowledgements flow while the
+// messages do (publishing a window and waiting for all of its acks before the next drained
+// the pipeline once per window). window bounds what one caller adds to the client's
+// unacknowledged async publishes (4,000 at most, past which a publish fails as stalled).
+func PublishWindowed(ctx context.Context, js jetstream.JetStream, msgs []Message, window int) error {
+	_, err := publishAll(ctx, js, msgs, max(window, 1))
 	return err
 }
 
@@ -292,15 +303,16 @@ func PublishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) err
 // already held a message of its id within its duplicate window, in which case JetStream
 // added nothing (and no consumer will see it again).
 func PublishNew(ctx context.Context, js jetstream.JetStream, m Message) (duplicate bool, err error) {
-	acks, err := publishAll(ctx, js, []Message{m})
+	acks, err := publishAll(ctx, js, []Message{m}, 0)
 	if err != nil {
 		return false, err
 	}
 	return acks[0].Duplicate, nil
 }
 
-// publishAll is PublishAll, returning the acks in the order of msgs.
-func publishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) ([]*jetstream.PubAck, error) {
+// publishAll is PublishAll, returning the acks in the order of msgs, with at most window
+// unacknowledged at once (zero: no bound).
+func publishAll(ctx context.Context, js jetstream.JetStream, msgs []Message, window int) ([]*jetstream.PubAck, error) {
 	for _, m := range msgs {
 		if len(m.Data) > MaxMessageBytes {
 			RefusedTooLarge.Inc()
@@ -308,8 +320,27 @@ func publishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) ([]
 		}
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	acks := make([]*jetstream.PubAck, 0, len(msgs))
+	// await takes the ack of the oldest message not acknowledged yet.
+	await := func() error {
+		f := futures[len(acks)]
+		select {
+		case ack := <-f.Ok():
+			acks = append(acks, ack)
+			return nil
+		case err := <-f.Err():
+			return fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	traced := trace.SpanContextFromContext(ctx).IsValid()
 	for _, m := range msgs {
+		if window > 0 && len(futures)-len(acks) >= window {
+			if err := await(); err != nil {
+				return nil, err
+			}
+		}
 		h := m.Header
 		if traced && (h == nil || headerGet(h, "traceparent") == "") {
 			h = Inject(ctx, h)
@@ -321,15 +352,9 @@ func publishAll(ctx context.Context, js jetstream.JetStream, msgs []Message) ([]
 		}
 		futures = append(futures, f)
 	}
-	acks := make([]*jetstream.PubAck, 0, len(futures))
-	for _, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			acks = append(acks, ack)
-		case err := <-f.Err():
-			return nil, fmt.Errorf("publish %s: %w", f.Msg().Subject, err)
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	for len(acks) < len(futures) {
+		if err := await(); err != nil {
+			return nil, err
 		}
 	}
 	return acks, nil

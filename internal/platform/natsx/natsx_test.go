@@ -307,3 +307,31 @@ func TestCommandsStreamKeepsOneKeeperNoPoolReceives(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]uint64{natsx.KeepSubject: 1}, info.State.Subjects, "the acknowledged command is gone, one keeper stays")
 }
+
+// PublishWindowed stores every message once and in order however small its window, and
+// with a window of one it still gets every ack.
+func TestPublishWindowedStoresAllInOrder(t *testing.T) {
+	_, js := connect(t)
+	ctx := context.Background()
+	for _, window := range []int{1, 7, 1000} {
+		var msgs []natsx.Message
+		for i := range 50 {
+			msgs = append(msgs, natsx.Message{Subject: "noetl.events.1", MsgID: fmt.Sprintf("w%d-%d", window, i), Data: fmt.Appendf(nil, "%d:%d", window, i)})
+		}
+		s, err := js.Stream(ctx, natsx.StreamEvents)
+		require.NoError(t, err)
+		before, err := s.Info(ctx)
+		require.NoError(t, err)
+		require.NoError(t, natsx.PublishWindowed(ctx, js, msgs, window))
+		for i := range msgs {
+			m, err := s.GetMsg(ctx, before.State.LastSeq+uint64(i)+1)
+			require.NoError(t, err)
+			require.Equal(t, string(msgs[i].Data), string(m.Data), "window %d, message %d", window, i)
+		}
+		// Published again, every one is a duplicate: nothing more is stored.
+		require.NoError(t, natsx.PublishWindowed(ctx, js, msgs, window))
+		after, err := s.Info(ctx)
+		require.NoError(t, err)
+		require.Equal(t, before.State.LastSeq+uint64(len(msgs)), after.State.LastSeq, "window %d", window)
+	}
+}
