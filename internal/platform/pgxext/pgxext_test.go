@@ -2,8 +2,10 @@ package pgxext_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -49,4 +51,30 @@ func TestCommitsAreSynchronousWhateverTheServerDefault(t *testing.T) {
 	defer explicit.Close()
 	require.NoError(t, explicit.QueryRow(ctx, "SHOW synchronous_commit").Scan(&got))
 	require.Equal(t, "local", got, "a URL that sets it wins")
+}
+
+// A pool keeps half of its connections made from the start, so a burst of calls does not
+// wait for new ones; a URL's pool_min_conns overrides it.
+func TestPoolKeepsHalfItsConnections(t *testing.T) {
+	ctx := context.Background()
+	dbURL := testkit.StartPostgres(t)
+	pool, err := pgxext.Open(ctx, dbURL, 8)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.Equal(t, int32(4), pool.Config().MinConns)
+	testkit.WaitFor(t, 30*time.Second, func() error {
+		if n := pool.Stat().TotalConns(); n < 4 {
+			return fmt.Errorf("%d connections made, want 4", n)
+		}
+		return nil
+	})
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("pool_min_conns", "1")
+	u.RawQuery = q.Encode()
+	one, err := pgxext.Open(ctx, u.String(), 8)
+	require.NoError(t, err)
+	defer one.Close()
+	require.Equal(t, int32(1), one.Config().MinConns)
 }
