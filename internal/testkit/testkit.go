@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -230,13 +231,45 @@ func WaitFor(t testing.TB, timeout time.Duration, cond func() error) {
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for a process the
+// test starts to listen on. It is drawn below the kernel's ephemeral range (from which
+// every outgoing connection takes its local port, so a port the kernel handed out there
+// could be taken by a connection before the process bound it), at random so that test
+// processes running at once rarely draw alike, and never twice in one test process.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal("testkit: find free port:", err)
+	lo, hi := freePortLow, ephemeralLow()
+	for range 1000 {
+		p := lo + rand.IntN(hi-lo)
+		if _, taken := handedOut.LoadOrStore(p, true); taken {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return p
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("testkit: no free port below the ephemeral range")
+	return 0
+}
+
+// freePortLow is the lowest port FreePort draws.
+const freePortLow = 15000
+
+// handedOut holds the ports FreePort returned in this process.
+var handedOut sync.Map
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// ip_local_port_range; 32768 where it cannot be read or leaves too little below it).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		var lo, hi int
+		if _, err := fmt.Sscan(string(b), &lo, &hi); err == nil && lo > freePortLow+1000 {
+			return lo
+		}
+	}
+	return 32768
 }

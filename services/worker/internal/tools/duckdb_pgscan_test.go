@@ -41,21 +41,9 @@ func pgParts(t *testing.T, dsn string) map[string]any {
 		"database": strings.TrimPrefix(u.Path, "/"), "sslmode": u.Query().Get("sslmode")}
 }
 
-// workerBackends counts the worker's connections to a database.
-func workerBackends(t *testing.T, dsn, db string) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer func() { _ = c.Close(context.Background()) }()
-	var n int
-	require.NoError(t, c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'noetl-worker'", db).Scan(&n))
-	return n
-}
-
-// workerQueries counts the worker's backends in database db running a query like pattern.
-func workerQueries(t *testing.T, dsn, db, pattern string) int {
+// workerBackends counts the worker's backends in database db: all of them, or with
+// running set, those running a query like it.
+func workerBackends(t *testing.T, dsn, db, running string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -64,7 +52,7 @@ func workerQueries(t *testing.T, dsn, db, pattern string) int {
 	defer func() { _ = c.Close(context.Background()) }()
 	var n int
 	require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'noetl-worker'
-		AND state = 'active' AND query LIKE $2`, db, pattern).Scan(&n))
+		AND ($2 = '' OR state = 'active' AND query LIKE $2)`, db, running).Scan(&n))
 	return n
 }
 
@@ -247,7 +235,7 @@ func TestDuckDBAttachPostgres(t *testing.T) {
 			SELECT id FROM pg.public.big ORDER BY id LIMIT 2`})
 		require.Equal(t, []any{map[string]any{"id": int64(1)}, map[string]any{"id": int64(2)}}, rows(res))
 		testkit.WaitFor(t, 10*time.Second, func() error {
-			if n := workerBackends(t, dsn, db); n != 0 {
+			if n := workerBackends(t, dsn, db, ""); n != 0 {
 				return fmt.Errorf("%d worker connections left", n)
 			}
 			return nil
@@ -291,7 +279,7 @@ func TestDuckDBAttachPostgres(t *testing.T) {
 		// Its query runs once it attached (views made): a backend alone may still be the
 		// attach's catalog read.
 		testkit.WaitFor(t, 30*time.Second, func() error {
-			if n := workerQueries(t, dsn, db, "%pg_sleep(60)%"); n == 0 {
+			if n := workerBackends(t, dsn, db, "%pg_sleep(60)%"); n == 0 {
 				return errors.New("the first command's query is not running yet")
 			}
 			return nil
@@ -322,7 +310,7 @@ func TestDuckDBAttachPostgres(t *testing.T) {
 		require.True(t, te.Retryable, "%v", te)
 		// The sleeping statement was cancelled in Postgres, and its connection closed.
 		testkit.WaitFor(t, 10*time.Second, func() error {
-			if n := workerBackends(t, dsn, db); n != 0 {
+			if n := workerBackends(t, dsn, db, ""); n != 0 {
 				return fmt.Errorf("%d worker connections left", n)
 			}
 			return nil
