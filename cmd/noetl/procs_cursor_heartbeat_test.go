@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/noetl/noetl/internal/testkit"
@@ -71,6 +70,16 @@ workflow:
   - step: end
 `
 
+// cursorQueue creates, in schema, the three-row queue and the effect table that
+// cursorFramePlaybook drains and records into.
+func cursorQueue(schema string) string {
+	return fmt.Sprintf(`CREATE SCHEMA %[1]s;
+		CREATE TABLE %[1]s.queue (id int PRIMARY KEY, claimed_by text);
+		CREATE TABLE %[1]s.effect (id int PRIMARY KEY REFERENCES %[1]s.queue (id), attempt int NOT NULL);
+		INSERT INTO %[1]s.queue (id) SELECT generate_series(1, 3);
+`, schema)
+}
+
 // TestCursorHeartbeatsKeepALongFrameAndMaxSecondsStopsOne runs two cursor loops over the
 // service processes. In the first a frame's body outlives its lease (4 s) several times
 // over while its worker heartbeats every second: the lease is renewed (the test opens the
@@ -84,16 +93,7 @@ func TestCursorHeartbeatsKeepALongFrameAndMaxSecondsStopsOne(t *testing.T) {
 	}
 	p := startProcesses(t)
 	ctx := context.Background()
-	pg, err := pgx.Connect(ctx, p.pgURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pg.Close(context.Background()) })
-	for _, schema := range []string{"hb", "ms"} {
-		_, err = pg.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA %[1]s;
-			CREATE TABLE %[1]s.queue (id int PRIMARY KEY, claimed_by text);
-			CREATE TABLE %[1]s.effect (id int PRIMARY KEY REFERENCES %[1]s.queue (id), attempt int NOT NULL);
-			INSERT INTO %[1]s.queue (id) SELECT generate_series(1, 3);`, schema))
-		require.NoError(t, err)
-	}
+	pg := p.connect(t, cursorQueue("hb")+cursorQueue("ms"))
 	p.register(t, fmt.Sprintf(cursorFramePlaybook, "hb", "lease_seconds: 4, heartbeat_seconds: 1, max_attempts: 1"))
 	p.register(t, fmt.Sprintf(cursorFramePlaybook, "ms", "lease_seconds: 60, max_seconds: 2, max_attempts: 2"))
 	dir := t.TempDir()
@@ -166,14 +166,7 @@ func TestCursorHeartbeatsOfAReplacementWorkerKeepTheLease(t *testing.T) {
 	}
 	p := startProcesses(t)
 	ctx := context.Background()
-	pg, err := pgx.Connect(ctx, p.pgURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pg.Close(context.Background()) })
-	_, err = pg.Exec(ctx, `CREATE SCHEMA rd;
-		CREATE TABLE rd.queue (id int PRIMARY KEY, claimed_by text);
-		CREATE TABLE rd.effect (id int PRIMARY KEY REFERENCES rd.queue (id), attempt int NOT NULL);
-		INSERT INTO rd.queue (id) SELECT generate_series(1, 3);`)
-	require.NoError(t, err)
+	pg := p.connect(t, cursorQueue("rd"))
 	stopPid(t, p.pids["worker"], syscall.SIGTERM)
 	first := p.startService(t, "worker", "NOETL_WORKER_ID=rd-first", "NOETL_WORKER_DRAIN_TIMEOUT=0s")
 	p.register(t, fmt.Sprintf(cursorFramePlaybook, "rd", "lease_seconds: 4, heartbeat_seconds: 1, max_attempts: 1"))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,14 +66,10 @@ func TestCursorFrameOverMaxBytesIsSplit(t *testing.T) {
 	}
 	p := startProcesses(t)
 	ctx := context.Background()
-	pg, err := pgx.Connect(ctx, p.pgURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pg.Close(context.Background()) })
-	_, err = pg.Exec(ctx, `CREATE SCHEMA sp;
+	pg := p.connect(t, `CREATE SCHEMA sp;
 		CREATE TABLE sp.queue (id int PRIMARY KEY, pad text NOT NULL, claimed_by text);
 		CREATE TABLE sp.effect (id int PRIMARY KEY REFERENCES sp.queue (id), part int NOT NULL, rows int NOT NULL);
 		INSERT INTO sp.queue (id, pad) SELECT i, repeat('x', CASE WHEN i = 17 THEN 400 ELSE 100 END) FROM generate_series(1, 30) AS i;`)
-	require.NoError(t, err)
 	p.register(t, cursorSplitPlaybook)
 	id := p.startExecution(t, "tests/cursor_split", map[string]any{"pg": p.pgURL})
 	x := p.waitExecution(t, id)

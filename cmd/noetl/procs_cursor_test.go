@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/noetl/noetl/internal/testkit"
@@ -91,14 +90,10 @@ func TestCursorLoopDrainsAQueueThroughAKilledWorker(t *testing.T) {
 	}
 	p := startProcesses(t)
 	ctx := context.Background()
-	pg, err := pgx.Connect(ctx, p.pgURL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pg.Close(context.Background()) })
-	_, err = pg.Exec(ctx, `CREATE SCHEMA cq;
+	pg := p.connect(t, `CREATE SCHEMA cq;
 		CREATE TABLE cq.queue (id int PRIMARY KEY, claimed_by text);
 		CREATE TABLE cq.effect (id int PRIMARY KEY REFERENCES cq.queue (id), attempt int NOT NULL, worker text NOT NULL);
 		INSERT INTO cq.queue (id) SELECT generate_series(1, 1000);`)
-	require.NoError(t, err)
 	stopPid(t, p.pids["worker"], syscall.SIGTERM)
 	workers := map[string]*service{}
 	for _, id := range []string{"cursor-a", "cursor-b", "cursor-c"} {

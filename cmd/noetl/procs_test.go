@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/noetl/noetl/cmd/noetl/mesh"
@@ -130,6 +132,21 @@ func startProcesses(t *testing.T) *procMesh {
 		return nil
 	})
 	return p
+}
+
+// connect opens a connection to the mesh's Postgres as its owner, closed when the test
+// ends, and runs setup on it (the tables a playbook under test reads and writes).
+func (p *procMesh) connect(t *testing.T, setup string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := pgx.Connect(ctx, p.pgURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pg.Close(context.Background()) })
+	if setup != "" {
+		_, err = pg.Exec(ctx, setup)
+		require.NoError(t, err, "setup")
+	}
+	return pg
 }
 
 // serviceEnv is what a service's process is started with beside the mesh's env: its own
