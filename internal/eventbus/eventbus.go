@@ -1,6 +1,10 @@
 // Package eventbus publishes NoETL's events to NOETL_EVENTS: each on its execution's
-// partition subject, under its event id. The orchestrator and the worker publish through
-// it, so the rule is written once.
+// partition subject, under its event id, alone in a message (Publish) or with other events
+// of its partition in one batch message (Batcher, batch.go), and reads a message's events
+// back (Bodies). The orchestrator, the worker and the materializer go through it, so the
+// rules are written once. Invariants: an event travels on its execution's partition
+// subject; a publisher's events keep its order in the stream; a call returns only once
+// every message holding its events is acknowledged.
 package eventbus
 
 import (

@@ -15,12 +15,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/testkit"
@@ -452,4 +454,79 @@ func waitLog(t *testing.T, e *env, execs, steps int) []string {
 		require.Equal(t, int16(eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED), s)
 	}
 	return out
+}
+
+// TestBatchedEventsCommitLikeSingleOnes checks that events published in batch messages
+// (eventbus.Batcher's EventBatch, several events per message) are committed as the same
+// events published one per message are: the same logs, seq for seq. The batches are larger
+// than half the replica's batch size, so a batch that would pass it opens the next one,
+// and every batch is published a second time regrouped (two batches of one), whose events
+// the writer drops as duplicates.
+func TestBatchedEventsCommitLikeSingleOnes(t *testing.T) {
+	t.Parallel()
+	const parts, execs, steps = 4, 6, 20
+	clean := newEnv(t)
+	clean.start(t, Config{Partitions: parts, ReplicaID: "clean"})
+	cp := newPublisher(t, clean.js, parts)
+	evs := cp.build(t, "x", execs, steps)
+	for _, ev := range evs {
+		cp.publish(t, ev, "")
+	}
+	want := waitLog(t, clean, execs, steps)
+
+	batched := newEnv(t)
+	batched.start(t, Config{Partitions: parts, ReplicaID: "batched", BatchSize: 8})
+	// Consecutive events of a partition, five to a message, as a batcher groups them.
+	bySubject := map[string][]*eventv1.Event{}
+	var subjects []string
+	flush := func(subject string) {
+		group := bySubject[subject]
+		if len(group) == 0 {
+			return
+		}
+		bySubject[subject] = nil
+		publishBatch(t, batched.js, subject, group, "")
+		if len(group) > 1 { // the regrouped copy: duplicates for the writer
+			publishBatch(t, batched.js, subject, group[:1], "again")
+			publishBatch(t, batched.js, subject, group[1:], "again")
+		}
+	}
+	for _, ev := range evs {
+		s := natsx.EventSubject(ev.GetExecutionId(), parts)
+		if bySubject[s] == nil {
+			subjects = append(subjects, s)
+		}
+		bySubject[s] = append(bySubject[s], ev)
+		if len(bySubject[s]) == 5 {
+			flush(s)
+		}
+	}
+	for _, s := range subjects {
+		flush(s)
+	}
+	require.Equal(t, want, waitLog(t, batched, execs, steps))
+}
+
+// publishBatch publishes evs as one message on subject: an EventBatch with the batch
+// header, or the plain event when there is one.
+func publishBatch(t *testing.T, js jetstream.JetStream, subject string, evs []*eventv1.Event, idSuffix string) {
+	t.Helper()
+	bodies := make([][]byte, len(evs))
+	ids := ""
+	for i, ev := range evs {
+		b, err := proto.Marshal(ev)
+		require.NoError(t, err)
+		bodies[i], ids = b, ids+ev.GetEventId()+","
+	}
+	m := &nats.Msg{Subject: subject, Header: nats.Header{}}
+	if len(evs) == 1 {
+		m.Data = bodies[0]
+	} else {
+		data, err := proto.Marshal(&eventv1.EventBatch{Events: bodies})
+		require.NoError(t, err)
+		m.Data = data
+		m.Header.Set(eventbus.BatchHeader, strconv.Itoa(len(evs)))
+	}
+	_, err := js.PublishMsg(context.Background(), m, jetstream.WithMsgID(ids+idSuffix))
+	require.NoError(t, err)
 }

@@ -310,13 +310,22 @@ func PublishNew(ctx context.Context, js jetstream.JetStream, m Message) (duplica
 	return acks[0].Duplicate, nil
 }
 
+// CheckSize refuses a message larger than MaxMessageBytes (counted in RefusedTooLarge),
+// as a publish would: ErrMessageTooLarge, naming its subject and id.
+func CheckSize(m Message) error {
+	if len(m.Data) > MaxMessageBytes {
+		RefusedTooLarge.Inc()
+		return fmt.Errorf("publish %s (%s): %d bytes: %w", m.Subject, m.MsgID, len(m.Data), ErrMessageTooLarge)
+	}
+	return nil
+}
+
 // publishAll is PublishAll, returning the acks in the order of msgs, with at most window
 // unacknowledged at once (zero: no bound).
 func publishAll(ctx context.Context, js jetstream.JetStream, msgs []Message, window int) ([]*jetstream.PubAck, error) {
 	for _, m := range msgs {
-		if len(m.Data) > MaxMessageBytes {
-			RefusedTooLarge.Inc()
-			return nil, fmt.Errorf("publish %s (%s): %d bytes: %w", m.Subject, m.MsgID, len(m.Data), ErrMessageTooLarge)
+		if err := CheckSize(m); err != nil {
+			return nil, err
 		}
 	}
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))

@@ -33,6 +33,7 @@ import (
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/failpoint"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/telemetry"
@@ -247,30 +248,43 @@ func (l *loop) consume(ctx context.Context, p int) error {
 		defer cancel()
 		record(sctx)
 	}()
+	// A batch holds up to BatchSize events: a message may hold several (eventbus.Count); one
+	// that would pass the bound opens the next batch (carry).
 	batch := make([]jetstream.Msg, 0, l.cfg.BatchSize)
+	var carry jetstream.Msg
 	idle := time.NewTimer(time.Hour)
 	idle.Stop()
 	defer idle.Stop()
 	for {
 		batch = batch[:0]
-		if unrecorded != 0 {
-			idle.Reset(cursorIdle)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-idle.C:
-			record(ctx)
-			continue
-		case m := <-ch:
-			idle.Stop()
-			batch = append(batch, m)
+		n := 0
+		if carry != nil {
+			batch, n, carry = append(batch, carry), eventbus.Count(carry.Headers()), nil
+		} else {
+			if unrecorded != 0 {
+				idle.Reset(cursorIdle)
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-idle.C:
+				record(ctx)
+				continue
+			case m := <-ch:
+				idle.Stop()
+				batch, n = append(batch, m), eventbus.Count(m.Headers())
+			}
 		}
 	drain:
-		for len(batch) < l.cfg.BatchSize {
+		for n < l.cfg.BatchSize {
 			select {
 			case m := <-ch:
-				batch = append(batch, m)
+				k := eventbus.Count(m.Headers())
+				if n+k > l.cfg.BatchSize {
+					carry = m
+					break drain
+				}
+				batch, n = append(batch, m), n+k
 			default:
 				break drain
 			}
@@ -313,15 +327,23 @@ func (l *loop) process(ctx context.Context, p int, msgs []jetstream.Msg, cursor 
 	keep := make([]jetstream.Msg, 0, len(msgs))
 	bodies := make([][]byte, 0, len(msgs))
 	for _, m := range msgs {
-		ev := &eventv1.Event{}
-		if err := proto.Unmarshal(m.Data(), ev); err != nil || ev.GetExecutionId() == "" || ev.GetEventId() == "" {
-			l.log.Error("dropping malformed event", slog.String("subject", m.Subject()))
+		bs, err := eventbus.Bodies(m.Headers(), m.Data())
+		if err != nil {
+			l.log.Error("dropping malformed event batch", slog.String("subject", m.Subject()))
 			l.m.rejected.Inc()
 			continue
 		}
-		evs = append(evs, ev)
-		keep = append(keep, m)
-		bodies = append(bodies, m.Data())
+		for _, body := range bs {
+			ev := &eventv1.Event{}
+			if err := proto.Unmarshal(body, ev); err != nil || ev.GetExecutionId() == "" || ev.GetEventId() == "" {
+				l.log.Error("dropping malformed event", slog.String("subject", m.Subject()))
+				l.m.rejected.Inc()
+				continue
+			}
+			evs = append(evs, ev)
+			keep = append(keep, m) // a batch's events share its message (and its trace)
+			bodies = append(bodies, body)
+		}
 	}
 	var last uint64
 	if md, err := msgs[len(msgs)-1].Metadata(); err == nil {

@@ -55,7 +55,13 @@ type Consumer struct {
 	InFlight prometheus.Gauge
 
 	cancels *cancels
+	// batch publishes the outcomes of the commands that finish together in one message per
+	// partition (eventbus.Batcher); nil publishes each command's events alone.
+	batch *eventbus.Batcher
 }
+
+// publishLoops is how many rounds of outcomes a worker's batcher publishes at once.
+const publishLoops = 4
 
 // startedAfter is how long a command runs before its worker reports command.started.
 const startedAfter = 2 * time.Second
@@ -118,6 +124,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 			cancelRuns()
 			it.Stop()
 		}
+	}()
+	// The batcher outlives the running commands (its stop is deferred before their wait),
+	// so that a draining worker's outcomes are published.
+	c.batch = eventbus.NewBatcher(c.JS, c.Partitions, publishLoops)
+	batchCtx, stopBatch := context.WithCancel(context.WithoutCancel(ctx))
+	batchDone := make(chan struct{})
+	go func() {
+		defer close(batchDone)
+		c.batch.Run(batchCtx)
+	}()
+	defer func() {
+		stopBatch()
+		<-batchDone
 	}()
 	sem := make(chan struct{}, c.Concurrency)
 	var wg sync.WaitGroup
@@ -262,7 +281,11 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 	_ = m.Ack()
 }
 
-// publish publishes a command's events to NOETL_EVENTS.
+// publish publishes a command's events to NOETL_EVENTS, together with those of the other
+// commands that finish meanwhile (c.batch).
 func (c *Consumer) publish(ctx context.Context, events []*eventv1.Event) error {
-	return eventbus.Publish(ctx, c.JS, c.Partitions, events)
+	if c.batch == nil {
+		return eventbus.Publish(ctx, c.JS, c.Partitions, events)
+	}
+	return c.batch.Publish(ctx, events)
 }

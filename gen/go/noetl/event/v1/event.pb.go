@@ -379,6 +379,56 @@ func (x *Event) GetStartTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// EventBatch is several events in one NOETL_EVENTS message: those a publisher had ready
+// for one partition at once (a worker's outcomes of commands that finished together), so
+// the stream, its consumer and the acknowledgements pay once for them instead of once per
+// event. A batch travels with the header Noetl-Batch (its count of events); a message
+// without that header holds one marshalled Event. The materializer reads both.
+type EventBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The marshalled Event messages, in publishing order (the order the stream keeps).
+	Events        [][]byte `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventBatch) Reset() {
+	*x = EventBatch{}
+	mi := &file_noetl_event_v1_event_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventBatch) ProtoMessage() {}
+
+func (x *EventBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_event_v1_event_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
+func (*EventBatch) Descriptor() ([]byte, []int) {
+	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EventBatch) GetEvents() [][]byte {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 // Iteration identifies one loop iteration of a step.
 type Iteration struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -392,7 +442,7 @@ type Iteration struct {
 
 func (x *Iteration) Reset() {
 	*x = Iteration{}
-	mi := &file_noetl_event_v1_event_proto_msgTypes[1]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +454,7 @@ func (x *Iteration) String() string {
 func (*Iteration) ProtoMessage() {}
 
 func (x *Iteration) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_event_v1_event_proto_msgTypes[1]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +467,7 @@ func (x *Iteration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Iteration.ProtoReflect.Descriptor instead.
 func (*Iteration) Descriptor() ([]byte, []int) {
-	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{1}
+	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Iteration) GetEpoch() int32 {
@@ -449,7 +499,7 @@ type ErrorInfo struct {
 
 func (x *ErrorInfo) Reset() {
 	*x = ErrorInfo{}
-	mi := &file_noetl_event_v1_event_proto_msgTypes[2]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +511,7 @@ func (x *ErrorInfo) String() string {
 func (*ErrorInfo) ProtoMessage() {}
 
 func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_event_v1_event_proto_msgTypes[2]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +524,7 @@ func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorInfo.ProtoReflect.Descriptor instead.
 func (*ErrorInfo) Descriptor() ([]byte, []int) {
-	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{2}
+	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ErrorInfo) GetCode() string {
@@ -522,7 +572,7 @@ type ResultRef struct {
 
 func (x *ResultRef) Reset() {
 	*x = ResultRef{}
-	mi := &file_noetl_event_v1_event_proto_msgTypes[3]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +584,7 @@ func (x *ResultRef) String() string {
 func (*ResultRef) ProtoMessage() {}
 
 func (x *ResultRef) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_event_v1_event_proto_msgTypes[3]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +597,7 @@ func (x *ResultRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultRef.ProtoReflect.Descriptor instead.
 func (*ResultRef) Descriptor() ([]byte, []int) {
-	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{3}
+	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ResultRef) GetUri() string {
@@ -614,7 +664,7 @@ type ToolCall struct {
 
 func (x *ToolCall) Reset() {
 	*x = ToolCall{}
-	mi := &file_noetl_event_v1_event_proto_msgTypes[4]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +676,7 @@ func (x *ToolCall) String() string {
 func (*ToolCall) ProtoMessage() {}
 
 func (x *ToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_event_v1_event_proto_msgTypes[4]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +689,7 @@ func (x *ToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCall.ProtoReflect.Descriptor instead.
 func (*ToolCall) Descriptor() ([]byte, []int) {
-	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{4}
+	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolCall) GetKind() string {
@@ -722,7 +772,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_noetl_event_v1_event_proto_msgTypes[5]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +784,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_event_v1_event_proto_msgTypes[5]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +797,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{5}
+	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Command) GetCommandId() string {
@@ -916,7 +966,7 @@ type CommitNotice struct {
 
 func (x *CommitNotice) Reset() {
 	*x = CommitNotice{}
-	mi := &file_noetl_event_v1_event_proto_msgTypes[6]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +978,7 @@ func (x *CommitNotice) String() string {
 func (*CommitNotice) ProtoMessage() {}
 
 func (x *CommitNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_event_v1_event_proto_msgTypes[6]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +991,7 @@ func (x *CommitNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNotice.ProtoReflect.Descriptor instead.
 func (*CommitNotice) Descriptor() ([]byte, []int) {
-	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{6}
+	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CommitNotice) GetExecutionId() string {
@@ -1021,7 +1071,10 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"start_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"7\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"$\n" +
+	"\n" +
+	"EventBatch\x12\x16\n" +
+	"\x06events\x18\x01 \x03(\fR\x06events\"7\n" +
 	"\tIteration\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x05R\x05epoch\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\"W\n" +
@@ -1104,36 +1157,37 @@ func file_noetl_event_v1_event_proto_rawDescGZIP() []byte {
 }
 
 var file_noetl_event_v1_event_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_noetl_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_noetl_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_noetl_event_v1_event_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: noetl.event.v1.ExecutionStatus
 	(StepStatus)(0),               // 1: noetl.event.v1.StepStatus
 	(*Event)(nil),                 // 2: noetl.event.v1.Event
-	(*Iteration)(nil),             // 3: noetl.event.v1.Iteration
-	(*ErrorInfo)(nil),             // 4: noetl.event.v1.ErrorInfo
-	(*ResultRef)(nil),             // 5: noetl.event.v1.ResultRef
-	(*ToolCall)(nil),              // 6: noetl.event.v1.ToolCall
-	(*Command)(nil),               // 7: noetl.event.v1.Command
-	(*CommitNotice)(nil),          // 8: noetl.event.v1.CommitNotice
-	nil,                           // 9: noetl.event.v1.Event.TraceContextEntry
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
+	(*EventBatch)(nil),            // 3: noetl.event.v1.EventBatch
+	(*Iteration)(nil),             // 4: noetl.event.v1.Iteration
+	(*ErrorInfo)(nil),             // 5: noetl.event.v1.ErrorInfo
+	(*ResultRef)(nil),             // 6: noetl.event.v1.ResultRef
+	(*ToolCall)(nil),              // 7: noetl.event.v1.ToolCall
+	(*Command)(nil),               // 8: noetl.event.v1.Command
+	(*CommitNotice)(nil),          // 9: noetl.event.v1.CommitNotice
+	nil,                           // 10: noetl.event.v1.Event.TraceContextEntry
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
 }
 var file_noetl_event_v1_event_proto_depIdxs = []int32{
-	3,  // 0: noetl.event.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	5,  // 1: noetl.event.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	4,  // 2: noetl.event.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	10, // 3: noetl.event.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	9,  // 4: noetl.event.v1.Event.trace_context:type_name -> noetl.event.v1.Event.TraceContextEntry
-	10, // 5: noetl.event.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
-	7,  // 6: noetl.event.v1.Event.command:type_name -> noetl.event.v1.Command
-	10, // 7: noetl.event.v1.Event.start_time:type_name -> google.protobuf.Timestamp
-	6,  // 8: noetl.event.v1.Command.tools:type_name -> noetl.event.v1.ToolCall
-	3,  // 9: noetl.event.v1.Command.iteration:type_name -> noetl.event.v1.Iteration
-	10, // 10: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
-	5,  // 11: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
-	11, // 12: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
-	11, // 13: noetl.event.v1.Command.heartbeat:type_name -> google.protobuf.Duration
+	4,  // 0: noetl.event.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	6,  // 1: noetl.event.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	5,  // 2: noetl.event.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	11, // 3: noetl.event.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	10, // 4: noetl.event.v1.Event.trace_context:type_name -> noetl.event.v1.Event.TraceContextEntry
+	11, // 5: noetl.event.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	8,  // 6: noetl.event.v1.Event.command:type_name -> noetl.event.v1.Command
+	11, // 7: noetl.event.v1.Event.start_time:type_name -> google.protobuf.Timestamp
+	7,  // 8: noetl.event.v1.Command.tools:type_name -> noetl.event.v1.ToolCall
+	4,  // 9: noetl.event.v1.Command.iteration:type_name -> noetl.event.v1.Iteration
+	11, // 10: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
+	6,  // 11: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
+	12, // 12: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
+	12, // 13: noetl.event.v1.Command.heartbeat:type_name -> google.protobuf.Duration
 	2,  // 14: noetl.event.v1.CommitNotice.events:type_name -> noetl.event.v1.Event
 	15, // [15:15] is the sub-list for method output_type
 	15, // [15:15] is the sub-list for method input_type
@@ -1153,7 +1207,7 @@ func file_noetl_event_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_event_v1_event_proto_rawDesc), len(file_noetl_event_v1_event_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

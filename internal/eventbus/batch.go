@@ -1,0 +1,237 @@
+package eventbus
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/platform/natsx"
+)
+
+// BatchHeader marks a NOETL_EVENTS message that holds an eventv1.EventBatch; its value is
+// the batch's count of events. A message without it holds one marshalled Event.
+const BatchHeader = "Noetl-Batch"
+
+// Batch bounds: the events of one batch message, and its bytes (under the stream's
+// message limit, with room for the batch's framing and headers).
+const (
+	MaxBatchEvents = 256
+	maxBatchBytes  = natsx.MaxMessageBytes - 4096
+)
+
+// ErrMalformedBatch is a NOETL_EVENTS message marked as a batch that does not decode as one.
+var ErrMalformedBatch = errors.New("malformed event batch")
+
+// Bodies returns the marshalled events a NOETL_EVENTS message holds, in order: its data
+// for a single event, the batch's events for a batch (header BatchHeader).
+func Bodies(h nats.Header, data []byte) ([][]byte, error) {
+	if h.Get(BatchHeader) == "" {
+		return [][]byte{data}, nil
+	}
+	b := &eventv1.EventBatch{}
+	if err := proto.Unmarshal(data, b); err != nil || len(b.GetEvents()) == 0 {
+		return nil, ErrMalformedBatch
+	}
+	return b.GetEvents(), nil
+}
+
+// Count is how many events a NOETL_EVENTS message holds, read from its header alone (one
+// for a message that is not a batch, or whose count does not parse).
+func Count(h nats.Header) int {
+	if v := h.Get(BatchHeader); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 1
+}
+
+// Batcher publishes events to NOETL_EVENTS for many concurrent callers. The events that
+// are waiting when one of its loops is free go out together: one message per partition,
+// an EventBatch when the partition has several (up to MaxBatchEvents and the message
+// limit), the plain event otherwise, so a lone publish (a chain's outcome) travels as
+// Publish sends it. Each caller's events keep their order and their partition's, and
+// Publish returns once every message holding them is acknowledged, so a caller that acks
+// its command after Publish acks it after its outcome is in the stream, as with Publish.
+//
+// A batch message's id (the stream's deduplication id) derives from its events' ids, so a
+// batch published again after a lost acknowledgement is dropped by the stream; the same
+// events regrouped are not, and the materializer drops them as duplicates of the log.
+type Batcher struct {
+	js         jetstream.JetStream
+	partitions int
+	loops      int
+	reqs       chan *batchReq
+}
+
+// batchReq is one caller's events and where its outcome goes.
+type batchReq struct {
+	ctx    context.Context
+	events []*eventv1.Event
+	bodies [][]byte
+	done   chan error
+}
+
+// NewBatcher returns a Batcher over js for a stream of partitions partitions, publishing
+// in loops messages rounds at once (at least one). Run must run for Publish to return.
+func NewBatcher(js jetstream.JetStream, partitions, loops int) *Batcher {
+	return &Batcher{js: js, partitions: partitions, loops: max(loops, 1), reqs: make(chan *batchReq, 4*MaxBatchEvents)}
+}
+
+// Publish publishes events (all of one execution, or not) and waits for their
+// acknowledgement, for ctx's end, or for a failure, which may leave some of them
+// published (as Publish may).
+func (b *Batcher) Publish(ctx context.Context, events []*eventv1.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	r := &batchReq{ctx: ctx, events: events, bodies: make([][]byte, len(events)), done: make(chan error, 1)}
+	for i, ev := range events {
+		body, err := proto.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		m := natsx.Message{Subject: natsx.EventSubject(ev.GetExecutionId(), b.partitions), MsgID: ev.GetEventId(), Data: body}
+		if err := natsx.CheckSize(m); err != nil {
+			return err // alone in a message it would be refused, and in a batch it does not fit
+		}
+		r.bodies[i] = body
+	}
+	select {
+	case b.reqs <- r:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run publishes what callers hand to Publish until ctx ends; a call waiting then fails with
+// ctx's error.
+func (b *Batcher) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range b.loops {
+		wg.Go(func() { b.loop(ctx) })
+	}
+	wg.Wait()
+	for {
+		select {
+		case r := <-b.reqs:
+			r.done <- ctx.Err()
+		default:
+			return
+		}
+	}
+}
+
+// loop takes the requests waiting, up to MaxBatchEvents events, publishes them and answers
+// each, round after round.
+func (b *Batcher) loop(ctx context.Context) {
+	var next *batchReq // a request that did not fit the last round
+	for {
+		first := next
+		next = nil
+		if first == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case first = <-b.reqs:
+			}
+		}
+		round, n := []*batchReq{first}, len(first.events)
+	collect:
+		for n < MaxBatchEvents {
+			select {
+			case r := <-b.reqs:
+				if n+len(r.events) > MaxBatchEvents {
+					next = r
+					break collect
+				}
+				round, n = append(round, r), n+len(r.events)
+			default:
+				break collect
+			}
+		}
+		b.publish(ctx, round)
+	}
+}
+
+// publish sends one round: the requests' events grouped into messages by partition, in
+// the requests' order, then answers every request with the outcome of its messages.
+func (b *Batcher) publish(ctx context.Context, round []*batchReq) {
+	type pending struct {
+		subject string
+		ids     []string
+		bodies  [][]byte
+		size    int
+		reqs    []int // indices into round
+	}
+	var msgs []*pending
+	open := map[string]*pending{} // subject -> the message still being filled
+	for ri, r := range round {
+		for i, ev := range r.events {
+			subj := natsx.EventSubject(ev.GetExecutionId(), b.partitions)
+			p := open[subj]
+			if p == nil || len(p.bodies) >= MaxBatchEvents || p.size+len(r.bodies[i]) > maxBatchBytes {
+				p = &pending{subject: subj}
+				open[subj] = p
+				msgs = append(msgs, p)
+			}
+			p.ids, p.bodies, p.size = append(p.ids, ev.GetEventId()), append(p.bodies, r.bodies[i]), p.size+len(r.bodies[i])
+			if k := len(p.reqs); k == 0 || p.reqs[k-1] != ri {
+				p.reqs = append(p.reqs, ri)
+			}
+		}
+	}
+	out := make([]natsx.Message, len(msgs))
+	for i, p := range msgs {
+		if len(p.bodies) == 1 {
+			out[i] = natsx.Message{Subject: p.subject, MsgID: p.ids[0], Data: p.bodies[0]}
+			continue
+		}
+		data, err := proto.Marshal(&eventv1.EventBatch{Events: p.bodies})
+		if err != nil {
+			for _, ri := range p.reqs {
+				round[ri].done <- err
+			}
+			return
+		}
+		out[i] = natsx.Message{Subject: p.subject, MsgID: batchID(p.ids), Data: data,
+			Header: nats.Header{BatchHeader: []string{strconv.Itoa(len(p.bodies))}}}
+	}
+	// The messages continue the trace of the round's first caller; they are published in
+	// the Batcher's context, so one caller that leaves does not fail the others.
+	if trace.SpanContextFromContext(round[0].ctx).IsValid() {
+		for i := range out {
+			out[i].Header = natsx.Inject(round[0].ctx, out[i].Header)
+		}
+	}
+	err := natsx.PublishAll(ctx, b.js, out)
+	for _, r := range round {
+		r.done <- err
+	}
+}
+
+// batchID is the deduplication id of a batch of events: a digest of their ids in order.
+func batchID(ids []string) string {
+	h := sha256.New()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("batch:%d:%s", len(ids), hex.EncodeToString(h.Sum(nil)[:16]))
+}
