@@ -66,6 +66,10 @@ const publishLoops = 4
 // startedAfter is how long a command runs before its worker reports command.started.
 const startedAfter = 2 * time.Second
 
+// claimEvery is how often a worker tells NATS that a command it runs is still in progress
+// (the consumer's ack wait is 60 s).
+const claimEvery = 20 * time.Second
+
 // DurableName is the durable consumer of a pool on NOETL_COMMANDS.
 func DurableName(pool string) string { return "worker-" + pool }
 
@@ -138,9 +142,23 @@ func (c *Consumer) Run(ctx context.Context) error {
 		stopBatch()
 		<-batchDone
 	}()
-	sem := make(chan struct{}, c.Concurrency)
+	// Concurrency long-lived goroutines run the commands: a goroutine per command paid for
+	// its start and, the run being deep, for growing its stack every time.
+	work := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer close(work)
+	for range max(c.Concurrency, 1) {
+		wg.Go(func() {
+			for m := range work {
+				running.Add(1)
+				c.InFlight.Inc()
+				c.handle(runCtx, m)
+				c.InFlight.Dec()
+				running.Add(-1)
+			}
+		})
+	}
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -158,21 +176,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 			continue
 		}
 		select {
-		case sem <- struct{}{}:
+		case work <- m:
 		case <-ctx.Done():
 			_ = m.Nak()
-			continue
 		}
-		wg.Add(1)
-		running.Add(1)
-		c.InFlight.Inc()
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			defer running.Add(-1)
-			defer c.InFlight.Dec()
-			c.handle(runCtx, m)
-		}()
 	}
 }
 
@@ -195,20 +202,26 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		trace.WithAttributes(telemetry.Execution(cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetAttempt())...),
 		trace.WithAttributes(telemetry.AttrTool.String(kind), telemetry.AttrPool.String(c.Pool), telemetry.AttrCommandID.String(cmd.GetCommandId())))
 	defer span.End()
-	// Keep the claim alive while a long tool runs.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		t := time.NewTicker(20 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				_ = m.InProgress()
-			}
+	// Keep the claim alive while a long tool runs (a timer that re-arms itself, rather than
+	// a goroutine and a ticker per command).
+	var claimMu sync.Mutex
+	claimDone := false
+	var claim *time.Timer
+	claimMu.Lock()
+	claim = time.AfterFunc(claimEvery, func() {
+		claimMu.Lock()
+		defer claimMu.Unlock()
+		if !claimDone {
+			_ = m.InProgress()
+			claim.Reset(claimEvery)
 		}
+	})
+	claimMu.Unlock()
+	defer func() {
+		claimMu.Lock()
+		claimDone = true
+		claimMu.Unlock()
+		claim.Stop()
 	}()
 	// Every secret resolved for this command is masked in what leaves the worker: events,
 	// the stored result, span errors and these log lines.
