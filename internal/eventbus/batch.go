@@ -170,48 +170,20 @@ func (b *Batcher) loop(ctx context.Context) {
 	}
 }
 
-// publish sends one round: the requests' events grouped into messages by partition, in
-// the requests' order, then answers every request with the outcome of its messages.
+// publish sends one round, the requests' events packed into messages by partition in the
+// requests' order (pack), and answers every request with the outcome.
 func (b *Batcher) publish(ctx context.Context, round []*batchReq) {
-	type pending struct {
-		subject string
-		ids     []string
-		bodies  [][]byte
-		size    int
-		reqs    []int // indices into round
+	var evs []*eventv1.Event
+	var bodies [][]byte
+	for _, r := range round {
+		evs, bodies = append(evs, r.events...), append(bodies, r.bodies...)
 	}
-	var msgs []*pending
-	open := map[string]*pending{} // subject -> the message still being filled
-	for ri, r := range round {
-		for i, ev := range r.events {
-			subj := natsx.EventSubject(ev.GetExecutionId(), b.partitions)
-			p := open[subj]
-			if p == nil || len(p.bodies) >= MaxBatchEvents || p.size+len(r.bodies[i]) > maxBatchBytes {
-				p = &pending{subject: subj}
-				open[subj] = p
-				msgs = append(msgs, p)
-			}
-			p.ids, p.bodies, p.size = append(p.ids, ev.GetEventId()), append(p.bodies, r.bodies[i]), p.size+len(r.bodies[i])
-			if k := len(p.reqs); k == 0 || p.reqs[k-1] != ri {
-				p.reqs = append(p.reqs, ri)
-			}
+	out, err := pack(b.partitions, evs, bodies)
+	if err != nil {
+		for _, r := range round {
+			r.done <- err
 		}
-	}
-	out := make([]natsx.Message, len(msgs))
-	for i, p := range msgs {
-		if len(p.bodies) == 1 {
-			out[i] = natsx.Message{Subject: p.subject, MsgID: p.ids[0], Data: p.bodies[0]}
-			continue
-		}
-		data, err := proto.Marshal(&eventv1.EventBatch{Events: p.bodies})
-		if err != nil {
-			for _, ri := range p.reqs {
-				round[ri].done <- err
-			}
-			return
-		}
-		out[i] = natsx.Message{Subject: p.subject, MsgID: batchID(p.ids), Data: data,
-			Header: nats.Header{BatchHeader: []string{strconv.Itoa(len(p.bodies))}}}
+		return
 	}
 	// The messages continue the trace of the round's first caller; they are published in
 	// the Batcher's context, so one caller that leaves does not fail the others.
@@ -220,7 +192,7 @@ func (b *Batcher) publish(ctx context.Context, round []*batchReq) {
 			out[i].Header = natsx.Inject(round[0].ctx, out[i].Header)
 		}
 	}
-	err := natsx.PublishAll(ctx, b.js, out)
+	err = natsx.PublishAll(ctx, b.js, out)
 	for _, r := range round {
 		r.done <- err
 	}
