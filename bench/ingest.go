@@ -24,6 +24,7 @@ import (
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/platform/natsembed"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/pgembed"
@@ -35,6 +36,7 @@ var (
 	ingestEvents = flag.Int("ingest-events", 100000, "events of the ingest workload")
 	ingestExecs  = flag.Int("ingest-executions", 1000, "executions the ingest workload's events belong to")
 	ingestBatch  = flag.Int("ingest-batch", materializer.DefaultBatchSize, "materializer batch size of the ingest workload")
+	ingestPub    = flag.String("ingest-publish", "packed", "how the ingest workload's events reach NOETL_EVENTS: packed (as the services publish, eventbus.Publish: a partition's events share batch messages) or single (one message per event)")
 )
 
 // runIngest measures the materializer alone: executions are started, then ingest-events
@@ -44,6 +46,9 @@ var (
 // run, the committed rows are copied with one plain COPY into a table like noetl.event
 // (same columns, indexes and constraints): the raw rate the materializer is compared to.
 func runIngest(ctx context.Context) error {
+	if *ingestPub != "packed" && *ingestPub != "single" {
+		return fmt.Errorf("--ingest-publish %q: packed or single", *ingestPub)
+	}
 	dir, err := os.MkdirTemp("", "noetl-ingest-")
 	if err != nil {
 		return err
@@ -150,6 +155,7 @@ func runIngest(ctx context.Context) error {
 		"events":              len(events),
 		"executions":          len(started),
 		"batch_size":          *ingestBatch,
+		"publish":             *ingestPub,
 		"partitions":          natsx.DefaultPartitions,
 		"wall_ms":             float64(wall.Microseconds()) / 1000,
 		"events_per_s":        eps,
@@ -265,6 +271,12 @@ func publishEvents(ctx context.Context, js jetstream.JetStream, evs []*eventv1.E
 	for len(evs) > 0 {
 		chunk := evs[:min(window, len(evs))]
 		evs = evs[len(chunk):]
+		if *ingestPub == "packed" {
+			if err := eventbus.Publish(ctx, js, natsx.DefaultPartitions, chunk); err != nil {
+				return err
+			}
+			continue
+		}
 		msgs := make([]natsx.Message, 0, len(chunk))
 		for _, ev := range chunk {
 			b, err := proto.Marshal(ev)
