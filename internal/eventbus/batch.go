@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/coalesce"
 	"github.com/noetl/noetl/internal/platform/natsx"
 )
 
@@ -71,21 +71,21 @@ type Batcher struct {
 	js         jetstream.JetStream
 	partitions int
 	loops      int
-	reqs       chan *batchReq
+	queue      *coalesce.Queue[*batchReq]
 }
 
-// batchReq is one caller's events and where its outcome goes.
+// batchReq is one caller's events.
 type batchReq struct {
 	ctx    context.Context
 	events []*eventv1.Event
 	bodies [][]byte
-	done   chan error
 }
 
 // NewBatcher returns a Batcher over js for a stream of partitions partitions, publishing
 // in loops messages rounds at once (at least one). Run must run for Publish to return.
 func NewBatcher(js jetstream.JetStream, partitions, loops int) *Batcher {
-	return &Batcher{js: js, partitions: partitions, loops: max(loops, 1), reqs: make(chan *batchReq, 4*MaxBatchEvents)}
+	return &Batcher{js: js, partitions: partitions, loops: max(loops, 1),
+		queue: coalesce.New(4*MaxBatchEvents, MaxBatchEvents, func(r *batchReq) int { return len(r.events) })}
 }
 
 // Publish publishes events (all of one execution, or not) and waits for their
@@ -95,7 +95,7 @@ func (b *Batcher) Publish(ctx context.Context, events []*eventv1.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	r := &batchReq{ctx: ctx, events: events, bodies: make([][]byte, len(events)), done: make(chan error, 1)}
+	r := &batchReq{ctx: ctx, events: events, bodies: make([][]byte, len(events))}
 	for i, ev := range events {
 		body, err := proto.Marshal(ev)
 		if err != nil {
@@ -107,95 +107,38 @@ func (b *Batcher) Publish(ctx context.Context, events []*eventv1.Event) error {
 		}
 		r.bodies[i] = body
 	}
-	select {
-	case b.reqs <- r:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case err := <-r.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return b.queue.Submit(ctx, r)
 }
 
-// Run publishes what callers hand to Publish until ctx ends; a call waiting then fails with
-// ctx's error.
-func (b *Batcher) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	for range b.loops {
-		wg.Go(func() { b.loop(ctx) })
-	}
-	wg.Wait()
-	for {
-		select {
-		case r := <-b.reqs:
-			r.done <- ctx.Err()
-		default:
-			return
-		}
-	}
-}
-
-// loop takes the requests waiting, up to MaxBatchEvents events, publishes them and answers
-// each, round after round.
-func (b *Batcher) loop(ctx context.Context) {
-	var next *batchReq // a request that did not fit the last round
-	for {
-		first := next
-		next = nil
-		if first == nil {
-			select {
-			case <-ctx.Done():
-				return
-			case first = <-b.reqs:
-			}
-		}
-		round, n := []*batchReq{first}, len(first.events)
-	collect:
-		for n < MaxBatchEvents {
-			select {
-			case r := <-b.reqs:
-				if n+len(r.events) > MaxBatchEvents {
-					next = r
-					break collect
-				}
-				round, n = append(round, r), n+len(r.events)
-			default:
-				break collect
-			}
-		}
-		b.publish(ctx, round)
-	}
-}
+// Run publishes what callers hand to Publish, round after round of the requests waiting
+// (up to MaxBatchEvents events), until ctx ends; a call waiting then fails with ctx's
+// error.
+func (b *Batcher) Run(ctx context.Context) { b.queue.Run(ctx, b.loops, b.publish) }
 
 // publish sends one round, the requests' events packed into messages by partition in the
-// requests' order (pack), and answers every request with the outcome.
-func (b *Batcher) publish(ctx context.Context, round []*batchReq) {
+// requests' order (pack); every request gets the round's outcome.
+func (b *Batcher) publish(ctx context.Context, round []*batchReq) []error {
 	var evs []*eventv1.Event
 	var bodies [][]byte
 	for _, r := range round {
 		evs, bodies = append(evs, r.events...), append(bodies, r.bodies...)
 	}
 	out, err := pack(b.partitions, evs, bodies)
-	if err != nil {
-		for _, r := range round {
-			r.done <- err
+	if err == nil {
+		// The messages continue the trace of the round's first caller; they are published
+		// in the Batcher's context, so one caller that leaves does not fail the others.
+		if trace.SpanContextFromContext(round[0].ctx).IsValid() {
+			for i := range out {
+				out[i].Header = natsx.Inject(round[0].ctx, out[i].Header)
+			}
 		}
-		return
+		err = natsx.PublishAll(ctx, b.js, out)
 	}
-	// The messages continue the trace of the round's first caller; they are published in
-	// the Batcher's context, so one caller that leaves does not fail the others.
-	if trace.SpanContextFromContext(round[0].ctx).IsValid() {
-		for i := range out {
-			out[i].Header = natsx.Inject(round[0].ctx, out[i].Header)
-		}
+	errs := make([]error, len(round))
+	for i := range errs {
+		errs[i] = err
 	}
-	err = natsx.PublishAll(ctx, b.js, out)
-	for _, r := range round {
-		r.done <- err
-	}
+	return errs
 }
 
 // batchID is the deduplication id of a batch of events: a digest of their ids in order.

@@ -26,6 +26,18 @@ func newStreams(t *testing.T) jetstream.JetStream {
 	return js
 }
 
+// runBatcher runs a Batcher of loops loops over new streams of four partitions until the
+// test ends.
+func runBatcher(t *testing.T, loops int) (jetstream.JetStream, *Batcher, context.Context) {
+	t.Helper()
+	js := newStreams(t)
+	b := NewBatcher(js, 4, loops)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go b.Run(ctx)
+	return js, b, ctx
+}
+
 // streamEvents reads every NOETL_EVENTS message back: the events each holds, by message.
 func streamEvents(t *testing.T, js jetstream.JetStream) [][]*eventv1.Event {
 	t.Helper()
@@ -72,7 +84,7 @@ func TestBatcherPacksWaitingEventsByPartition(t *testing.T) {
 	}
 	// Every caller waits before the loop starts, so the rounds are full.
 	testkit.WaitFor(t, 10*time.Second, func() error {
-		if n := len(b.reqs); n != callers {
+		if n := b.queue.Waiting(); n != callers {
 			return fmt.Errorf("%d callers waiting", n)
 		}
 		return nil
@@ -118,11 +130,7 @@ func TestBatcherPacksWaitingEventsByPartition(t *testing.T) {
 // Publish sends it (no batch header, its own id as the deduplication id), so a retried
 // publish of it is dropped by the stream.
 func TestBatcherLonePublishIsAPlainEvent(t *testing.T) {
-	js := newStreams(t)
-	b := NewBatcher(js, 4, 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go b.Run(ctx)
+	js, b, ctx := runBatcher(t, 2)
 	ev := &eventv1.Event{EventId: "e1", ExecutionId: "x1", Type: "a"}
 	require.NoError(t, b.Publish(ctx, []*eventv1.Event{ev}))
 	require.NoError(t, b.Publish(ctx, []*eventv1.Event{ev}))
@@ -140,11 +148,7 @@ func TestBatcherLonePublishIsAPlainEvent(t *testing.T) {
 // TestBatcherRefusesAnEventTooLarge checks that an event over the message limit fails its
 // own caller with ErrMessageTooLarge and publishes none of that caller's events.
 func TestBatcherRefusesAnEventTooLarge(t *testing.T) {
-	js := newStreams(t)
-	b := NewBatcher(js, 4, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go b.Run(ctx)
+	js, b, ctx := runBatcher(t, 1)
 	big := &eventv1.Event{EventId: "big", ExecutionId: "x1", Type: "a", PayloadJson: make([]byte, natsx.MaxMessageBytes+1)}
 	err := b.Publish(ctx, []*eventv1.Event{{EventId: "small", ExecutionId: "x1", Type: "a"}, big})
 	require.True(t, errors.Is(err, natsx.ErrMessageTooLarge), "got %v", err)
@@ -161,7 +165,7 @@ func TestBatcherStopFailsWaitingCalls(t *testing.T) {
 		errc <- b.Publish(context.Background(), []*eventv1.Event{{EventId: "e1", ExecutionId: "x1", Type: "a"}})
 	}()
 	testkit.WaitFor(t, 10*time.Second, func() error {
-		if len(b.reqs) == 0 {
+		if b.queue.Waiting() == 0 {
 			return errors.New("no call waiting yet")
 		}
 		return nil

@@ -289,14 +289,7 @@ func TestTwoOwnersOfOnePartitionKeepTheLogIdentical(t *testing.T) {
 	const parts, execs, steps = 4, 12, 30
 	all := []int{0, 1, 2, 3}
 
-	clean := newEnv(t)
-	clean.start(t, Config{Partitions: parts, ReplicaID: "clean"})
-	cp := newPublisher(t, clean.js, parts)
-	evs := cp.build(t, "x", execs, steps)
-	for _, ev := range evs {
-		cp.publish(t, ev, "")
-	}
-	want := waitLog(t, clean, execs, steps)
+	evs, want := cleanLog(t, parts, execs, steps)
 
 	dual := newEnv(t)
 	a := dual.start(t, Config{Partitions: parts, ReplicaID: "a", OwnPartitions: all, BatchSize: 16})
@@ -465,14 +458,7 @@ func waitLog(t *testing.T, e *env, execs, steps int) []string {
 func TestBatchedEventsCommitLikeSingleOnes(t *testing.T) {
 	t.Parallel()
 	const parts, execs, steps = 4, 6, 20
-	clean := newEnv(t)
-	clean.start(t, Config{Partitions: parts, ReplicaID: "clean"})
-	cp := newPublisher(t, clean.js, parts)
-	evs := cp.build(t, "x", execs, steps)
-	for _, ev := range evs {
-		cp.publish(t, ev, "")
-	}
-	want := waitLog(t, clean, execs, steps)
+	evs, want := cleanLog(t, parts, execs, steps)
 
 	batched := newEnv(t)
 	batched.start(t, Config{Partitions: parts, ReplicaID: "batched", BatchSize: 8})
@@ -505,6 +491,21 @@ func TestBatchedEventsCommitLikeSingleOnes(t *testing.T) {
 		flush(s)
 	}
 	require.Equal(t, want, waitLog(t, batched, execs, steps))
+}
+
+// cleanLog runs one replica on its own over the events of execs executions of steps
+// events (publisher.build, prefix "x"), one message each, and returns the events and the
+// logs it committed (waitLog): what a run under test must commit too.
+func cleanLog(t *testing.T, parts, execs, steps int) ([]*eventv1.Event, []string) {
+	t.Helper()
+	clean := newEnv(t)
+	clean.start(t, Config{Partitions: parts, ReplicaID: "clean"})
+	cp := newPublisher(t, clean.js, parts)
+	evs := cp.build(t, "x", execs, steps)
+	for _, ev := range evs {
+		cp.publish(t, ev, "")
+	}
+	return evs, waitLog(t, clean, execs, steps)
 }
 
 // publishBatch publishes evs as one message on subject: an EventBatch with the batch

@@ -2,11 +2,11 @@ package partition
 
 import (
 	"context"
-	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/coalesce"
 	"github.com/noetl/noetl/services/materializer/internal/writer"
 )
 
@@ -39,16 +39,14 @@ type job struct {
 	// cursor is the partition's cursor to move in the batch's transaction (StreamSeq zero:
 	// none).
 	cursor writer.Cursor
-	// done receives the batch's outcome (buffered: the committer never waits on it).
-	done chan error
 }
 
-// committer commits the partitions' batches (see above).
+// committer commits the partitions' batches (see above) through a coalescing queue: each
+// of its loops takes the batches waiting, as many as fit maxEvents together.
 type committer struct {
 	// commit commits a group of batches in one transaction (loop.commit).
-	commit    func(context.Context, []*job) error
-	jobs      chan *job
-	maxEvents int
+	commit func(context.Context, []*job) error
+	queue  *coalesce.Queue[*job]
 	// loops is how many groups are committed at once (at least one).
 	loops int
 }
@@ -56,8 +54,8 @@ type committer struct {
 // committerQueue bounds the batches waiting for the committer: one per partition.
 const committerQueue = 1024
 
-func newCommitter(l *loop, maxEvents, loops int) *committer {
-	return &committer{commit: l.commit, jobs: make(chan *job, committerQueue), maxEvents: max(maxEvents, 1), loops: max(loops, 1)}
+func newCommitter(commit func(context.Context, []*job) error, maxEvents, loops int) *committer {
+	return &committer{commit: commit, queue: coalesce.New(committerQueue, maxEvents, func(j *job) int { return len(j.evs) }), loops: max(loops, 1)}
 }
 
 // submit hands j to the committer and waits for its outcome, or for ctx to end (the batch
@@ -66,66 +64,26 @@ func (c *committer) submit(ctx context.Context, j *job) error {
 	if len(j.evs) == 0 {
 		return nil
 	}
-	j.done = make(chan error, 1)
-	select {
-	case c.jobs <- j:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	select {
-	case err := <-j.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return c.queue.Submit(ctx, j)
 }
 
 // run commits what the partitions hand over until ctx ends, in c.loops transactions at
 // once.
-func (c *committer) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	for range max(c.loops, 1) {
-		wg.Go(func() { c.loop(ctx) })
-	}
-	wg.Wait()
-}
+func (c *committer) run(ctx context.Context) { c.queue.Run(ctx, c.loops, c.group) }
 
-// loop is one of the committer's transactions, group after group.
-func (c *committer) loop(ctx context.Context) {
-	var next *job // a batch taken that did not fit the last group
-	for {
-		first := next
-		next = nil
-		if first == nil {
-			select {
-			case <-ctx.Done():
-				return
-			case first = <-c.jobs:
-			}
+// group commits one group in one transaction; when that fails and the group holds several
+// batches, each is committed again on its own, so each gets its own outcome.
+func (c *committer) group(ctx context.Context, group []*job) []error {
+	errs := make([]error, len(group))
+	err := c.commit(ctx, group)
+	if err != nil && len(group) > 1 {
+		for i, j := range group {
+			errs[i] = c.commit(ctx, []*job{j})
 		}
-		group, n := []*job{first}, len(first.evs)
-	collect:
-		for n < c.maxEvents {
-			select {
-			case j := <-c.jobs:
-				if n+len(j.evs) > c.maxEvents {
-					next = j
-					break collect
-				}
-				group, n = append(group, j), n+len(j.evs)
-			default:
-				break collect
-			}
-		}
-		err := c.commit(ctx, group)
-		if err != nil && len(group) > 1 {
-			for _, j := range group {
-				j.done <- c.commit(ctx, []*job{j})
-			}
-			continue
-		}
-		for _, j := range group {
-			j.done <- err
-		}
+		return errs
 	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }

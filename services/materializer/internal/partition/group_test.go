@@ -54,8 +54,7 @@ func TestCommitterGroupsWaitingBatches(t *testing.T) {
 	var mu sync.Mutex
 	var groups [][]int
 	poison := errors.New("partition 3 cannot commit")
-	c := &committer{jobs: make(chan *job, committerQueue), maxEvents: 10}
-	c.commit = fakeCommit(&mu, &groups, release, poison)
+	c := newCommitter(fakeCommit(&mu, &groups, release, poison), 10, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go c.run(ctx)
@@ -85,7 +84,7 @@ func TestCommitterGroupsWaitingBatches(t *testing.T) {
 	for k, j := range []*job{batchOf(1, 4), batchOf(2, 4), batchOf(4, 6)} {
 		submit(j)
 		testkit.WaitFor(t, 5*time.Second, func() error {
-			if n := len(c.jobs); n != k+1 {
+			if n := c.queue.Waiting(); n != k+1 {
 				return fmt.Errorf("%d batches queued, want %d", n, k+1)
 			}
 			return nil
@@ -117,7 +116,7 @@ func TestCommitterGroupsWaitingBatches(t *testing.T) {
 	for k, p := range []int{1, 3, 5} {
 		submit(batchOf(p, 1))
 		testkit.WaitFor(t, 5*time.Second, func() error {
-			if n := len(c.jobs); n != k+1 {
+			if n := c.queue.Waiting(); n != k+1 {
 				return fmt.Errorf("%d batches queued, want %d", n, k+1)
 			}
 			return nil
@@ -141,8 +140,7 @@ func TestCommittersCommitSideBySide(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var groups [][]int
-	c := &committer{jobs: make(chan *job, committerQueue), maxEvents: 10, loops: 2}
-	c.commit = fakeCommit(&mu, &groups, release, nil)
+	c := newCommitter(fakeCommit(&mu, &groups, release, nil), 10, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})

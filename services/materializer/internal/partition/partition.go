@@ -103,7 +103,7 @@ func New(cfg Config, d Deps) *Replica {
 	lag.onPoll = sat.observe
 	m := newMetrics(d.Registry)
 	l := &loop{cfg: cfg, log: d.Log, nc: d.NC, js: d.JS, cursors: d.Cursors, w: d.Writer, m: m, tracer: d.Tracer, sat: sat, lag: lag}
-	l.group = newCommitter(l, cfg.BatchSize, cfg.Committers)
+	l.group = newCommitter(l.commit, cfg.BatchSize, cfg.Committers)
 	own := &ownership{l: l, log: d.Log, m: m, static: cfg.Static, every: cfg.RenewEvery, table: d.Leases, gone: d.Gone}
 	return &Replica{own: own, lag: lag, sat: sat, purge: newPurger(d.JS, d.Cursors, cfg.PurgeEvery, d.Log, d.Registry)}
 }
