@@ -78,7 +78,7 @@ type Config struct {
 	// LeaseTTL is how long a partition lease lasts unless renewed; leases are renewed every
 	// third of it, and a dead replica's partitions are taken over within it.
 	LeaseTTL time.Duration
-	// MaxLag is the consumer lag (events pending plus in flight, over the partitions this
+	// MaxLag is the consumer lag (messages pending plus in flight, over the partitions this
 	// replica owns) past which /readyz reports the materializer saturated.
 	MaxLag int
 	// StallAfter is how long a partition may commit nothing while its events are pending
@@ -126,7 +126,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.Consumer, "consumer", "NOETL_MATERIALIZER_CONSUMER", "materializer", "group name: replicas with the same name share the partitions of NOETL_EVENTS")
 	fs.String(&c.ReplicaID, "replica-id", "NOETL_MATERIALIZER_REPLICA_ID", "", "this replica's id within its group, stable across restarts (the chart sets the pod name; default: host name, pid and this process's incarnation, which a later replica on the host can prove gone)")
 	fs.Duration(&c.LeaseTTL, "lease-ttl", "NOETL_MATERIALIZER_LEASE_TTL", DefaultLeaseTTL, "how long a partition lease lasts unless renewed (renewed every third of it)", config.Positive)
-	fs.Int(&c.MaxLag, "max-lag", "NOETL_MATERIALIZER_MAX_LAG", DefaultMaxLag, "consumer lag (events pending plus in flight) past which /readyz fails", config.Positive)
+	fs.Int(&c.MaxLag, "max-lag", "NOETL_MATERIALIZER_MAX_LAG", DefaultMaxLag, "consumer lag (messages pending plus in flight) past which /readyz fails", config.Positive)
 	fs.Duration(&c.StallAfter, "stall-after", "NOETL_MATERIALIZER_STALL_AFTER", DefaultStallAfter, "how long nothing may be committed while events are pending before /readyz fails", config.Positive)
 	fs.String(&c.OrchestratorAddr, "orchestrator", "NOETL_ORCHESTRATOR_ADDR", "127.0.0.1:50061", "orchestrator gRPC address: decisions are taken inside the commit that causes them (empty: each decision follows its commit notice)")
 	fs.Secret(&c.InternalSecret, "internal-secret", "NOETL_INTERNAL_SECRET", "", "secret shared by the services that signs the system tools' requests (retention's purge, cleanup); empty: they are not served")

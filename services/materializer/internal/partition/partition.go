@@ -207,8 +207,9 @@ func (l *loop) consume(ctx context.Context, p int) error {
 	if err != nil {
 		return fmt.Errorf("partition %d consumer: %w", p, err)
 	}
-	// held counts the events received and not yet committed and forwarded: the in-flight
-	// part of the partition's lag (the rest is the consumer's pending count).
+	// held counts the messages received and not yet committed and forwarded (a batch message
+	// holds several events): the in-flight part of the partition's lag (the rest is the
+	// consumer's pending count, in messages too).
 	var held atomic.Int64
 	l.lag.add(p, cons, &held, 2*l.cfg.BatchSize)
 	defer l.lag.remove(p)
