@@ -62,7 +62,8 @@ func Count(h nats.Header) int {
 // limit), the plain event otherwise, so a lone publish (a chain's outcome) travels as
 // Publish sends it. Each caller's events keep their order and their partition's, and
 // Publish returns once every message holding them is acknowledged, so a caller that acks
-// its command after Publish acks it after its outcome is in the stream, as with Publish.
+// its command after Publish acks it after its outcome is in the stream, as with the
+// package's Publish.
 //
 // A batch message's id (the stream's deduplication id) derives from its events' ids, so a
 // batch published again after a lost acknowledgement is dropped by the stream; the same
@@ -81,8 +82,8 @@ type batchReq struct {
 	bodies [][]byte
 }
 
-// NewBatcher returns a Batcher over js for a stream of partitions partitions, publishing
-// in loops messages rounds at once (at least one). Run must run for Publish to return.
+// NewBatcher returns a Batcher over js for a stream of partitions partitions, with up to
+// loops rounds (at least one) in flight at once. Run must run for Publish to return.
 func NewBatcher(js jetstream.JetStream, partitions, loops int) *Batcher {
 	return &Batcher{js: js, partitions: partitions, loops: max(loops, 1),
 		queue: coalesce.New(4*MaxBatchEvents, MaxBatchEvents, func(r *batchReq) int { return len(r.events) })}
