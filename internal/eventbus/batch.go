@@ -96,19 +96,11 @@ func (b *Batcher) Publish(ctx context.Context, events []*eventv1.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	r := &batchReq{ctx: ctx, events: events, bodies: make([][]byte, len(events))}
-	for i, ev := range events {
-		body, err := proto.Marshal(ev)
-		if err != nil {
-			return err
-		}
-		m := natsx.Message{Subject: natsx.EventSubject(ev.GetExecutionId(), b.partitions), MsgID: ev.GetEventId(), Data: body}
-		if err := natsx.CheckSize(m); err != nil {
-			return err // alone in a message it would be refused, and in a batch it does not fit
-		}
-		r.bodies[i] = body
+	bodies, err := marshal(b.partitions, events) // an event too large fails its own caller alone
+	if err != nil {
+		return err
 	}
-	return b.queue.Submit(ctx, r)
+	return b.queue.Submit(ctx, &batchReq{ctx: ctx, events: events, bodies: bodies})
 }
 
 // Run publishes what callers hand to Publish, round after round of the requests waiting

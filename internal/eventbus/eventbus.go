@@ -25,13 +25,9 @@ import (
 // (pack), and the trace of ctx travels with them (natsx.PublishAll). A decision's events
 // so cost one message, not one each (a loop that enters ten thousand iterations, 40).
 func Publish(ctx context.Context, js jetstream.JetStream, partitions int, events []*eventv1.Event) error {
-	bodies := make([][]byte, len(events))
-	for i, ev := range events {
-		b, err := proto.Marshal(ev)
-		if err != nil {
-			return err
-		}
-		bodies[i] = b
+	bodies, err := marshal(partitions, events)
+	if err != nil {
+		return err
 	}
 	msgs, err := pack(partitions, events, bodies)
 	if err != nil {
@@ -51,11 +47,27 @@ func PublishNew(ctx context.Context, js jetstream.JetStream, partitions int, ev 
 	return natsx.PublishNew(ctx, js, natsx.Message{Subject: natsx.EventSubject(ev.GetExecutionId(), partitions), MsgID: ev.GetEventId(), Data: b})
 }
 
+// marshal encodes events for pack, refusing before anything is published an event that
+// no message can hold (natsx.CheckSize: ErrMessageTooLarge, naming its subject and id).
+func marshal(partitions int, events []*eventv1.Event) ([][]byte, error) {
+	bodies := make([][]byte, len(events))
+	for i, ev := range events {
+		b, err := proto.Marshal(ev)
+		if err != nil {
+			return nil, err
+		}
+		if err := natsx.CheckSize(natsx.Message{Subject: natsx.EventSubject(ev.GetExecutionId(), partitions), MsgID: ev.GetEventId(), Data: b}); err != nil {
+			return nil, err
+		}
+		bodies[i] = b
+	}
+	return bodies, nil
+}
+
 // pack groups events (marshalled in bodies) into the messages that carry them, in order:
 // per partition subject, consecutive events of it share an EventBatch message (up to
 // MaxBatchEvents and maxBatchBytes; one over the bound opens the next), and a message that
-// holds a single event is the plain event under its own id. An event too large for any
-// message travels alone, for the publish to refuse.
+// holds a single event is the plain event under its own id.
 func pack(partitions int, events []*eventv1.Event, bodies [][]byte) ([]natsx.Message, error) {
 	type pending struct {
 		subject string

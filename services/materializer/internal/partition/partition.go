@@ -496,19 +496,23 @@ func (l *loop) startSpans(ctx context.Context, evs []*eventv1.Event, msgs []jets
 	}
 	groups := map[[24]byte]*group{}
 	var order []*group
+	var g *group
 	for i, m := range msgs {
-		parent := natsx.Extract(ctx, m.Headers())
-		sc := trace.SpanContextFromContext(parent)
-		var key [24]byte
-		tid, sid := sc.TraceID(), sc.SpanID()
-		copy(key[:16], tid[:])
-		copy(key[16:], sid[:])
-		g := groups[key]
-		if g == nil {
-			g = &group{first: evs[i]}
-			g.ctx, g.span = l.tracer.Start(parent, "commit", trace.WithSpanKind(trace.SpanKindConsumer))
-			groups[key] = g
-			order = append(order, g)
+		// The events of one batch message are adjacent and share its trace: its header is
+		// read once.
+		if i == 0 || m != msgs[i-1] {
+			parent := natsx.Extract(ctx, m.Headers())
+			sc := trace.SpanContextFromContext(parent)
+			var key [24]byte
+			tid, sid := sc.TraceID(), sc.SpanID()
+			copy(key[:16], tid[:])
+			copy(key[16:], sid[:])
+			if g = groups[key]; g == nil {
+				g = &group{first: evs[i]}
+				g.ctx, g.span = l.tracer.Start(parent, "commit", trace.WithSpanKind(trace.SpanKindConsumer))
+				groups[key] = g
+				order = append(order, g)
+			}
 		}
 		g.events++
 		g.mixedExec = g.mixedExec || evs[i].GetExecutionId() != g.first.GetExecutionId()
