@@ -86,6 +86,8 @@ type tenant struct {
 	bucket   *rate.Limiter
 	inFlight int
 	idle     *list.Element // in Limiter.idle while inFlight is zero
+	// retryAt is the latest retry time a refusal for the rate handed out (retryAfter).
+	retryAt time.Time
 }
 
 // New returns a Limiter with cfg's limits (defaults for zero fields).
@@ -131,7 +133,7 @@ func (l *Limiter) Acquire(name string) (release func(), err error) {
 	r := t.bucket.ReserveN(now, 1)
 	if d := r.DelayFrom(now); !r.OK() || d > 0 {
 		r.CancelAt(now)
-		return nil, &Exceeded{Tenant: name, Reason: Rate, Limit: fmt.Sprintf("the rate limit of %g calls/s (burst %d)", float64(l.rps), l.burst), RetryAfter: max(d, time.Millisecond)}
+		return nil, &Exceeded{Tenant: name, Reason: Rate, Limit: fmt.Sprintf("the rate limit of %g calls/s (burst %d)", float64(l.rps), l.burst), RetryAfter: l.retryAfter(t, now, d)}
 	}
 	t.inFlight++
 	if t.idle != nil {
@@ -140,6 +142,21 @@ func (l *Limiter) Acquire(name string) (release func(), err error) {
 	}
 	var once sync.Once
 	return func() { once.Do(func() { l.release(t) }) }, nil
+}
+
+// retryAfter is the delay a call of t refused for the rate at now is asked to wait, d being
+// when the bucket has its next token. Successive refusals are handed successive tokens,
+// one every 1/rps after the last retry time handed out, rather than all the next one: told
+// the same delay, a crowd of refused callers comes back at once, one of them gets the
+// token and the rest are refused again, so the gateway refuses (and the callers send) a
+// call per caller for every token. Spread out, each caller is refused about once.
+func (l *Limiter) retryAfter(t *tenant, now time.Time, d time.Duration) time.Duration {
+	at := now.Add(max(d, time.Millisecond))
+	if next := t.retryAt.Add(time.Duration(float64(time.Second) / float64(l.rps))); next.After(at) {
+		at = next
+	}
+	t.retryAt = at
+	return at.Sub(now)
 }
 
 func (l *Limiter) release(t *tenant) {

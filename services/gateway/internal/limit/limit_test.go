@@ -52,6 +52,36 @@ func TestRateRefusesPastTheBurstAndRefills(t *testing.T) {
 	require.Error(t, err)
 }
 
+func TestRateSpreadsTheRetriesOfACrowd(t *testing.T) {
+	t.Parallel()
+	l, c := newTest(Config{RPS: 10, Burst: 1, InFlight: 100})
+	release, err := l.Acquire("a")
+	require.NoError(t, err)
+	release()
+	// Five callers refused at once are told five successive tokens, not all the next one.
+	var after []time.Duration
+	for range 5 {
+		_, err := l.Acquire("a")
+		after = append(after, exceeded(t, err).RetryAfter)
+	}
+	require.Equal(t, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond, 500 * time.Millisecond}, after)
+	// Each coming back when told is admitted: one refusal per caller.
+	start := c.t
+	for _, d := range after {
+		c.t = start.Add(d)
+		release, err := l.Acquire("a")
+		require.NoError(t, err, "retry after %s", d)
+		release()
+	}
+	// Once the handed-out times have passed, a refusal waits only for the next token.
+	c.t = c.t.Add(time.Second)
+	release, err = l.Acquire("a")
+	require.NoError(t, err)
+	release()
+	_, err = l.Acquire("a")
+	require.Equal(t, 100*time.Millisecond, exceeded(t, err).RetryAfter)
+}
+
 func TestInFlightCapsConcurrentCalls(t *testing.T) {
 	t.Parallel()
 	l, _ := newTest(Config{RPS: 1000, Burst: 1000, InFlight: 2})
