@@ -62,13 +62,14 @@ const (
 	prefixEvents    = "noetl.events."
 	prefixCommands  = "noetl.commands."
 	prefixCommitted = "noetl.committed."
+	prefixAdvanced  = "noetl.advanced."
 	prefixCancel    = "noetl.cancel."
 )
 
 // SubjectPrefixes are the prefixes of every subject the mesh publishes on, for code that
 // must recognise one (a public error message must never name a subject).
 func SubjectPrefixes() []string {
-	return []string{prefixEvents, prefixCommands, prefixCommitted, prefixCancel}
+	return []string{prefixEvents, prefixCommands, prefixCommitted, prefixAdvanced, prefixCancel}
 }
 
 // EventSubject is the subject an execution's events are published on.
@@ -125,9 +126,22 @@ func CommittedSubject(executionID string, partitions int) string {
 	return fmt.Sprintf(prefixCommitted+"%d.%s", Partition(executionID, partitions), executionID)
 }
 
-// CommittedWildcard matches the commit notices of one execution on any partition.
-func CommittedWildcard(executionID string) string {
-	return prefixCommitted + "*." + executionID
+// AdvancedSubject is the core NATS subject, outside every stream, on which the
+// materializer announces a commit that asks nothing of the orchestrator: the decision it
+// caused was taken inside it and committed with it, so the orchestrator, which answered
+// it, already holds that state. Its notice is for an execution's waiters and watchers
+// only, and costs no stream write, delivery or acknowledgement. The execution id is the
+// last token, as in CommittedSubject.
+func AdvancedSubject(executionID string, partitions int) string {
+	return fmt.Sprintf(prefixAdvanced+"%d.%s", Partition(executionID, partitions), executionID)
+}
+
+// NoticeWildcard matches the commit notices of one execution, on CommittedSubject and
+// AdvancedSubject, on any partition: the mesh's subjects of four tokens that end with an
+// execution id are exactly those two (an event's subject has three tokens, a command's
+// five, a cancellation's three).
+func NoticeWildcard(executionID string) string {
+	return meshSubjectRoot + ".*.*." + executionID
 }
 
 // CancelSubject is the core NATS subject on which the materializer announces that an

@@ -335,3 +335,48 @@ func TestPublishWindowedStoresAllInOrder(t *testing.T) {
 		require.Equal(t, before.State.LastSeq+uint64(len(msgs)), after.State.LastSeq, "window %d", window)
 	}
 }
+
+// A subscription to NoticeWildcard receives an execution's notices on both of their
+// subjects, and none of the mesh's other messages about that execution, whatever its
+// partition; AdvancedSubject is in no stream.
+func TestNoticeWildcardMatchesOnlyAnExecutionsNotices(t *testing.T) {
+	url := testkit.StartNATS(t)
+	nc, js, err := natsx.Connect(url, "t")
+	require.NoError(t, err)
+	defer nc.Close()
+	ctx := context.Background()
+	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
+	const id = "x1"
+	got := make(chan string, 16)
+	sub, err := nc.Subscribe(natsx.NoticeWildcard(id), func(m *nats.Msg) { got <- m.Subject })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, nc.Flush())
+	others := []string{natsx.EventSubject(id, 16), natsx.CommandSubject("shared", id, id, 16), natsx.CancelSubject(id), natsx.KeepSubject,
+		natsx.CommittedSubject("x2", 16), natsx.AdvancedSubject("x2", 16)}
+	for _, s := range others {
+		require.NoError(t, nc.Publish(s, nil))
+	}
+	want := []string{natsx.CommittedSubject(id, 16), natsx.AdvancedSubject(id, 4)}
+	for _, s := range want {
+		require.NoError(t, nc.Publish(s, nil))
+	}
+	require.NoError(t, nc.Flush())
+	for _, s := range want {
+		select {
+		case g := <-got:
+			require.Equal(t, s, g)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no notice on %s", s)
+		}
+	}
+	require.NoError(t, nc.Publish(natsx.CommittedSubject(id, 16), []byte("last"))) // a marker: nothing came in between
+	select {
+	case g := <-got:
+		require.Equal(t, natsx.CommittedSubject(id, 16), g, "only the execution's notices match")
+	case <-time.After(5 * time.Second):
+		t.Fatal("no marker")
+	}
+	_, err = js.StreamNameBySubject(ctx, natsx.AdvancedSubject(id, 16))
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "announcements of advanced logs are not stored")
+}

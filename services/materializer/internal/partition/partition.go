@@ -439,8 +439,16 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 		l.keptAt.Store(now)
 		out = append(out, natsx.Message{Subject: natsx.KeepSubject})
 	}
+	// The notice of a commit whose decision was taken inside it is for the execution's
+	// waiters and watchers only (the orchestrator answered it, so it holds that state, and
+	// its next request confirms it): a core message after the forward, no stream write.
+	var advanced []*eventv1.CommitNotice
 	for _, n := range res.Notices {
 		if failpoint.Eval(failpoint.MaterializerLoseNotice) != nil {
+			continue
+		}
+		if res.Inline[n.GetExecutionId()] && !n.GetNeedsDecision() && !n.GetTerminal() {
+			advanced = append(advanced, n)
 			continue
 		}
 		b, _ := proto.Marshal(n)
@@ -457,6 +465,13 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 	if err := failpoint.Eval(failpoint.MaterializerAfterPublish); err != nil {
 		spans.end(err)
 		return err
+	}
+	// Best effort, as any core message: a waiter that misses one waits for the next notice
+	// or reads the log (a start's, its head).
+	for _, n := range advanced {
+		n.Events = nil // its readers need only the seq
+		b, _ := proto.Marshal(n)
+		_ = l.nc.Publish(natsx.AdvancedSubject(n.GetExecutionId(), l.cfg.Partitions), b)
 	}
 	// Committed cancellations stop running commands (best effort: a worker that misses it
 	// finishes the command, and its events are dropped after the terminal event).

@@ -177,10 +177,14 @@ func (w *Writer) take(x *orchv1.CommittingExecution, d *orchv1.Decision, evs []*
 		ev.Seq, ev.CommitTime = 0, nil
 		b, err := proto.Marshal(ev)
 		if err != nil {
-			break
+			return evs, bodies // not the whole answer: its notice goes to the orchestrator
 		}
 		evs, bodies = append(evs, ev), append(bodies, b)
 	}
+	if res.Inline == nil {
+		res.Inline = map[string]bool{}
+	}
+	res.Inline[x.GetExecutionId()] = true
 	return evs, bodies
 }
 

@@ -77,6 +77,7 @@ func TestCommitDecidesInline(t *testing.T) {
 	n := res.Notices[0]
 	require.Equal(t, int64(3), n.GetSeq())
 	require.False(t, n.GetNeedsDecision(), "the decision is committed with its cause")
+	require.Equal(t, map[string]bool{"a": true}, res.Inline, "its notice is for waiters only")
 	require.Len(t, n.GetEvents(), 3)
 	for i, want := range []string{"a1", "a1-enter", "a1-issued"} {
 		require.Equal(t, want, n.GetEvents()[i].GetEventId())
@@ -131,6 +132,7 @@ func TestCommitDecidesInline(t *testing.T) {
 	require.Equal(t, []Outcome{Duplicate}, res.Outcomes)
 	require.Zero(t, res.Decided)
 	require.True(t, res.Notices[0].GetNeedsDecision())
+	require.Empty(t, res.Inline)
 
 	// A head another writer moved: the early answer is on a state the lock does not find,
 	// so it is not taken, nor asked again (the orchestrator speculated it; the notice
@@ -144,6 +146,7 @@ func TestCommitDecidesInline(t *testing.T) {
 	require.Equal(t, 1, res.Committed)
 	require.Zero(t, res.Decided)
 	require.True(t, res.Notices[0].GetNeedsDecision())
+	require.Empty(t, res.Inline, "an answer not taken")
 	reqs = d.requests()
 	require.Len(t, reqs, asked+1, "asked once, early")
 	require.Equal(t, int64(6), reqs[asked].GetExecutions()[0].GetSeqBefore(), "on the head it committed")
@@ -194,6 +197,7 @@ func TestCommitInlineRefusalsAndFailures(t *testing.T) {
 		require.Equal(t, 1, res.Committed, name)
 		require.Zero(t, res.Decided, name)
 		require.True(t, res.Notices[0].GetNeedsDecision(), name)
+		require.Empty(t, res.Inline, name)
 	}
 
 	// Events answered after a terminal one are refused like any.
@@ -206,6 +210,7 @@ func TestCommitInlineRefusalsAndFailures(t *testing.T) {
 	require.Equal(t, 2, res.Committed)
 	require.True(t, res.Notices[0].GetTerminal())
 	require.False(t, res.Notices[0].GetNeedsDecision())
+	require.Empty(t, res.Inline, "an answer not committed whole")
 	var n int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM noetl.event WHERE execution_id = 'a' AND event_id = 'late'`).Scan(&n))
 	require.Zero(t, n)

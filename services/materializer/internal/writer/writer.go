@@ -67,6 +67,10 @@ type Result struct {
 	// Cancelled lists executions whose playbook.cancelled, or playbook.failed at their
 	// deadline, was committed (or redelivered) in this batch: their running commands stop.
 	Cancelled []string
+	// Inline holds the executions whose decision was taken inside this commit (inline.go)
+	// and committed whole: the orchestrator that answered holds their state as committed,
+	// so their notices are only for waiters and watchers (natsx.AdvancedSubject).
+	Inline map[string]bool
 }
 
 // Cursor is a partition cursor moved in the same transaction as a batch: the stream
@@ -381,6 +385,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 				res.Outcomes = append(res.Outcomes, Committed)
 				if domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after)) {
 					res.Outcomes[i] = Rejected
+					delete(res.Inline, evs[i].GetExecutionId()) // not committed as answered
 					continue
 				}
 				s.seq++

@@ -143,6 +143,10 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 	case st.GetSeq() != x.GetSeqBefore() || st.GetLastEventId() != x.GetLastEventId():
 		s.states.drop(id)
 		return no("moved")
+	default:
+		// The log stands where the state speculated it would: what it speculated is
+		// committed (the commit of an answer announces itself to waiters only, not here).
+		s.states.confirmed(id)
 	}
 	// The committing events, at the seqs the commit gives them.
 	for _, ev := range evs {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -74,4 +75,41 @@ func TestInlineDecisionRefusals(t *testing.T) {
 	require.True(t, d.GetDecided())
 	require.Empty(t, d.GetEvents())
 	require.True(t, s.states.speculative("x"))
+}
+
+// A commit whose decision was taken inside it sends the orchestrator no notice: the next
+// request, naming the head the speculated events lead to, confirms them, so an execution
+// decided inline step after step keeps its cached state however long it runs.
+func TestInlineRequestConfirmsWhatTheStateSpeculated(t *testing.T) {
+	e := New(Config{}, slog.New(slog.DiscardHandler), nil, nil, nil, prometheus.NewRegistry())
+	ctx := context.Background()
+	s := &shard{decided: map[string]int64{}, states: newStateCache(1 << 20)}
+	ask := func(x *orchv1.CommittingExecution) *orchv1.Decision {
+		return e.decideInline(ctx, s, &inlineRequest{ctx: ctx, exec: x})
+	}
+	// As many speculated events as a state may hold unconfirmed, with no notice since.
+	st := started(t)
+	s.states.put(st)
+	last := ""
+	for i := range maxSpeculated {
+		next := ev(st.GetSeq()+1, domain.EventCommandStarted, "a")
+		next.EventId = fmt.Sprintf("e%d", i)
+		require.NoError(t, domain.Apply(st, next))
+		s.states.speculate("x", next.GetSeq(), next.GetEventId(), 1)
+		last = next.GetEventId()
+	}
+	require.NotNil(t, s.states.get("x"))
+	seq := st.GetSeq()
+
+	// A request at the head they lead to confirms them: its own committing event is then
+	// the only one speculated, where without the confirmation it would pass the bound.
+	d := ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: seq, LastEventId: last, Events: []*eventv1.Event{ev(seq+1, domain.EventPlaybookCompleted, "")}})
+	require.True(t, d.GetDecided(), d.GetReason())
+	require.NotNil(t, s.states.get("x"))
+	require.Len(t, s.states.entries["x"].spec, 1)
+
+	// A request from an older head: the log went otherwise than speculated, the state goes.
+	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: seq, LastEventId: last, Events: []*eventv1.Event{ev(seq+1, domain.EventPlaybookCompleted, "")}})
+	require.Equal(t, "moved", d.GetReason())
+	require.Nil(t, s.states.get("x"))
 }

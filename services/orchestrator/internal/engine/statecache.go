@@ -27,7 +27,8 @@ type cachedState struct {
 	st    *sbv1.ExecutionState
 	bytes int64
 	// spec lists the events folded into st before they were committed (inline.go), in
-	// seq order: each is confirmed, and forgotten, by the commit notice that carries it.
+	// seq order: each is confirmed, and forgotten, by the commit notice that carries it or
+	// by the next request to decide inside a commit, which names the head they lead to.
 	spec []specEvent
 }
 
@@ -86,6 +87,15 @@ func (c *stateCache) speculate(execID string, seq int64, eventID string, n int64
 	}
 	e.spec = append(e.spec, specEvent{seq: seq, id: eventID})
 	c.grew(execID, n)
+}
+
+// confirmed forgets the execution's speculated events: a request to decide inside a
+// commit named, as the log's head under its lock or as its writer last committed it, the
+// seq and last event id the cached state stands at, so the log holds them.
+func (c *stateCache) confirmed(execID string) {
+	if e := c.entries[execID]; e != nil {
+		e.spec = e.spec[:0]
+	}
 }
 
 // speculative reports whether the execution's cached state holds unconfirmed events.

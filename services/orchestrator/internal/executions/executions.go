@@ -177,6 +177,13 @@ func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, pare
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if _, _, err := watch.Next(wctx); err != nil {
+		// Notices are core messages to this subscription, which can miss one: the log
+		// has the last word.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if _, herr := s.head(hctx, id, tenant); herr == nil {
+			return id, false, nil
+		}
 		return "", false, status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
 	}
 	return id, false, nil

@@ -33,7 +33,7 @@ type Watch struct {
 // subscription, so a notice of anything published after it cannot be missed.
 func Subscribe(nc *nats.Conn, executionID string) (*Watch, error) {
 	w := &Watch{signal: make(chan struct{}, 1)}
-	sub, err := nc.Subscribe(natsx.CommittedWildcard(executionID), w.receive)
+	sub, err := nc.Subscribe(natsx.NoticeWildcard(executionID), w.receive)
 	if err != nil {
 		return nil, err
 	}

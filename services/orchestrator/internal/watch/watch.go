@@ -105,7 +105,7 @@ func (w *Watcher) WatchExecution(req *orchv1.WatchExecutionRequest, stream grpc.
 	}
 	ctx := stream.Context()
 	grew := make(chan struct{}, 1)
-	sub, err := w.nc.Subscribe(natsx.CommittedWildcard(id), func(*nats.Msg) {
+	sub, err := w.nc.Subscribe(natsx.NoticeWildcard(id), func(*nats.Msg) {
 		select {
 		case grew <- struct{}{}:
 		default: // a read is already due; it will see this commit too
