@@ -469,7 +469,6 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 	// Best effort, as any core message: a waiter that misses one waits for the next notice
 	// or reads the log (a start's, its head).
 	for _, n := range advanced {
-		n.Events = nil // its readers need only the seq
 		b, _ := proto.Marshal(n)
 		_ = l.nc.Publish(natsx.AdvancedSubject(n.GetExecutionId(), l.cfg.Partitions), b)
 	}

@@ -470,10 +470,11 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		w.noteHeads(execs, state, lastIDs)
 	}
 	// The committed events ride in their execution's notice (in seq order: distinct is
-	// grouped by execution in arrival order), within NoticeEventsBudget.
+	// grouped by execution in arrival order), within NoticeEventsBudget; not in the notice
+	// of a commit that carried its own decision, whose readers need only its seq.
 	carried := make(map[string][]*eventv1.Event, len(execs))
 	for _, i := range distinct {
-		if res.Outcomes[i] == Committed {
+		if res.Outcomes[i] == Committed && !res.Inline[evs[i].GetExecutionId()] {
 			carried[evs[i].GetExecutionId()] = append(carried[evs[i].GetExecutionId()], noticeCopy(evs[i]))
 		}
 	}
