@@ -191,13 +191,19 @@ func TestUntracedServicePassesTheTraceOn(t *testing.T) {
 	require.Equal(t, in.Get("traceparent"), out.Get("traceparent"))
 }
 
-func TestEnsureStreamsLeavesUnchangedStreamsAlone(t *testing.T) {
-	url := testkit.StartNATS(t)
-	nc, js, err := natsx.Connect(url, "t")
+// withStreams connects to a NATS server of its own with the mesh's streams declared.
+func withStreams(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, js, err := natsx.Connect(testkit.StartNATS(t), "t")
 	require.NoError(t, err)
-	defer nc.Close()
+	t.Cleanup(nc.Close)
+	require.NoError(t, natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{}))
+	return nc, js
+}
+
+func TestEnsureStreamsLeavesUnchangedStreamsAlone(t *testing.T) {
+	nc, js := withStreams(t)
 	ctx := context.Background()
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
 	before := map[string]time.Time{}
 	for _, name := range []string{natsx.StreamEvents, natsx.StreamCommands, natsx.StreamCommitted} {
 		s, err := js.Stream(ctx, name)
@@ -340,12 +346,8 @@ func TestPublishWindowedStoresAllInOrder(t *testing.T) {
 // subjects, and none of the mesh's other messages about that execution, whatever its
 // partition; AdvancedSubject is in no stream.
 func TestNoticeWildcardMatchesOnlyAnExecutionsNotices(t *testing.T) {
-	url := testkit.StartNATS(t)
-	nc, js, err := natsx.Connect(url, "t")
-	require.NoError(t, err)
-	defer nc.Close()
+	nc, js := withStreams(t)
 	ctx := context.Background()
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
 	const id = "x1"
 	got := make(chan string, 16)
 	sub, err := nc.Subscribe(natsx.NoticeWildcard(id), func(m *nats.Msg) { got <- m.Subject })
