@@ -181,10 +181,14 @@ func (w *Writer) take(x *orchv1.CommittingExecution, d *orchv1.Decision, evs []*
 		}
 		evs, bodies = append(evs, ev), append(bodies, b)
 	}
-	if res.Inline == nil {
-		res.Inline = map[string]bool{}
+	// A start's notice still goes to the orchestrators: their starts wait for it, an older
+	// release's on NOETL_COMMITTED only.
+	if x.GetSeqBefore() > 0 {
+		if res.Inline == nil {
+			res.Inline = map[string]bool{}
+		}
+		res.Inline[x.GetExecutionId()] = true
 	}
-	res.Inline[x.GetExecutionId()] = true
 	return evs, bodies
 }
 

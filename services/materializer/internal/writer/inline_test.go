@@ -77,8 +77,13 @@ func TestCommitDecidesInline(t *testing.T) {
 	n := res.Notices[0]
 	require.Equal(t, int64(3), n.GetSeq())
 	require.False(t, n.GetNeedsDecision(), "the decision is committed with its cause")
-	require.Equal(t, map[string]bool{"a": true}, res.Inline, "its notice is for waiters only")
-	require.Empty(t, n.GetEvents(), "which need only its seq")
+	require.Empty(t, res.Inline, "a start's notice goes to the orchestrators")
+	require.Len(t, n.GetEvents(), 3)
+	for i, want := range []string{"a1", "a1-enter", "a1-issued"} {
+		require.Equal(t, want, n.GetEvents()[i].GetEventId())
+		require.Equal(t, int64(i+1), n.GetEvents()[i].GetSeq())
+		require.Nil(t, n.GetEvents()[i].GetCommand(), "a notice carries no command")
+	}
 	reqs := d.requests()
 	require.Len(t, reqs, 1)
 	x := reqs[0].GetExecutions()[0]
@@ -90,6 +95,8 @@ func TestCommitDecidesInline(t *testing.T) {
 	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a4", domain.EventCommandCompleted)}, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3, res.Committed)
+	require.Equal(t, map[string]bool{"a": true}, res.Inline, "a step's notice is for waiters only")
+	require.Empty(t, res.Notices[0].GetEvents(), "which need only its seq")
 	x = d.requests()[1].GetExecutions()[0]
 	require.Equal(t, int64(3), x.GetSeqBefore())
 	require.Equal(t, "a1-issued", x.GetLastEventId())
