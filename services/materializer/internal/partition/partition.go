@@ -466,8 +466,8 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 		spans.end(err)
 		return err
 	}
-	// Best effort, as any core message: a waiter that misses one waits for the next notice
-	// or reads the log (a start's, its head).
+	// Best effort, as any core message: a watch that misses one reads the log at the next
+	// notice or reconnect (starts and terminal commits are announced on the stream).
 	for _, n := range advanced {
 		b, _ := proto.Marshal(n)
 		_ = l.nc.Publish(natsx.AdvancedSubject(n.GetExecutionId(), l.cfg.Partitions), b)
