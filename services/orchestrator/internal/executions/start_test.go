@@ -28,9 +28,9 @@ func (h heads) GetExecutionHead(_ context.Context, req *sbv1.GetExecutionHeadReq
 	return &sbv1.GetExecutionHeadResponse{Tenant: req.GetTenant(), LastSeq: 1}, nil
 }
 
-// A start whose commit notice never reaches it (a core message, which a subscription can
-// miss) asks the log before it gives up: a start the log holds succeeds, one it does not
-// hold is Unavailable, naming the execution.
+// A start whose commit notice never reaches it (a plain subscription can miss a message)
+// asks the log before it gives up: a start the log holds succeeds, one it does not hold is
+// Unavailable, naming the execution.
 func TestStartThatHearsNoNoticeAsksTheLog(t *testing.T) {
 	nc, js, err := natsx.Connect(testkit.StartNATS(t), "t")
 	require.NoError(t, err)
