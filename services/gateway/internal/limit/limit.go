@@ -14,10 +14,13 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Defaults of Config.
+// Defaults of Config. The rate is a Temporal frontend's default per namespace (2,400 calls
+// per second) with a burst of twice that: enough that one tenant's starts and waits are
+// paced by the engine rather than by the gateway on a small cluster, while a runaway
+// client is still refused long before it saturates the mesh.
 const (
-	DefaultRPS        = 200
-	DefaultBurst      = 400
+	DefaultRPS        = 2400
+	DefaultBurst      = 4800
 	DefaultInFlight   = 256
 	DefaultMaxTenants = 10000
 )
