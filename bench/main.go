@@ -106,8 +106,8 @@ var tenantInFlight = flag.Int("tenant-inflight", 0, "chain, concurrent, fanout, 
 // tenantRPS and tenantBurst are the gateway's per-tenant call rate on a mesh the bench
 // starts (0: the gateway's defaults).
 var (
-	tenantRPS   = flag.Int("tenant-rps", 0, "as --tenant-inflight, the gateway's per-tenant calls per second (NOETL_GATEWAY_TENANT_RPS; 0 keeps its default, 200): a start and a wait per execution are two calls, so at the default 1000 executions of 5 steps cannot start faster than the rate lets them")
-	tenantBurst = flag.Int("tenant-burst", 0, "as --tenant-rps, the burst above that rate (NOETL_GATEWAY_TENANT_BURST; 0 keeps its default, 400)")
+	tenantRPS   = flag.Int("tenant-rps", 0, "as --tenant-inflight, the gateway's per-tenant calls per second (NOETL_GATEWAY_TENANT_RPS; 0 keeps its default, 2400): a start and a wait per execution are two calls, so at a low rate 1000 executions of 5 steps cannot start faster than the rate lets them")
+	tenantBurst = flag.Int("tenant-burst", 0, "as --tenant-rps, the burst above that rate (NOETL_GATEWAY_TENANT_BURST; 0 keeps its default, 4800)")
 )
 
 // gatewayLimits applies --tenant-inflight, --tenant-rps and --tenant-burst to an

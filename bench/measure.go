@@ -70,10 +70,11 @@ func measure(ctx context.Context, exe apiv1.ExecutionServiceClient, path string,
 	prefix := "bench-" + hex.EncodeToString(run)
 	o := runOutcome{ids: make([]string, count), errs: make([]error, count)}
 	start := time.Now()
+	win := newWindow(count)
 	var wg sync.WaitGroup
 	for i := range count {
 		wg.Go(func() {
-			o.ids[i], o.errs[i] = execute(ctx, exe, path, fmt.Sprintf("%s-%d", prefix, i), sh)
+			o.ids[i], o.errs[i] = execute(ctx, exe, path, fmt.Sprintf("%s-%d", prefix, i), sh, win)
 		})
 	}
 	wg.Wait()
@@ -83,21 +84,25 @@ func measure(ctx context.Context, exe apiv1.ExecutionServiceClient, path string,
 
 // once runs one execution of the playbook at path to completion.
 func once(ctx context.Context, exe apiv1.ExecutionServiceClient, path string) error {
-	_, err := execute(ctx, exe, path, "", &shed{})
+	_, err := execute(ctx, exe, path, "", &shed{}, nil)
 	return err
 }
 
 // execute runs one execution of the playbook at path to completion and returns its id.
 // Calls the gateway refuses for its per-tenant limits or answers UNAVAILABLE are retried
-// (retryExhausted) and counted in sh; key, when set, is the start's idempotency key.
-func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key string, sh *shed) (string, error) {
-	resp, err := retryExhausted(ctx, &sh.starts, &sh.unavailable, func() (*apiv1.StartExecutionResponse, error) {
-		return exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, IdempotencyKey: key})
-	})
+// (retryExhausted) and counted in sh; key, when set, is the start's idempotency key. With
+// a window, the execution holds one of its slots from its start to its end, and a start
+// refused for the tenant's calls in flight is retried when the window lets it, as long
+// as other executions of the window are running (their ends free the calls); otherwise
+// after the refusal's delay.
+func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key string, sh *shed, win *window) (string, error) {
+	id, err := start(ctx, exe, path, key, sh, win)
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", path, err)
 	}
-	id := resp.GetExecutionId()
+	if win != nil {
+		defer win.release(true)
+	}
 	for {
 		g, err := retryExhausted(ctx, &sh.waits, &sh.unavailable, func() (*apiv1.WaitExecutionResponse, error) {
 			return exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: id, Timeout: durationpb.New(time.Minute)})
@@ -188,5 +193,40 @@ func cpuFields(out map[string]any, m *cpuMeter, before, after map[string]float64
 	}
 	if len(missing) > 0 {
 		out["cpu_not_measured"] = missing
+	}
+}
+
+// errWindowFull ends a start's retries at a refusal for calls in flight that the window
+// retries itself.
+var errWindowFull = errors.New("bench: refused for calls in flight; retried when the window lets it")
+
+// start starts one execution of the playbook at path and returns its id, holding a slot of
+// win (if any) once it returns without an error.
+func start(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key string, sh *shed, win *window) (string, error) {
+	for {
+		if win != nil {
+			if err := win.acquire(ctx); err != nil {
+				return "", err
+			}
+		}
+		resp, err := retryExhausted(ctx, &sh.starts, &sh.unavailable, func() (*apiv1.StartExecutionResponse, error) {
+			resp, err := exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, IdempotencyKey: key})
+			if win != nil && inFlightRefusal(err) && win.refused() {
+				sh.starts.Add(1)
+				return nil, errWindowFull
+			}
+			return resp, err
+		})
+		switch {
+		case err == nil:
+			return resp.GetExecutionId(), nil
+		case errors.Is(err, errWindowFull):
+			win.release(false)
+		default:
+			if win != nil {
+				win.release(false)
+			}
+			return "", err
+		}
 	}
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
+)
+
+// reasonTooManyInFlight is the ErrorInfo reason of the gateway's refusal of a call past
+// its tenant's calls in flight (the gateway's apierr.ReasonTooManyInFlight).
+const reasonTooManyInFlight = "TOO_MANY_IN_FLIGHT"
+
+// inFlightRefusal reports whether err is the gateway refusing a call because its tenant
+// has as many calls in flight as it may.
+func inFlightRefusal(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == reasonTooManyInFlight {
+			return true
+		}
+	}
+	return false
+}
+
+// window is the bench's own bound on the executions it runs at once, which it adapts to the
+// gateway's cap on a tenant's calls in flight the way TCP adapts its congestion window:
+// an execution holds a slot from its start until its end; a start refused for calls in
+// flight lowers the bound below what was running (multiplicative decrease), gives its slot
+// back and waits for one to free, and every execution that ends raises the bound by one
+// over its size (additive increase). A client that knows its own calls fill the cap retries
+// when one of them ends, rather than after the refusal's fixed second, and stops sending
+// starts that would be refused.
+type window struct {
+	mu    sync.Mutex
+	freed chan struct{} // closed and replaced when a slot frees or the bound rises
+	limit float64
+	inUse int
+	max   int
+}
+
+// newWindow returns a window of max slots, all open.
+func newWindow(max int) *window {
+	return &window{freed: make(chan struct{}), limit: float64(max), max: max}
+}
+
+// acquire takes a slot, waiting while the window is full, until ctx ends.
+func (w *window) acquire(ctx context.Context) error {
+	for {
+		w.mu.Lock()
+		if w.inUse < max(1, int(w.limit)) {
+			w.inUse++
+			w.mu.Unlock()
+			return nil
+		}
+		freed := w.freed
+		w.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// release gives a slot back; ended says its execution ran to its end, which raises the
+// bound.
+func (w *window) release(ended bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inUse--
+	if ended {
+		w.limit = min(float64(w.max), w.limit+1/max(1, w.limit))
+	}
+	close(w.freed)
+	w.freed = make(chan struct{})
+}
+
+// refused lowers the bound after a start refused for calls in flight while the caller held
+// a slot, and reports whether other executions of the window are running, whose ends will
+// free calls: the others filled the cap, so the bound goes to nine tenths of them. A crowd
+// refused at once lowers it about once, each to about the same figure. With none running
+// the bound stays: the cap is held by other clients of the tenant, and the refusal's delay
+// applies.
+func (w *window) refused() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	others := w.inUse - 1
+	if others <= 0 {
+		return false
+	}
+	w.limit = min(w.limit, max(1, 0.9*float64(others)))
+	return true
+}
+
+// size is the window's bound now.
+func (w *window) size() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return max(1, int(w.limit))
+}
