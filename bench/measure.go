@@ -100,8 +100,10 @@ func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key st
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", path, err)
 	}
+	// An execution seen to its end widens the window; one whose wait gave up does not.
+	ended := false
 	if win != nil {
-		defer win.release(true)
+		defer func() { win.release(ended) }()
 	}
 	for {
 		g, err := retryExhausted(ctx, &sh.waits, &sh.unavailable, func() (*apiv1.WaitExecutionResponse, error) {
@@ -112,8 +114,10 @@ func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key st
 		}
 		switch g.GetExecution().GetStatus() {
 		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED:
+			ended = true
 			return id, nil
 		case eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
+			ended = true
 			return id, fmt.Errorf("execution %s ended %s: %s", id, g.GetExecution().GetStatus(), g.GetExecution().GetError().GetMessage())
 		}
 	}
