@@ -12,6 +12,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -19,11 +20,12 @@ import (
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 )
 
-// refusal is the gateway's answer past a per-tenant limit, with a RetryInfo of d.
-func refusal(t *testing.T, d time.Duration) error {
+// refusal is the gateway's answer past a per-tenant limit, with a RetryInfo of d and the
+// other details given.
+func refusal(t *testing.T, d time.Duration, details ...protoadapt.MessageV1) error {
 	t.Helper()
 	st, err := status.New(codes.ResourceExhausted, "tenant default: 256 calls in flight exceeded; retry after 1s").
-		WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+		WithDetails(append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d)})...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,6 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -20,13 +17,7 @@ import (
 // inFlightRefused is the gateway's refusal for calls in flight: RESOURCE_EXHAUSTED with an
 // ErrorInfo TOO_MANY_IN_FLIGHT and a RetryInfo of d.
 func inFlightRefused(t *testing.T, d time.Duration) error {
-	t.Helper()
-	st, err := status.New(codes.ResourceExhausted, "tenant default: 5 calls in flight exceeded; retry after 1h").
-		WithDetails(&errdetails.ErrorInfo{Reason: reasonTooManyInFlight, Domain: "noetl.io"}, &errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Err()
+	return refusal(t, d, &errdetails.ErrorInfo{Reason: reasonTooManyInFlight, Domain: "noetl.io"})
 }
 
 func TestWindowCutsOnRefusalAndGrowsAsExecutionsEnd(t *testing.T) {
