@@ -38,14 +38,14 @@ func inFlightRefusal(err error) bool {
 type window struct {
 	mu    sync.Mutex
 	freed chan struct{} // closed and replaced when a slot frees or the bound rises
-	limit float64
+	limit float64       // the bound: int(limit) slots, at least one
 	inUse int
-	max   int
+	slots int // the most the bound may grow to
 }
 
-// newWindow returns a window of max slots, all open.
-func newWindow(max int) *window {
-	return &window{freed: make(chan struct{}), limit: float64(max), max: max}
+// newWindow returns a window of slots slots, all open.
+func newWindow(slots int) *window {
+	return &window{freed: make(chan struct{}), limit: float64(slots), slots: slots}
 }
 
 // acquire takes a slot, waiting while the window is full, until ctx ends.
@@ -74,7 +74,7 @@ func (w *window) release(ended bool) {
 	defer w.mu.Unlock()
 	w.inUse--
 	if ended {
-		w.limit = min(float64(w.max), w.limit+1/max(1, w.limit))
+		w.limit = min(float64(w.slots), w.limit+1/max(1, w.limit))
 	}
 	close(w.freed)
 	w.freed = make(chan struct{})
@@ -95,11 +95,4 @@ func (w *window) refused() bool {
 	}
 	w.limit = min(w.limit, max(1, 0.9*float64(others)))
 	return true
-}
-
-// size is the window's bound now.
-func (w *window) size() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return max(1, int(w.limit))
 }

@@ -20,6 +20,13 @@ func inFlightRefused(t *testing.T, d time.Duration) error {
 	return refusal(t, d, &errdetails.ErrorInfo{Reason: reasonTooManyInFlight, Domain: "noetl.io"})
 }
 
+// size is w's bound now.
+func (w *window) size() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return max(1, int(w.limit))
+}
+
 func TestWindowCutsOnRefusalAndGrowsAsExecutionsEnd(t *testing.T) {
 	w := newWindow(100)
 	ctx := context.Background()
