@@ -14,10 +14,22 @@ import (
 
 // Commands: building a step's command, its render scope and its templates.
 
-// command builds the command of a step: unrendered tool configs and input, plus the render
-// scope restricted to the steps its templates reference.
-func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration, attempt int32, iterScope map[string]any) (*eventv1.Command, error) {
-	tools := make([]*eventv1.ToolCall, 0, len(ps.Tool))
+// stepCommand is what the commands of one step share within a decision, built once: a loop
+// issues many iterations of a step per decision and they differ only in their iteration.
+type stepCommand struct {
+	tools        [][2]string // kind, label of each tool call
+	configs      [][]byte    // each tool call's config JSON
+	input        []byte
+	scope        *domain.ScopeEncoder
+	selectFields []string
+}
+
+// stepCommand returns ps's shared command parts, encoding them on first use in the decision.
+func (d *decider) stepCommand(ps *playbook.Step) (*stepCommand, error) {
+	if sc := d.commands[ps.Name]; sc != nil {
+		return sc, nil
+	}
+	sc := &stepCommand{}
 	for _, t := range ps.Tool {
 		t, err := d.resolveWorkbook(ps, t)
 		if err != nil {
@@ -27,44 +39,70 @@ func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration,
 		if err != nil {
 			return nil, &Error{Step: ps.Name, Msg: "tool config is not JSON-encodable: " + err.Error()}
 		}
-		tools = append(tools, &eventv1.ToolCall{Kind: t.Kind, Label: t.Label, ConfigJson: cfg})
+		sc.tools = append(sc.tools, [2]string{t.Kind, t.Label})
+		sc.configs = append(sc.configs, cfg)
 	}
-	if len(tools) == 0 {
-		tools = append(tools, &eventv1.ToolCall{Kind: "noop", ConfigJson: []byte("{}")})
+	if len(sc.tools) == 0 {
+		sc.tools, sc.configs = [][2]string{{"noop", ""}}, [][]byte{[]byte("{}")}
 	}
 	input, err := json.Marshal(ps.Input)
 	if err != nil {
 		return nil, &Error{Step: ps.Name, Msg: "input is not JSON-encodable: " + err.Error()}
 	}
-	scope := d.scope(ps)
-	if iterScope != nil {
-		scope.Iter = iterScope
-		scope.Iterator = ps.Loop.Iterator
-	}
-	sc, err := json.Marshal(scope)
-	if err != nil {
+	sc.input = input
+	if sc.scope, err = domain.NewScopeEncoder(d.scope(ps)); err != nil {
 		return nil, err
 	}
-	var selectFields []string
 	if out, ok := ps.Extra["output"].(map[string]any); ok {
 		if sel, ok := out["output_select"].([]any); ok {
 			for _, f := range sel {
 				if fs, ok := f.(string); ok {
-					selectFields = append(selectFields, fs)
+					sc.selectFields = append(sc.selectFields, fs)
 				}
 			}
 		}
 	}
+	if d.commands == nil {
+		d.commands = map[string]*stepCommand{}
+	}
+	d.commands[ps.Name] = sc
+	return sc, nil
+}
+
+// command builds the command of a step: unrendered tool configs and input, plus the render
+// scope restricted to the steps its templates reference and, in a loop, the iteration.
+func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration, attempt int32, iterScope map[string]any) (*eventv1.Command, error) {
+	sc, err := d.stepCommand(ps)
+	if err != nil {
+		return nil, err
+	}
+	iterator := ""
+	if iterScope != nil {
+		iterator = ps.Loop.Iterator
+	}
+	ctxJSON, err := sc.scope.Encode(iterScope, iterator)
+	if err != nil {
+		return nil, &Error{Step: ps.Name, Msg: "the iteration scope is not JSON-encodable: " + err.Error()}
+	}
+	return d.commandWith(ps, sc, id, iter, attempt, ctxJSON), nil
+}
+
+// commandWith builds a command of ps from its shared parts and its encoded render scope.
+func (d *decider) commandWith(ps *playbook.Step, sc *stepCommand, id string, iter *eventv1.Iteration, attempt int32, ctxJSON []byte) *eventv1.Command {
+	tools := make([]*eventv1.ToolCall, len(sc.tools))
+	for i, t := range sc.tools {
+		tools[i] = &eventv1.ToolCall{Kind: t[0], Label: t[1], ConfigJson: sc.configs[i]}
+	}
 	return &eventv1.Command{
-		OutputSelect:      selectFields,
+		OutputSelect:      sc.selectFields,
 		CommandId:         id,
 		ExecutionId:       d.st.GetExecutionId(),
 		Tenant:            d.st.GetTenant(),
 		Pool:              domain.PoolFor(d.c.Path),
 		Step:              ps.Name,
 		Tools:             tools,
-		InputJson:         input,
-		ContextJson:       sc,
+		InputJson:         sc.input,
+		ContextJson:       ctxJSON,
 		Iteration:         iter,
 		Attempt:           attempt,
 		PlaybookPath:      d.c.Path,
@@ -72,7 +110,7 @@ func (d *decider) command(ps *playbook.Step, id string, iter *eventv1.Iteration,
 		Timeout:           stepTimeout(ps),
 		Deadline:          d.st.GetDeadline(), // the execution's: the worker stops the tool at it
 		KeychainJson:      ps.Keychain,        // declarations only: the worker resolves them
-	}, nil
+	}
 }
 
 // stepTimeout is a command's bound of one attempt: the step's spec.timeout, unset without.

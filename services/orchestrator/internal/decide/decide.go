@@ -121,6 +121,9 @@ type decider struct {
 	// (domain.VarsJSON), encoded once per decision.
 	varsJSON    json.RawMessage
 	varsEncoded bool
+	// commands are the shared parts of each step's commands (stepCommand), built once per
+	// decision and dropped when ctx changes.
+	commands map[string]*stepCommand
 	// limits are the execution's effective limits (EffectiveLimits).
 	limits Limits
 }

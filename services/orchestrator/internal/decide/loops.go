@@ -110,14 +110,16 @@ func (d *decider) issueIteration(ps *playbook.Step, epoch, index int32, item jso
 	exec := d.st.GetExecutionId()
 	iter := &eventv1.Iteration{Epoch: epoch, Index: index}
 	cmdID := domain.CommandID(exec, ps.Name, epoch, index, 1)
-	var v any
-	if err := domain.DecodeJSON(item, &v); err != nil {
-		return err
-	}
-	cmd, err := d.command(ps, cmdID, iter, 1, map[string]any{ps.Loop.Iterator: v, "_index": index, "_total": total})
+	sc, err := d.stepCommand(ps)
 	if err != nil {
 		return err
 	}
+	// The item travels as it is stored (compacted), not decoded and encoded again.
+	ctxJSON, err := sc.scope.EncodeIteration(ps.Loop.Iterator, item, index, total)
+	if err != nil {
+		return &Error{Step: ps.Name, Msg: fmt.Sprintf("loop item %d is not JSON: %v", index, err)}
+	}
+	cmd := d.commandWith(ps, sc, cmdID, iter, 1, ctxJSON)
 	issuedID := domain.EventID(cmdID, domain.EventCommandIssued)
 	cmd.IssuedEventId = issuedID
 	d.emit(&eventv1.Event{EventId: issuedID, Type: domain.EventCommandIssued, Step: ps.Name, CommandId: cmdID, Attempt: 1, CauseEventId: cause, Iteration: iter, Command: cmd})

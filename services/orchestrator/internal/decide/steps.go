@@ -43,6 +43,7 @@ func (d *decider) updateCtx(vals map[string]any, id, step string) {
 	for k, v := range vals {
 		d.ctx[k] = v
 	}
+	d.commands = nil // their scopes hold the old ctx
 }
 
 // enter emits step.enter and command.issued for a step, or step.skipped when its legacy

@@ -1,0 +1,60 @@
+package decide
+
+import (
+	"testing"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/domain"
+)
+
+// fanSrc is a loop of 1,000 parallel no-op iterations, all in flight at once.
+const fanSrc = `apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: f, path: t/p}
+workload:
+  n: 1000
+workflow:
+  - step: start
+    loop:
+      in: "{{ range(workload.n) | list }}"
+      iterator: i
+      spec: {mode: parallel, max_in_flight: 1000}
+    tool: {kind: noop}
+`
+
+// BenchmarkFanStart: the decision that enters the loop and issues its 1,000 commands.
+func BenchmarkFanStart(b *testing.B) {
+	t := &testing.T{}
+	for b.Loop() {
+		s := newSim(t, fanSrc, `{"n":1000}`)
+		evs, err := Decide(s.c, s.st)
+		if err != nil || len(evs) < 1000 {
+			b.Fatal(err, len(evs))
+		}
+	}
+}
+
+// BenchmarkFanComplete: a decision with half the iterations completed and none left to
+// issue, as each batch of results is folded.
+func BenchmarkFanComplete(b *testing.B) {
+	t := &testing.T{}
+	s := newSim(t, fanSrc, `{"n":1000}`)
+	evs, _ := Decide(s.c, s.st)
+	s.apply(evs...)
+	var cmds []*eventv1.Event
+	for _, ev := range evs {
+		if ev.GetType() == domain.EventCommandIssued {
+			cmds = append(cmds, ev)
+		}
+	}
+	for _, c := range cmds[:500] {
+		s.complete(c)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		out, err := Decide(s.c, s.st)
+		if err != nil {
+			b.Fatal(err, len(out))
+		}
+	}
+}
