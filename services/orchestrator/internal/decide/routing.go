@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"strings"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
@@ -64,20 +65,30 @@ func (d *decider) routeFinished(name string, status eventv1.StepStatus, cause st
 		// A failed step does not route through its arcs.
 		return d.exit(name, cause, nil, nil)
 	}
-	vars := d.vars(ps)
-	out := res.Value()
-	vars[name] = out
-	vars["output"] = out
-	vars["result"] = out
-	if steps, ok := vars["steps"].(map[string]any); ok {
-		steps[name] = map[string]any{"status": "completed", "result": out}
-	}
-	if ps.Loop != nil {
-		vars["event"] = map[string]any{"name": "loop.done"}
-	} else {
-		vars["event"] = map[string]any{"name": "step.done"}
+	// The template variables are built only for a set: or an arc's when: or set: to read:
+	// a plain next: (the common chain) routes without decoding any result.
+	var vars map[string]any
+	varsOf := func() map[string]any {
+		if vars != nil {
+			return vars
+		}
+		vars = d.vars(ps)
+		out := res.Value()
+		vars[name] = out
+		vars["output"] = out
+		vars["result"] = out
+		if steps, ok := vars["steps"].(map[string]any); ok {
+			steps[name] = map[string]any{"status": "completed", "result": out}
+		}
+		if ps.Loop != nil {
+			vars["event"] = map[string]any{"name": "loop.done"}
+		} else {
+			vars["event"] = map[string]any{"name": "step.done"}
+		}
+		return vars
 	}
 	if len(ps.Set) > 0 {
+		vars := varsOf()
 		vals, err := d.renderSet(ps.Set, vars, name, "set")
 		if err != nil {
 			return err
@@ -96,7 +107,11 @@ func (d *decider) routeFinished(name string, status eventv1.StepStatus, cause st
 				notFired = append(notFired, a)
 				continue
 			}
-			ok, err := d.truthy(a.When, vars, name, "next arc to "+a.Step)
+			ok := true
+			var err error
+			if strings.TrimSpace(a.When) != "" {
+				ok, err = d.truthy(a.When, varsOf(), name, "next arc to "+a.Step)
+			}
 			if err != nil {
 				return err
 			}
@@ -119,9 +134,15 @@ func (d *decider) routeFinished(name string, status eventv1.StepStatus, cause st
 		targets = []string{}
 	}
 	d.fired[name] = targets
+	for _, a := range fired {
+		if len(a.Set) > 0 {
+			varsOf() // before any arc's set: changes ctx, every arc's set sees the ctx before them
+			break
+		}
+	}
 	for i, a := range fired {
 		if len(a.Set) > 0 {
-			vals, err := d.renderSet(a.Set, vars, name, "next arc to "+a.Step+": set")
+			vals, err := d.renderSet(a.Set, varsOf(), name, "next arc to "+a.Step+": set")
 			if err != nil {
 				return err
 			}
