@@ -125,6 +125,31 @@ type shard struct {
 	decided map[string]int64
 	// states caches the execution states this shard's goroutine decided on (statecache.go).
 	states *stateCache
+	// large is the last decision taken inside a commit and answered too large to ride in
+	// it, for the notice path to publish instead of taking it again.
+	large *largeDecision
+}
+
+// largeDecision is a decision's events and the state they were decided on: an execution's
+// seq and last event id (a decision is a function of the state).
+type largeDecision struct {
+	id     string
+	seq    int64
+	lastID string
+	events []*eventv1.Event
+}
+
+// takeLarge returns the kept decision on st, if it is st's, and forgets any kept one.
+func (s *shard) takeLarge(st *sbv1.ExecutionState) []*eventv1.Event {
+	if s == nil {
+		return nil
+	}
+	l := s.large
+	s.large = nil
+	if l == nil || l.id != st.GetExecutionId() || l.seq != st.GetSeq() || l.lastID != st.GetLastEventId() {
+		return nil
+	}
+	return l.events
 }
 
 // stateCacheBytes bounds the states the shards of one engine cache, together.
@@ -339,9 +364,11 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 		e.decisions.WithLabelValues("terminal").Inc()
 		return -1, nil
 	}
-	events, err := e.decideOn(ctx, st)
-	if err != nil {
-		return 0, err
+	events := s.takeLarge(st)
+	if events == nil {
+		if events, err = e.decideOn(ctx, st); err != nil {
+			return 0, err
+		}
 	}
 	if len(events) == 0 {
 		e.decisions.WithLabelValues("wait").Inc()

@@ -16,7 +16,8 @@ import (
 
 // An execution the engine cannot decide on exactly the state the log holds is answered
 // undecided, and a cached state that does not stand where the materializer's lock says is
-// dropped, so the notice's decision reads it afresh.
+// dropped, so the notice's decision reads it afresh; one merely behind it is kept, for the
+// notices on their way to advance.
 func TestInlineDecisionRefusals(t *testing.T) {
 	e := New(Config{}, slog.New(slog.DiscardHandler), nil, nil, nil, prometheus.NewRegistry())
 	ctx := context.Background()
@@ -46,6 +47,18 @@ func TestInlineDecisionRefusals(t *testing.T) {
 	require.Equal(t, "moved", d.GetReason())
 	require.Nil(t, s.states.get("x"))
 	s.states.put(st)
+	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 1, LastEventId: "playbook.started", Events: []*eventv1.Event{outcome}})
+	require.Equal(t, "moved", d.GetReason(), "a state ahead of the log")
+	require.Nil(t, s.states.get("x"))
+
+	// Behind the log (the notices of the commits before are still on their way): kept for
+	// them to advance, undecided; behind with events of its own not yet confirmed: dropped.
+	s.states.put(st)
+	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 5, LastEventId: "step.entera", Events: []*eventv1.Event{outcome}})
+	require.Equal(t, "behind", d.GetReason())
+	require.Same(t, st, s.states.get("x"))
+	require.EqualValues(t, 2, st.GetSeq(), "nothing folded")
+	s.states.speculate("x", 2, "step.entera", 1)
 	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 5, LastEventId: "step.entera", Events: []*eventv1.Event{outcome}})
 	require.Equal(t, "moved", d.GetReason())
 	require.Nil(t, s.states.get("x"))
@@ -112,4 +125,31 @@ func TestInlineRequestConfirmsWhatTheStateSpeculated(t *testing.T) {
 	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: seq, LastEventId: last, Events: []*eventv1.Event{ev(seq+1, domain.EventPlaybookCompleted, "")}})
 	require.Equal(t, "moved", d.GetReason())
 	require.Nil(t, s.states.get("x"))
+}
+
+// A decision too large to ride in its commit is kept for the notice path, which takes it on
+// the same state only (its execution, seq and last event id), once; any other state
+// decides afresh, and the kept one is forgotten either way.
+func TestLargeDecisionIsTakenOnlyOnItsState(t *testing.T) {
+	st := started(t)
+	events := []*eventv1.Event{ev(0, domain.EventStepEnter, "a")}
+	keep := func() *shard {
+		return &shard{large: &largeDecision{id: "x", seq: st.GetSeq(), lastID: st.GetLastEventId(), events: events}}
+	}
+	s := keep()
+	require.Equal(t, events, s.takeLarge(st))
+	require.Nil(t, s.takeLarge(st), "taken once")
+
+	moved := started(t)
+	require.NoError(t, domain.Apply(moved, ev(2, domain.EventStepEnter, "a")))
+	s = keep()
+	require.Nil(t, s.takeLarge(moved), "another seq")
+	require.Nil(t, s.large, "forgotten")
+	other := started(t)
+	other.ExecutionId = "y"
+	require.Nil(t, keep().takeLarge(other), "another execution")
+	other = started(t)
+	other.LastEventId = "elsewhere"
+	require.Nil(t, keep().takeLarge(other), "another last event")
+	require.Nil(t, (*shard)(nil).takeLarge(st), "no shard (a reconcile's drive)")
 }
