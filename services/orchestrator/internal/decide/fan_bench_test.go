@@ -58,3 +58,41 @@ func BenchmarkFanComplete(b *testing.B) {
 		}
 	}
 }
+
+// chainSrc is a chain of plain next: arcs, as the bench's chain workload runs it.
+const chainSrc = `apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: c, path: t/p}
+workload:
+  n: 3
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: [{step: s1}]
+  - step: s1
+    tool: {kind: noop}
+    next: [{step: s2}]
+  - step: s2
+    tool: {kind: noop}
+`
+
+// BenchmarkChainStep: the decision after one step of a chain completed, which exits it
+// and enters the next.
+func BenchmarkChainStep(b *testing.B) {
+	t := &testing.T{}
+	s := newSim(t, chainSrc, `{"n":3}`)
+	evs, _ := Decide(s.c, s.st)
+	s.apply(evs...)
+	for _, ev := range evs {
+		if ev.GetType() == domain.EventCommandIssued {
+			s.complete(ev)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		out, err := Decide(s.c, s.st)
+		if err != nil || len(out) == 0 {
+			b.Fatal(err, len(out))
+		}
+	}
+}
