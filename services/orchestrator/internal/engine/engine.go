@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
@@ -131,12 +132,28 @@ type shard struct {
 }
 
 // largeDecision is a decision's events and the state they were decided on: an execution's
-// seq and last event id (a decision is a function of the state).
+// seq and last event id, and the commit time its last events were speculated at (a
+// decision is a function of the state, and a retried commit gives its events another
+// time).
 type largeDecision struct {
-	id     string
-	seq    int64
-	lastID string
-	events []*eventv1.Event
+	id         string
+	seq        int64
+	lastID     string
+	commitTime *timestamppb.Timestamp
+	events     []*eventv1.Event
+}
+
+// keepLargeFor forgets the kept decision unless notice n carries the events it was decided
+// after, as committed: the same commit time.
+func (s *shard) keepLargeFor(n *eventv1.CommitNotice) {
+	l := s.large
+	if l == nil || l.id != n.GetExecutionId() {
+		return
+	}
+	evs := n.GetEvents()
+	if len(evs) == 0 || !proto.Equal(evs[len(evs)-1].GetCommitTime(), l.commitTime) {
+		s.large = nil
+	}
 }
 
 // takeLarge returns the kept decision on st, if it is st's, and forgets any kept one.
@@ -274,6 +291,7 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg, n *event
 	ctx, span := e.cfg.Tracer.Start(natsx.Extract(ctx, m.Headers()), "decide", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(telemetry.AttrTenant.String(n.GetTenant()), telemetry.AttrExecutionID.String(id), telemetry.AttrSeq.Int64(n.GetSeq())))
 	defer span.End()
+	s.keepLargeFor(n)
 	seq, err := e.drive(ctx, s, id, n.GetSeq())
 	if err != nil {
 		if ctx.Err() != nil {

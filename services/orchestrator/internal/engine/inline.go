@@ -205,7 +205,7 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 			// The commit's notice asks for this decision again, on this state if the commit
 			// goes as speculated: it is kept for it (drive) rather than taken twice. An event
 			// over the message limit fails the execution there, naming it.
-			s.large = &largeDecision{id: id, seq: st.GetSeq(), lastID: st.GetLastEventId(), events: events}
+			s.large = &largeDecision{id: id, seq: st.GetSeq(), lastID: st.GetLastEventId(), commitTime: evs[len(evs)-1].GetCommitTime(), events: events}
 			return no("too_large")
 		}
 	}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
@@ -152,4 +154,24 @@ func TestLargeDecisionIsTakenOnlyOnItsState(t *testing.T) {
 	other.LastEventId = "elsewhere"
 	require.Nil(t, keep().takeLarge(other), "another last event")
 	require.Nil(t, (*shard)(nil).takeLarge(st), "no shard (a reconcile's drive)")
+
+	// The notice that asks for it must carry the events it followed as committed: a commit
+	// retried at another time, or a notice without events, decides afresh.
+	at := timestamppb.New(time.Unix(100, 0))
+	kept := func() *shard {
+		return &shard{large: &largeDecision{id: "x", seq: 1, lastID: "a", commitTime: at, events: events}}
+	}
+	carrying := func(ct *timestamppb.Timestamp) *eventv1.CommitNotice {
+		return &eventv1.CommitNotice{ExecutionId: "x", Seq: 1, Events: []*eventv1.Event{{EventId: "a", Seq: 1, CommitTime: ct}}}
+	}
+	s = kept()
+	s.keepLargeFor(carrying(timestamppb.New(time.Unix(100, 0))))
+	require.NotNil(t, s.large, "the commit as speculated")
+	s.keepLargeFor(&eventv1.CommitNotice{ExecutionId: "y"})
+	require.NotNil(t, s.large, "another execution's notice leaves it")
+	s.keepLargeFor(carrying(timestamppb.New(time.Unix(101, 0))))
+	require.Nil(t, s.large, "a commit at another time")
+	s = kept()
+	s.keepLargeFor(&eventv1.CommitNotice{ExecutionId: "x", Seq: 1})
+	require.Nil(t, s.large, "a notice without its events")
 }
