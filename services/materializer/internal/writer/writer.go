@@ -50,9 +50,8 @@ const (
 type Result struct {
 	// Outcomes, index-aligned with the input.
 	Outcomes []Outcome
-	// Notices has an entry per execution that gained events (or saw duplicates, so a lost
-	// notice is re-sent): one, or several in seq order when its events ride in parts
-	// (NoticeEventsBudget).
+	// Notices has one entry per execution that gained events (or saw duplicates, so a lost
+	// notice is re-sent).
 	Notices []*eventv1.CommitNotice
 	// Commands are the commands of command.issued events in the batch that are in the log
 	// (newly or before), in order. Re-forwarding a duplicate's command is safe: the command
@@ -470,8 +469,8 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	if w.Decide != nil {
 		w.noteHeads(execs, state, lastIDs)
 	}
-	// The committed events ride in their execution's notices (in seq order: distinct is
-	// grouped by execution in arrival order), within NoticeCarryMax; not in the notice
+	// The committed events ride in their execution's notice (in seq order: distinct is
+	// grouped by execution in arrival order), within NoticeEventsBudget; not in the notice
 	// of a commit that carried its own decision, whose readers need only its seq.
 	carried := make(map[string][]*eventv1.Event, len(execs))
 	for _, i := range distinct {
@@ -486,14 +485,8 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 		ended := domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after))
 		n := &eventv1.CommitNotice{ExecutionId: id, Tenant: s.tenant, Seq: s.seq, Terminal: ended, NeedsDecision: s.decide && !ended}
-		chunks := noticeChunks(carried[id])
-		for _, c := range chunks[:max(len(chunks)-1, 0)] {
-			// An earlier part of a large batch: its events advance the readers' states, the
-			// last part's notice says what the commit means (decision, end).
-			res.Notices = append(res.Notices, &eventv1.CommitNotice{ExecutionId: id, Tenant: s.tenant, Seq: c[len(c)-1].GetSeq(), Events: c})
-		}
-		if len(chunks) > 0 {
-			n.Events = chunks[len(chunks)-1]
+		if evs := carried[id]; fits(evs) {
+			n.Events = evs
 		}
 		res.Notices = append(res.Notices, n)
 	}
@@ -507,40 +500,10 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	return res, nil
 }
 
-// NoticeEventsBudget bounds the encoded size of the events one commit notice carries. An
-// execution's events of one commit larger than this ride in several notices, in seq order,
-// each at the seq of its last event; only the last says whether the commit needs a
-// decision or ended the execution.
+// NoticeEventsBudget bounds the encoded size of the events a commit notice carries; an
+// execution's batch larger than this is announced without them, and its readers read the
+// log instead.
 const NoticeEventsBudget = 64 << 10
-
-// NoticeCarryMax bounds the encoded size of the events an execution's notices of one
-// commit carry together: a batch larger than this (or holding one event over
-// NoticeEventsBudget) is announced by one notice without them, and its readers read the
-// log instead. A full batch of command.issued events (their commands left out, see
-// noticeCopy) fits, so the orchestrator follows its own large decisions without a read.
-const NoticeCarryMax = 2 << 20
-
-// noticeChunks splits evs into the runs that ride in one notice each (NoticeEventsBudget),
-// or returns nil when they cannot all ride (NoticeCarryMax).
-func noticeChunks(evs []*eventv1.Event) [][]*eventv1.Event {
-	var chunks [][]*eventv1.Event
-	total, size, start := 0, 0, 0
-	for i, ev := range evs {
-		n := proto.Size(ev)
-		if total += n; n > NoticeEventsBudget || total > NoticeCarryMax {
-			return nil
-		}
-		if size+n > NoticeEventsBudget {
-			chunks = append(chunks, evs[start:i])
-			start, size = i, 0
-		}
-		size += n
-	}
-	if start < len(evs) {
-		chunks = append(chunks, evs[start:])
-	}
-	return chunks
-}
 
 // settledKey marks, in a connection's custom data, that its session has the writer's
 // settings (sqlSettings).
@@ -563,6 +526,17 @@ func noticeCopy(ev *eventv1.Event) *eventv1.Event {
 	c := proto.Clone(ev).(*eventv1.Event)
 	ev.Command = cmd
 	return c
+}
+
+// fits reports whether evs can ride in one commit notice.
+func fits(evs []*eventv1.Event) bool {
+	n := 0
+	for _, ev := range evs {
+		if n += proto.Size(ev); n > NoticeEventsBudget {
+			return false
+		}
+	}
+	return true
 }
 
 // committedRival reports whether the rival outcome of ev (domain.OutcomeRival) is among

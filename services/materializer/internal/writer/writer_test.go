@@ -3,7 +3,6 @@ package writer
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -357,58 +356,6 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 	require.Equal(t, []Outcome{Committed}, res.Outcomes)
 	require.EqualValues(t, 4, res.Notices[0].GetSeq())
 	require.Empty(t, res.Notices[0].GetEvents(), "over the budget: readers read the log")
-}
-
-// An execution's events over one notice's budget ride in several notices, in seq order,
-// each within the budget and at the seq of its last event, gap-free from the first to the
-// commit's head; only the last says what the commit means. Past NoticeCarryMax, one notice
-// carries nothing.
-func TestLargeBatchRidesInSeveralNotices(t *testing.T) {
-	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
-
-	evs := []*eventv1.Event{ev("a", "a0", domain.EventPlaybookStarted)}
-	for i := range 3000 {
-		e := issued("a", fmt.Sprintf("issued-%04d", i))
-		e.CauseEventId = fmt.Sprintf("%064d", i) // about 100 bytes each without its command
-		evs = append(evs, e)
-	}
-	res, err := w.Commit(ctx, evs, nil)
-	require.NoError(t, err)
-	require.Greater(t, len(res.Notices), 2)
-	var next int64 = 1
-	for i, n := range res.Notices {
-		size := 0
-		for _, e := range n.GetEvents() {
-			require.Equal(t, next, e.GetSeq(), "gap-free, in seq order, across the notices")
-			require.Nil(t, e.GetCommand())
-			next++
-			size += proto.Size(e)
-		}
-		require.LessOrEqual(t, size, NoticeEventsBudget)
-		require.Equal(t, next-1, n.GetSeq(), "a notice stands at its last event")
-		if i < len(res.Notices)-1 {
-			require.False(t, n.GetNeedsDecision())
-		}
-	}
-	require.EqualValues(t, 3001, next-1, "every event carried")
-	require.Len(t, res.Commands, 3000)
-
-	// Over NoticeCarryMax together: announced without them.
-	evs = nil
-	for i := range 60 {
-		e := ev("a", fmt.Sprintf("big-%d", i), domain.EventCommandCompleted)
-		e.ResultJson = []byte(`"` + strings.Repeat("x", 40<<10) + `"`) // each within one notice's budget
-		evs = append(evs, e)
-	}
-	res, err = w.Commit(ctx, evs, nil)
-	require.NoError(t, err)
-	require.Len(t, res.Notices, 1)
-	require.EqualValues(t, 3061, res.Notices[0].GetSeq())
-	require.Empty(t, res.Notices[0].GetEvents(), "over NoticeCarryMax: readers read the log")
 }
 
 func issued(exec, id string) *eventv1.Event {

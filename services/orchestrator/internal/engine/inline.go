@@ -59,12 +59,8 @@ const inlineAnswerMax = 4 << 20
 const inlineResponseMax = 12 << 20
 
 // maxSpeculated bounds the unconfirmed events a cached state may hold; past it the state
-// is dropped (its notices go to another replica, say). One request speculates all its
-// committing events and its decision's, so the bound is well above a commit's batch (the
-// materializer's NOETL_MATERIALIZER_BATCH, 4,096 events by default): at 1,024, every
-// full batch of a wide loop's outcomes dropped the state, and the next decision read it
-// whole from the statebuilder.
-const maxSpeculated = 1 << 15
+// is dropped (its notices go to another replica, say).
+const maxSpeculated = 1024
 
 func (e *Engine) setShards(shards []*shard) {
 	e.shardsMu.Lock()
@@ -144,11 +140,6 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 		s.states.put(st)
 	case st == nil:
 		return no("not_cached")
-	case st.GetSeq() < x.GetSeqBefore() && !s.states.speculative(id):
-		// The notices of the commits before this one have not reached the shard yet (they
-		// travel the stream, this request a direct call): they advance the state, which
-		// stays, and this commit's notice asks for the decision.
-		return no("behind")
 	case st.GetSeq() != x.GetSeqBefore() || st.GetLastEventId() != x.GetLastEventId():
 		s.states.drop(id)
 		return no("moved")

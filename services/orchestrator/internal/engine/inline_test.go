@@ -18,8 +18,7 @@ import (
 
 // An execution the engine cannot decide on exactly the state the log holds is answered
 // undecided, and a cached state that does not stand where the materializer's lock says is
-// dropped, so the notice's decision reads it afresh; one merely behind it is kept, for the
-// notices on their way to advance.
+// dropped, so the notice's decision reads it afresh.
 func TestInlineDecisionRefusals(t *testing.T) {
 	e := New(Config{}, slog.New(slog.DiscardHandler), nil, nil, nil, prometheus.NewRegistry())
 	ctx := context.Background()
@@ -49,18 +48,6 @@ func TestInlineDecisionRefusals(t *testing.T) {
 	require.Equal(t, "moved", d.GetReason())
 	require.Nil(t, s.states.get("x"))
 	s.states.put(st)
-	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 1, LastEventId: "playbook.started", Events: []*eventv1.Event{outcome}})
-	require.Equal(t, "moved", d.GetReason(), "a state ahead of the log")
-	require.Nil(t, s.states.get("x"))
-
-	// Behind the log (the notices of the commits before are still on their way): kept for
-	// them to advance, undecided; behind with events of its own not yet confirmed: dropped.
-	s.states.put(st)
-	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 5, LastEventId: "step.entera", Events: []*eventv1.Event{outcome}})
-	require.Equal(t, "behind", d.GetReason())
-	require.Same(t, st, s.states.get("x"))
-	require.EqualValues(t, 2, st.GetSeq(), "nothing folded")
-	s.states.speculate("x", 2, "step.entera", 1)
 	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 5, LastEventId: "step.entera", Events: []*eventv1.Event{outcome}})
 	require.Equal(t, "moved", d.GetReason())
 	require.Nil(t, s.states.get("x"))

@@ -957,10 +957,8 @@ type CommitNotice struct {
 	NeedsDecision bool `protobuf:"varint,5,opt,name=needs_decision,json=needsDecision,proto3" json:"needs_decision,omitempty"`
 	// The execution's events this batch committed, in seq order, each with its seq and
 	// commit time, so a reader holding the state at the seq before the first of them
-	// advances it without reading the log. A batch's events over one notice's budget ride in
-	// several notices, in seq order, each at the seq of its last event; only the last sets
-	// terminal and needs_decision. Empty when they would not fit at all or the batch
-	// committed none (duplicates only): the reader then reads the log.
+	// advances it without reading the log. Empty when they would not fit the notice budget
+	// or the batch committed none (duplicates only): the reader then reads the log.
 	Events        []*Event `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
