@@ -13,7 +13,7 @@ import (
 //
 // Its output is byte for byte what json.Marshal gives for the same Scope (the fields in
 // their declared order, omitempty kept), so a command's context_json does not depend on
-// which of the two produced it.
+// which of the two produced it. An encoder is used by one goroutine at a time (a decision).
 type ScopeEncoder struct {
 	head []byte // {"execution_id":…,"workload":…,"ctx":…[,"steps":…] without its closing brace
 	tail []byte // [,"vars":…]}
