@@ -24,9 +24,8 @@ workflow:
 
 // BenchmarkFanStart: the decision that enters the loop and issues its 1,000 commands.
 func BenchmarkFanStart(b *testing.B) {
-	t := &testing.T{}
 	for b.Loop() {
-		s := newSim(t, fanSrc, `{"n":1000}`)
+		s := newSim(b, fanSrc, `{"n":1000}`)
 		evs, err := Decide(s.c, s.st)
 		if err != nil || len(evs) < 1000 {
 			b.Fatal(err, len(evs))
@@ -37,8 +36,7 @@ func BenchmarkFanStart(b *testing.B) {
 // BenchmarkFanComplete: a decision with half the iterations completed and none left to
 // issue, as each batch of results is folded.
 func BenchmarkFanComplete(b *testing.B) {
-	t := &testing.T{}
-	s := newSim(t, fanSrc, `{"n":1000}`)
+	s := newSim(b, fanSrc, `{"n":1000}`)
 	evs, _ := Decide(s.c, s.st)
 	s.apply(evs...)
 	var cmds []*eventv1.Event
@@ -79,8 +77,7 @@ workflow:
 // BenchmarkChainStep: the decision after one step of a chain completed, which exits it
 // and enters the next.
 func BenchmarkChainStep(b *testing.B) {
-	t := &testing.T{}
-	s := newSim(t, chainSrc, `{"n":3}`)
+	s := newSim(b, chainSrc, `{"n":3}`)
 	evs, _ := Decide(s.c, s.st)
 	s.apply(evs...)
 	for _, ev := range evs {

@@ -18,13 +18,13 @@ import (
 
 // sim drives decide against a folded state, playing the worker for issued commands.
 type sim struct {
-	t   *testing.T
+	t   testing.TB
 	c   *Compiled
 	st  *sbv1.ExecutionState
 	log []*eventv1.Event
 }
 
-func newSim(t *testing.T, src string, workload string) *sim {
+func newSim(t testing.TB, src string, workload string) *sim {
 	t.Helper()
 	pb, err := playbook.Parse([]byte(src))
 	require.NoError(t, err)
