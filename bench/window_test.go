@@ -98,6 +98,7 @@ type cappedGateway struct {
 	t        *testing.T
 	capacity int
 	release  chan struct{}
+	refusing chan struct{} // closed at the first refusal
 
 	mu       sync.Mutex
 	inFlight int
@@ -110,7 +111,9 @@ func (g *cappedGateway) StartExecution(_ context.Context, _ *apiv1.StartExecutio
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.inFlight >= g.capacity {
-		g.refused++
+		if g.refused++; g.refused == 1 && g.refusing != nil {
+			close(g.refusing)
+		}
 		return nil, inFlightRefused(g.t, time.Hour)
 	}
 	g.inFlight++
@@ -135,12 +138,18 @@ func (g *cappedGateway) WaitExecution(ctx context.Context, in *apiv1.WaitExecuti
 // gateway that lets five be in flight and asks a refused start to wait an hour: the bench
 // retries each refused start when one of its own executions ends, so all complete well
 // within the test's deadline, the refusals are counted, and the gateway never held more
-// than its cap.
+// than its cap. No execution ends before the first refusal, so the run meets the cap
+// however its goroutines are scheduled.
 func TestMeasureRetriesInFlightRefusalsAsItsExecutionsEnd(t *testing.T) {
-	g := &cappedGateway{t: t, capacity: 5, release: make(chan struct{})}
+	g := &cappedGateway{t: t, capacity: 5, release: make(chan struct{}), refusing: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	go func() { // one execution ends at a time, until the run is over
+	go func() { // after the first refusal, one execution ends at a time, until the run is over
+		select {
+		case <-g.refusing:
+		case <-ctx.Done():
+			return
+		}
 		for {
 			select {
 			case g.release <- struct{}{}:
