@@ -88,11 +88,18 @@ func TestMeasureRetriesShedStartsWithTheirKeysAndCountsThem(t *testing.T) {
 			t.Fatalf("idempotency key %q; want bench-<run>-<i>", key)
 		}
 	}
-	line := stepLine("concurrent", 2, o, []float64{1, 2, 3}, chainLatencyScope, sh)
+	t0 := time.Now()
+	ms := func(x float64) time.Time { return t0.Add(time.Duration(x * float64(time.Millisecond))) }
+	lat := &stepTimes{}
+	lat.add(t0, ms(0.5), ms(1))
+	lat.add(t0, ms(0.5), ms(2))
+	lat.add(t0, time.Time{}, ms(3)) // an outcome without a start time has no phases
+	line := stepLine("concurrent", 2, o, lat, chainLatencyScope, sh)
 	for field, want := range map[string]any{
 		"executions": 5, "executions_completed": 5, "executions_failed": 0, "steps": 10,
 		"starts_shed": int64(7), "waits_shed": int64(0), "reads_shed": int64(0), "calls_unavailable": int64(1),
 		"latency_samples": 3, "step_p50_ms": 2.0, "step_p99_ms": 3.0, "workload": "concurrent",
+		"phase_samples": 2,
 	} {
 		if line[field] != want {
 			t.Errorf("%s = %v (%T); want %v (%T)", field, line[field], line[field], want, want)
@@ -100,6 +107,10 @@ func TestMeasureRetriesShedStartsWithTheirKeysAndCountsThem(t *testing.T) {
 	}
 	if _, ok := line["first_error"]; ok {
 		t.Errorf("first_error %v on a run that completed", line["first_error"])
+	}
+	p50, p99 := line["phase_p50_ms"].(map[string]float64), line["phase_p99_ms"].(map[string]float64)
+	if p50["dispatch"] != 0.5 || p50["run"] != 0.5 || p99["dispatch"] != 0.5 || p99["run"] != 1.5 {
+		t.Errorf("phase_p50_ms %v, phase_p99_ms %v; want dispatch 0.5 and 0.5, run 0.5 and 1.5", p50, p99)
 	}
 }
 
@@ -143,7 +154,7 @@ func TestStepLineCountsOnlyCompletedSteps(t *testing.T) {
 	if got := o.started(); len(got) != 3 {
 		t.Fatalf("started %v; want the three with an id", got)
 	}
-	fan := stepLine("fanout", 100, runOutcome{ids: []string{"f"}, errs: []error{nil}, wall: time.Second}, []float64{4}, fanoutLatencyScope, &shed{})
+	fan := stepLine("fanout", 100, runOutcome{ids: []string{"f"}, errs: []error{nil}, wall: time.Second}, &stepTimes{lat: []float64{4}}, fanoutLatencyScope, &shed{})
 	if fan["tasks"] != 100 || fan["tasks_per_s"] != 100.0 || fan["latency_scope"] != fanoutLatencyScope {
 		t.Fatalf("fanout line %v", fan)
 	}

@@ -321,7 +321,7 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 		"rss_mb_samples":     rss.get(),
 		"loadavg":            []string{loadStart, loadEnd},
 	}
-	latencyFields(out, lat, longloopLatencyScope)
+	latencyFields(out, &stepTimes{lat: lat}, longloopLatencyScope)
 	cpuFields(out, cpu, cpuBefore, cpuAfter, n)
 	m.report(out, first, end)
 	// Between the last iteration's commit and the end, the engine assembles the loop's list

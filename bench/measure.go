@@ -126,7 +126,7 @@ func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key st
 // stepLine is the JSON line of chain, concurrent and fanout, less the mesh's fields: the
 // throughput counts the steps (fanout: tasks) of the executions that completed, over the
 // wall time of the whole measured phase, shed and retried calls included.
-func stepLine(workload string, perExec int, o runOutcome, lat []float64, scope string, sh *shed) map[string]any {
+func stepLine(workload string, perExec int, o runOutcome, lat *stepTimes, scope string, sh *shed) map[string]any {
 	done := o.completed()
 	steps := done * perExec
 	wallMS := float64(o.wall.Microseconds()) / 1000
@@ -157,13 +157,28 @@ func stepLine(workload string, perExec int, o runOutcome, lat []float64, scope s
 }
 
 // latencyFields adds the per-step latency fields: step_p50_ms, step_p99_ms,
-// latency_samples and latency_scope.
-func latencyFields(out map[string]any, lat []float64, scope string) {
-	out["step_p50_ms"] = round3(percentile(lat, 50))
-	out["step_p99_ms"] = round3(percentile(lat, 99))
-	out["latency_samples"] = len(lat)
+// latency_samples and latency_scope, and phase_p50_ms and phase_p99_ms (dispatch and run,
+// see stepTimes) with phase_samples and phase_scope when some outcome said when its
+// command began.
+func latencyFields(out map[string]any, lat *stepTimes, scope string) {
+	if lat == nil {
+		lat = &stepTimes{} // a run whose logs were not read
+	}
+	out["step_p50_ms"] = round3(percentile(lat.lat, 50))
+	out["step_p99_ms"] = round3(percentile(lat.lat, 99))
+	out["latency_samples"] = len(lat.lat)
 	out["latency_scope"] = scope
+	if len(lat.dispatch) == 0 {
+		return
+	}
+	out["phase_p50_ms"] = map[string]float64{"dispatch": round3(percentile(lat.dispatch, 50)), "run": round3(percentile(lat.run, 50))}
+	out["phase_p99_ms"] = map[string]float64{"dispatch": round3(percentile(lat.dispatch, 99)), "run": round3(percentile(lat.run, 99))}
+	out["phase_samples"] = len(lat.dispatch)
+	out["phase_scope"] = phaseScope
 }
+
+// phaseScope is what phase_p50_ms and phase_p99_ms measure.
+const phaseScope = "each step's latency split at the start time its command.completed carries (the worker's start of the command): dispatch, from where the step's latency begins to that start (the commit that issued the command, counted from the start of its transaction, the forward and the worker's claim), and run, from that start to the commit of the outcome (the tool, the outcome's publish, the materializer's read and its batch's wait until the transaction begins); commit times are the materializer's, start times the worker's, on one machine's clock"
 
 // noStepFields marks a line whose workload has no per-step figures: step_p50_ms,
 // step_p99_ms and cpu_s_per_1k_steps are left out and steps_reason says why.

@@ -58,11 +58,12 @@ type outcomeKey struct {
 type outcomes struct {
 	order []outcomeKey
 	at    map[outcomeKey]time.Time
-	final map[outcomeKey]bool // the time is a command.completed's
+	final map[outcomeKey]bool      // the time is a command.completed's
+	start map[outcomeKey]time.Time // when the worker began the command, from command.completed
 }
 
 func newOutcomes() *outcomes {
-	return &outcomes{at: map[outcomeKey]time.Time{}, final: map[outcomeKey]bool{}}
+	return &outcomes{at: map[outcomeKey]time.Time{}, final: map[outcomeKey]bool{}, start: map[outcomeKey]time.Time{}}
 }
 
 func (o *outcomes) add(ev *apiv1.Event) {
@@ -82,12 +83,38 @@ func (o *outcomes) add(ev *apiv1.Event) {
 	}
 	o.at[k] = ev.GetCommitTime().AsTime()
 	o.final[k] = typ == evCommandCompleted
+	if st := ev.GetStartTime(); st != nil && typ == evCommandCompleted {
+		o.start[k] = st.AsTime()
+	}
+}
+
+// stepTimes are the latencies of a run's steps (or tasks) in ms, and the two parts of
+// each whose outcome says when its command began: dispatch, from the moment the step could
+// start (the previous outcome's commit in a chain, the loop's step.enter in a fan-out) to
+// the worker's start of the command, and run, from that start to the commit of the
+// outcome. A commit time is when the materializer began the transaction, so dispatch holds
+// the commit that issued the command, its forward and the worker's claim, and run holds
+// the tool, the outcome's publish, the materializer's read and its batch's wait.
+type stepTimes struct {
+	lat, dispatch, run []float64
+}
+
+func (s *stepTimes) add(from, start, done time.Time) {
+	s.lat = append(s.lat, msOf(done.Sub(from)))
+	if !start.IsZero() && !start.Before(from) && !done.Before(start) {
+		s.dispatch = append(s.dispatch, msOf(start.Sub(from)))
+		s.run = append(s.run, msOf(done.Sub(start)))
+	}
+}
+
+func (s *stepTimes) merge(o *stepTimes) {
+	s.lat, s.dispatch, s.run = append(s.lat, o.lat...), append(s.dispatch, o.dispatch...), append(s.run, o.run...)
 }
 
 // chainStepLatencies is, for one execution of the chain workload, each step's latency in
 // ms: the commit time of its outcome minus the previous step's (playbook.started's for the
 // first, or the log's first event's if it has none).
-func chainStepLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, sh *shed) ([]float64, error) {
+func chainStepLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, sh *shed) (*stepTimes, error) {
 	var start, first time.Time
 	o := newOutcomes()
 	if err := readLog(ctx, exe, id, sh, func(ev *apiv1.Event) {
@@ -104,26 +131,23 @@ func chainStepLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, i
 	if start.IsZero() {
 		start = first // a log without playbook.started starts with its first event
 	}
-	ts := make([]time.Time, 0, len(o.order))
-	for _, k := range o.order {
-		ts = append(ts, o.at[k])
-	}
+	ks := append([]outcomeKey(nil), o.order...)
 	// Steps of a chain end one after another; sorting guards against a log whose outcome
 	// events of one step interleave with the next's.
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
-	lat := make([]float64, 0, len(ts))
+	sort.SliceStable(ks, func(i, j int) bool { return o.at[ks[i]].Before(o.at[ks[j]]) })
+	st := &stepTimes{}
 	prev := start
-	for _, t := range ts {
-		lat = append(lat, msOf(t.Sub(prev)))
-		prev = t
+	for _, k := range ks {
+		st.add(prev, o.start[k], o.at[k])
+		prev = o.at[k]
 	}
-	return lat, nil
+	return st, nil
 }
 
 // fanoutTaskLatencies is, for the fanout workload's execution, each iteration's latency in
 // ms: the commit time of its outcome minus the loop step's step.enter (the log's first
 // event's if it has none).
-func fanoutTaskLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, sh *shed) ([]float64, error) {
+func fanoutTaskLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, id string, sh *shed) (*stepTimes, error) {
 	var enter, first time.Time
 	o := newOutcomes()
 	if err := readLog(ctx, exe, id, sh, func(ev *apiv1.Event) {
@@ -140,13 +164,13 @@ func fanoutTaskLatencies(ctx context.Context, exe apiv1.ExecutionServiceClient, 
 	if enter.IsZero() {
 		enter = first // a log without the loop's step.enter: from the execution's first event
 	}
-	var lat []float64
+	st := &stepTimes{}
 	for _, k := range o.order {
 		if k.iteration >= 0 {
-			lat = append(lat, msOf(o.at[k].Sub(enter)))
+			st.add(enter, o.start[k], o.at[k])
 		}
 	}
-	return lat, nil
+	return st, nil
 }
 
 // logReaders is how many execution logs are read back at once after a run.
@@ -154,10 +178,10 @@ const logReaders = 4
 
 // latencies reads back the logs of ids with f and returns all their latencies.
 func latencies(ctx context.Context, exe apiv1.ExecutionServiceClient, ids []string, sh *shed,
-	f func(context.Context, apiv1.ExecutionServiceClient, string, *shed) ([]float64, error)) ([]float64, error) {
+	f func(context.Context, apiv1.ExecutionServiceClient, string, *shed) (*stepTimes, error)) (*stepTimes, error) {
 	var (
 		mu   sync.Mutex
-		all  []float64
+		all  = &stepTimes{}
 		errs = make(chan error, len(ids))
 		wg   sync.WaitGroup
 		next = make(chan string)
@@ -173,7 +197,7 @@ func latencies(ctx context.Context, exe apiv1.ExecutionServiceClient, ids []stri
 					continue
 				}
 				mu.Lock()
-				all = append(all, lat...)
+				all.merge(lat)
 				mu.Unlock()
 			}
 		}()
