@@ -141,3 +141,87 @@ func metricTotalOf(t *testing.T, admin, name, sel string) float64 {
 	require.NoError(t, sc.Err())
 	return sum
 }
+
+// twoSteps is a playbook of two no-op steps.
+const twoSteps = `
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: two-steps, path: tests/two-steps}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: [{step: second}]
+  - step: second
+    tool: {kind: noop}
+`
+
+// TestStartThatWaitsAnswersTheEnd starts executions with a wait: a new one answers with
+// its final view, having read no head of the execution (the start's own subscription saw
+// its end) and its state once; a start whose key names an ended execution answers that
+// one's view; a start whose wait runs out answers without a view, and the execution goes
+// on; a negative wait is refused naming the field.
+func TestStartThatWaitsAnswersTheEnd(t *testing.T) {
+	m := startAuthMesh(t, mesh.Config{})
+	ctx := context.Background()
+	def := newClient(t, m, m.AdminKey)
+	reg, err := def.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: twoSteps})
+	require.NoError(t, err)
+	path := reg.GetPlaybook().GetPath()
+
+	sb := "http://" + m.AdminAddrs["statebuilder"]
+	reads := func() (states, heads float64) {
+		return metricTotalOf(t, sb, "grpc_server_handled_total", `method="/noetl.statebuilder.v1.StateService/GetState"`),
+			metricTotalOf(t, sb, "grpc_server_handled_total", `method="/noetl.statebuilder.v1.StateService/GetExecutionHead"`)
+	}
+	states, heads := reads()
+	started, err := def.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, Wait: durationpb.New(time.Minute)})
+	require.NoError(t, err)
+	x := started.GetExecution()
+	require.NotNil(t, x, "the start waited for the end")
+	require.Equal(t, started.GetExecutionId(), x.GetExecutionId())
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, x.GetStatus(), "error: %v", x.GetError())
+	require.Contains(t, x.GetSteps(), "second")
+	statesAfter, headsAfter := reads()
+	require.Equal(t, 0.0, headsAfter-heads, "a start that waits reads no head")
+	require.Equal(t, 1.0, statesAfter-states, "and the final state once")
+	got, err := def.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: started.GetExecutionId()})
+	require.NoError(t, err)
+	require.Equal(t, got.GetExecution().GetLastSeq(), x.GetLastSeq(), "the view is the log's at its end")
+
+	// A key that names an ended execution: that one's view, nothing started.
+	keyed, err := def.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, IdempotencyKey: "start-wait-1", Wait: durationpb.New(time.Minute)})
+	require.NoError(t, err)
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, keyed.GetExecution().GetStatus())
+	again, err := def.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, IdempotencyKey: "start-wait-1", Wait: durationpb.New(time.Minute)})
+	require.NoError(t, err)
+	require.True(t, again.GetExisting())
+	require.Equal(t, keyed.GetExecutionId(), again.GetExecutionId())
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, again.GetExecution().GetStatus())
+	require.Equal(t, keyed.GetExecution().GetLastSeq(), again.GetExecution().GetLastSeq())
+
+	// A wait that runs out: the start stands, without a view.
+	called, release := make(chan struct{}, 1), make(chan struct{})
+	answer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		called <- struct{}{}
+		<-release
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(answer.Close)
+	t.Cleanup(func() { close(release) })
+	heldReg, err := def.cat.RegisterPlaybook(ctx, &apiv1.RegisterPlaybookRequest{Content: held})
+	require.NoError(t, err)
+	w, err := structpb.NewStruct(map[string]any{"url": answer.URL})
+	require.NoError(t, err)
+	short, err := def.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: heldReg.GetPlaybook().GetPath(), Workload: w, Wait: durationpb.New(200 * time.Millisecond)})
+	require.NoError(t, err)
+	require.NotEmpty(t, short.GetExecutionId())
+	require.Nil(t, short.GetExecution(), "a wait that ran out answers without a view")
+	<-called // the execution runs on
+	running, err := def.exe.GetExecution(ctx, &apiv1.GetExecutionRequest{ExecutionId: short.GetExecutionId()})
+	require.NoError(t, err)
+	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING, running.GetExecution().GetStatus())
+
+	_, err = def.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, Wait: durationpb.New(-time.Second)})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.Contains(t, status.Convert(err).Message(), "wait")
+}

@@ -178,11 +178,22 @@ func (s *Server) StartExecution(ctx context.Context, req *apiv1.StartExecutionRe
 	if err := domain.ValidateLabels("labels", req.GetLabels()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp, err := s.Orchestrator.StartExecution(ctx, &orchv1.StartExecutionRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion(), WorkloadJson: w, IdempotencyKey: req.GetIdempotencyKey(), Labels: req.GetLabels(), Timeout: req.GetTimeout()})
+	if d := req.GetWait(); d != nil {
+		// The wait answers with the view WaitExecution gives a reader: every role that may
+		// start may read (authz's TestEveryRoleThatStartsMayRead holds it so).
+		if !d.IsValid() || d.AsDuration() < 0 {
+			return nil, status.Error(codes.InvalidArgument, "wait: must be a non-negative duration")
+		}
+	}
+	resp, err := s.Orchestrator.StartExecution(ctx, &orchv1.StartExecutionRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion(), WorkloadJson: w, IdempotencyKey: req.GetIdempotencyKey(), Labels: req.GetLabels(), Timeout: req.GetTimeout(), Wait: req.GetWait()})
 	if err != nil {
 		return nil, startError(err)
 	}
-	return &apiv1.StartExecutionResponse{ExecutionId: resp.GetExecutionId(), Version: resp.GetVersion(), Existing: resp.GetExisting()}, nil
+	out := &apiv1.StartExecutionResponse{ExecutionId: resp.GetExecutionId(), Version: resp.GetVersion(), Existing: resp.GetExisting()}
+	if st := resp.GetState(); st != nil {
+		out.Execution = executionView(st) // read for the caller's tenant, as WaitExecution's
+	}
+	return out, nil
 }
 
 // startError gives the orchestrator's refusal of a merged workload over the limit (a

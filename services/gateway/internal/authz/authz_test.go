@@ -109,3 +109,15 @@ func TestAuthorizeDeniesByDefault(t *testing.T) {
 	require.Equal(t, "/noetl.api.v1.ExecutionService/StartExecution needs the execute permission, granted by the roles operator, admin, system; the caller holds viewer", status.Convert(err).Message())
 	require.Equal(t, codes.Unauthenticated, status.Code(Authorize(nil, apiv1.ExecutionService_GetExecution_FullMethodName)))
 }
+
+// TestEveryRoleThatStartsMayRead: a start that waits (StartExecutionRequest.wait) answers
+// with the execution's view, which WaitExecution gives only to a reader, and checks no
+// permission of its own: no role may start without being allowed to read.
+func TestEveryRoleThatStartsMayRead(t *testing.T) {
+	for _, r := range auth.Roles {
+		p := &auth.Principal{Tenant: "t", Subject: "apikey:x", Roles: []string{r}}
+		if Authorize(p, apiv1.ExecutionService_StartExecution_FullMethodName) == nil {
+			require.NoError(t, Authorize(p, apiv1.ExecutionService_WaitExecution_FullMethodName), "role %s starts executions but cannot wait for them", r)
+		}
+	}
+}

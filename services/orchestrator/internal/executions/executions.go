@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -105,14 +106,62 @@ func (s *Service) StartExecution(ctx context.Context, req *orchv1.StartExecution
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "workload: %v", err)
 	}
-	id, existing, err := s.publishStart(ctx, tenant, req.GetIdempotencyKey(), req.GetParentExecutionId(), payload, func() error {
-		// The message of the publish error names the internal subject: not for the caller.
-		return status.Errorf(codes.ResourceExhausted, "workload: the start is too large to record; keep the workload under %d bytes of JSON", MaxWorkloadBytes)
-	}, prior)
+	wait, err := waitOf(req.GetWait())
 	if err != nil {
 		return nil, err
 	}
-	return &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version, Existing: existing}, nil
+	// A start that waits keeps the subscription it made before publishing: no notice of the
+	// execution can have passed it, so its end needs no read of the head.
+	release := func() {}
+	if wait > 0 {
+		select {
+		case s.Waiters <- struct{}{}:
+			release = func() { <-s.Waiters }
+		default:
+			wait = 0 // no room to wait: the start alone, and the caller waits with WaitExecution
+		}
+	}
+	defer release()
+	id, existing, watch, err := s.publishStartWatched(ctx, tenant, req.GetIdempotencyKey(), req.GetParentExecutionId(), payload, func() error {
+		// The message of the publish error names the internal subject: not for the caller.
+		return status.Errorf(codes.ResourceExhausted, "workload: the start is too large to record; keep the workload under %d bytes of JSON", MaxWorkloadBytes)
+	}, prior, wait > 0)
+	if err != nil {
+		return nil, err
+	}
+	out := &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version, Existing: existing}
+	if wait <= 0 {
+		return out, nil
+	}
+	// The start stands whatever the wait meets: a wait that fails answers without the state.
+	var w *orchv1.WaitExecutionResponse
+	if watch != nil {
+		defer watch.Close()
+		// From what the notices said so far: the start's wait may have seen the end too.
+		seq, terminal := watch.Known()
+		w, err = s.waitOn(ctx, watch, id, tenant, &orchv1.WaitExecutionResponse{Seq: seq, Terminal: terminal}, wait)
+	} else { // an execution started before (the key's), or one whose start was not seen
+		w, err = s.wait(ctx, id, tenant, wait)
+	}
+	if err == nil && w.GetTerminal() {
+		out.State = w.GetState()
+	}
+	return out, nil
+}
+
+// maxWait bounds a wait for an execution's end (WaitExecution, or a start that waits).
+const maxWait = 5 * time.Minute
+
+// waitOf is a request's wait: zero when unset, at most maxWait, an error when negative or
+// malformed.
+func waitOf(d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if !d.IsValid() || d.AsDuration() < 0 {
+		return 0, status.Error(codes.InvalidArgument, "wait: must be a non-negative duration")
+	}
+	return min(d.AsDuration(), maxWait), nil
 }
 
 // publishStart picks the id of a new execution (a UUIDv7, or with an idempotency key a
@@ -123,6 +172,15 @@ func (s *Service) StartExecution(ctx context.Context, req *orchv1.StartExecution
 // start. prior, when not nil, is the look-up of that execution the caller started
 // (lookupPrior); publishStart starts it itself otherwise.
 func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, parent string, payload []byte, tooLarge func() error, prior *priorStart) (id string, existing bool, err error) {
+	id, existing, _, err = s.publishStartWatched(ctx, tenant, idempotencyKey, parent, payload, tooLarge, prior, false)
+	return id, existing, err
+}
+
+// publishStartWatched is publishStart, which with keep also returns the subscription to
+// the execution's notices that it made before publishing, for the caller to go on
+// watching and to close, when it started the execution (nil when the key named an
+// earlier one).
+func (s *Service) publishStartWatched(ctx context.Context, tenant, idempotencyKey, parent string, payload []byte, tooLarge func() error, prior *priorStart, keep bool) (id string, existing bool, kept *notice.Watch, err error) {
 	if idempotencyKey != "" {
 		if prior == nil {
 			prior = s.lookupPrior(ctx, tenant, idempotencyKey)
@@ -131,7 +189,7 @@ func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, pare
 	} else {
 		u, err := uuid.NewV7()
 		if err != nil {
-			return "", false, err
+			return "", false, nil, err
 		}
 		id = u.String()
 	}
@@ -150,25 +208,29 @@ func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, pare
 	watch, err := notice.Subscribe(s.NC, id)
 	if err != nil {
 		prior.stop()
-		return "", false, status.Errorf(codes.Unavailable, "nats: %v", err)
+		return "", false, nil, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
-	defer watch.Close()
+	defer func() {
+		if kept == nil {
+			watch.Close()
+		}
+	}()
 	if found, err := prior.wait(); err != nil {
-		return "", false, err
+		return "", false, nil, err
 	} else if found {
-		return id, true, nil
+		return id, true, nil, nil
 	}
 	duplicate, err := eventbus.PublishNew(ctx, s.JS, s.Partitions, ev)
 	if err != nil {
 		if errors.Is(err, natsx.ErrMessageTooLarge) {
-			return "", false, tooLarge()
+			return "", false, nil, tooLarge()
 		}
-		return "", false, status.Errorf(codes.Unavailable, "publish start: %v", err)
+		return "", false, nil, status.Errorf(codes.Unavailable, "publish start: %v", err)
 	}
 	if duplicate {
 		// The same start (same idempotency key) is already in the stream, durably: it is
 		// committed, or will be, once; no notice follows a copy the stream dropped.
-		return id, true, nil
+		return id, true, nil, nil
 	}
 	timeout := s.StartTimeout
 	if timeout <= 0 {
@@ -182,11 +244,14 @@ func (s *Service) publishStart(ctx context.Context, tenant, idempotencyKey, pare
 		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		if _, herr := s.head(hctx, id, tenant); herr == nil {
-			return id, false, nil
+			return id, false, nil, nil // the start's notice was missed: a waiter reads the head
 		}
-		return "", false, status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
+		return "", false, nil, status.Errorf(codes.Unavailable, "execution %s was published but its start was not committed within %s", id, timeout)
 	}
-	return id, false, nil
+	if keep {
+		kept = watch
+	}
+	return id, false, kept, nil
 }
 
 // priorStart is the look-up of the execution an idempotency key names, started as soon as
@@ -298,18 +363,29 @@ func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	timeout = min(timeout, 5*time.Minute)
-	watch, err := notice.Subscribe(s.NC, req.GetExecutionId())
+	return s.wait(ctx, req.GetExecutionId(), domain.TenantOrDefault(req.GetTenant()), min(timeout, maxWait))
+}
+
+// wait waits up to timeout for the execution's end: it subscribes to its notices, reads
+// its head (an execution that ended before the subscription sends no notice again), and
+// watches on (waitOn).
+func (s *Service) wait(ctx context.Context, id, tenant string, timeout time.Duration) (*orchv1.WaitExecutionResponse, error) {
+	watch, err := notice.Subscribe(s.NC, id)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}
 	defer watch.Close()
-	tenant := domain.TenantOrDefault(req.GetTenant())
-	head, err := s.head(ctx, req.GetExecutionId(), tenant)
+	head, err := s.head(ctx, id, tenant)
 	if err != nil {
 		return nil, err
 	}
-	out := &orchv1.WaitExecutionResponse{Seq: head.GetLastSeq(), Terminal: domain.IsTerminalStatus(head.GetStatus())}
+	return s.waitOn(ctx, watch, id, tenant, &orchv1.WaitExecutionResponse{Seq: head.GetLastSeq(), Terminal: domain.IsTerminalStatus(head.GetStatus())}, timeout)
+}
+
+// waitOn watches the execution's notices from out (what is known of its head) for up to
+// timeout, until one says it ended, and then reads its final state once. Past the timeout
+// (or when the caller leaves) it answers what it knows, without the state.
+func (s *Service) waitOn(ctx context.Context, watch *notice.Watch, id, tenant string, out *orchv1.WaitExecutionResponse, timeout time.Duration) (*orchv1.WaitExecutionResponse, error) {
 	ended := out.Terminal // before the wait: its seq is the state's, as it always was
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -321,7 +397,7 @@ func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 		out.Seq = max(out.Seq, seq)
 		out.Terminal = terminal
 	}
-	final, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: req.GetExecutionId(), Tenant: tenant, MinSeq: out.Seq})
+	final, err := s.State.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: id, Tenant: tenant, MinSeq: out.Seq})
 	if err != nil {
 		return nil, err
 	}

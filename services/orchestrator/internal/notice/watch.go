@@ -83,5 +83,13 @@ func (w *Watch) Next(ctx context.Context) (seq int64, terminal bool, err error) 
 	}
 }
 
+// Known returns the highest seq and whether the execution ended, over every notice that
+// arrived so far, without waiting.
+func (w *Watch) Known() (seq int64, terminal bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seq, w.terminal
+}
+
 // Close ends the subscription.
 func (w *Watch) Close() { _ = w.sub.Unsubscribe() }

@@ -512,7 +512,15 @@ type StartExecutionRequest struct {
 	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Bound on the whole execution, counted from its start's commit; past it the execution
 	// fails with deadline_exceeded. Unset: the playbook's spec.timeout, if any.
-	Timeout       *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,6,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// When set, the call also waits up to this long (at most 5 minutes) for the execution
+	// to end, as WaitExecution does, and answers with its final view in
+	// StartExecutionResponse.execution: a start and a wait in one call, with one
+	// subscription to the execution's commits and no read of its head. An execution still
+	// running then, or a wait the orchestrator has no room for, is answered without the
+	// view: the start stands, and WaitExecution waits on. Every role that may start may
+	// read, which the view needs.
+	Wait          *durationpb.Duration `protobuf:"bytes,7,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +597,13 @@ func (x *StartExecutionRequest) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *StartExecutionRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
 // StartExecutionResponse names the started execution.
 type StartExecutionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -598,7 +613,10 @@ type StartExecutionResponse struct {
 	Version int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Whether the idempotency key named an execution started before: this call started
 	// nothing, and execution_id is the earlier one's.
-	Existing      bool `protobuf:"varint,3,opt,name=existing,proto3" json:"existing,omitempty"`
+	Existing bool `protobuf:"varint,3,opt,name=existing,proto3" json:"existing,omitempty"`
+	// The execution's view once it ended, when the request set wait and it ended within
+	// it; unset otherwise.
+	Execution     *Execution `protobuf:"bytes,4,opt,name=execution,proto3" json:"execution,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -652,6 +670,13 @@ func (x *StartExecutionResponse) GetExisting() bool {
 		return x.Existing
 	}
 	return false
+}
+
+func (x *StartExecutionResponse) GetExecution() *Execution {
+	if x != nil {
+		return x.Execution
+	}
+	return nil
 }
 
 // StepView is one step's status inside an execution.
@@ -3499,21 +3524,23 @@ const file_noetl_api_v1_api_proto_rawDesc = "" +
 	"\x04path\x18\x03 \x01(\tR\x04path\"u\n" +
 	"\x15ListPlaybooksResponse\x124\n" +
 	"\tplaybooks\x18\x01 \x03(\v2\x16.noetl.api.v1.PlaybookR\tplaybooks\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdc\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8b\x03\n" +
 	"\x15StartExecutionRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x123\n" +
 	"\bworkload\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bworkload\x12'\n" +
 	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12G\n" +
 	"\x06labels\x18\x05 \x03(\v2/.noetl.api.v1.StartExecutionRequest.LabelsEntryR\x06labels\x123\n" +
-	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x1a9\n" +
+	"\atimeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12-\n" +
+	"\x04wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04wait\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa8\x01\n" +
 	"\x16StartExecutionResponse\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x1a\n" +
-	"\bexisting\x18\x03 \x01(\bR\bexisting\"\x9b\x02\n" +
+	"\bexisting\x18\x03 \x01(\bR\bexisting\x125\n" +
+	"\texecution\x18\x04 \x01(\v2\x17.noetl.api.v1.ExecutionR\texecution\"\x9b\x02\n" +
 	"\bStepView\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.noetl.event.v1.StepStatusR\x06status\x12.\n" +
@@ -3857,105 +3884,107 @@ var file_noetl_api_v1_api_proto_depIdxs = []int32{
 	58, // 4: noetl.api.v1.StartExecutionRequest.workload:type_name -> google.protobuf.Struct
 	52, // 5: noetl.api.v1.StartExecutionRequest.labels:type_name -> noetl.api.v1.StartExecutionRequest.LabelsEntry
 	59, // 6: noetl.api.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	60, // 7: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
-	61, // 8: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
-	62, // 9: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
-	63, // 10: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
-	64, // 11: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
-	61, // 12: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
-	63, // 13: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
-	53, // 14: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
-	57, // 15: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
-	57, // 16: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
-	54, // 17: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
-	11, // 18: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	59, // 19: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	11, // 20: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
-	64, // 21: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
-	57, // 22: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
-	57, // 23: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
-	55, // 24: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
-	11, // 25: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
-	65, // 26: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
-	61, // 27: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
-	61, // 28: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
-	62, // 29: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
-	63, // 30: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	57, // 31: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	57, // 32: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
-	57, // 33: noetl.api.v1.Event.start_time:type_name -> google.protobuf.Timestamp
-	20, // 34: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
-	20, // 35: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
-	62, // 36: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	61, // 37: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
-	0,  // 38: noetl.api.v1.ExportResultRequest.format:type_name -> noetl.api.v1.ResultFormat
-	62, // 39: noetl.api.v1.ExportResultResponse.ref:type_name -> noetl.event.v1.ResultRef
-	62, // 40: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
-	57, // 41: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
-	57, // 42: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
-	58, // 43: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
-	31, // 44: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
-	31, // 45: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
-	65, // 46: noetl.api.v1.LogEntry.iteration:type_name -> noetl.event.v1.Iteration
-	57, // 47: noetl.api.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
-	40, // 48: noetl.api.v1.ListExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
-	40, // 49: noetl.api.v1.WatchExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
-	61, // 50: noetl.api.v1.ExecutionVariable.value:type_name -> google.protobuf.Value
-	57, // 51: noetl.api.v1.ExecutionVariable.create_time:type_name -> google.protobuf.Timestamp
-	57, // 52: noetl.api.v1.ExecutionVariable.update_time:type_name -> google.protobuf.Timestamp
-	45, // 53: noetl.api.v1.ListExecutionVariablesResponse.variables:type_name -> noetl.api.v1.ExecutionVariable
-	56, // 54: noetl.api.v1.SetExecutionVariablesRequest.variables:type_name -> noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
-	10, // 55: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
-	61, // 56: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry.value:type_name -> google.protobuf.Value
-	2,  // 57: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
-	4,  // 58: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
-	6,  // 59: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
-	8,  // 60: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
-	12, // 61: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
-	14, // 62: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
-	16, // 63: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
-	18, // 64: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
-	21, // 65: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
-	23, // 66: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
-	41, // 67: noetl.api.v1.ExecutionService.ListExecutionLogs:input_type -> noetl.api.v1.ListExecutionLogsRequest
-	43, // 68: noetl.api.v1.ExecutionService.WatchExecutionLogs:input_type -> noetl.api.v1.WatchExecutionLogsRequest
-	38, // 69: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
-	46, // 70: noetl.api.v1.ExecutionService.ListExecutionVariables:input_type -> noetl.api.v1.ListExecutionVariablesRequest
-	48, // 71: noetl.api.v1.ExecutionService.SetExecutionVariables:input_type -> noetl.api.v1.SetExecutionVariablesRequest
-	50, // 72: noetl.api.v1.ExecutionService.DeleteExecutionVariables:input_type -> noetl.api.v1.DeleteExecutionVariablesRequest
-	25, // 73: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
-	29, // 74: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
-	27, // 75: noetl.api.v1.ResultService.ExportResult:input_type -> noetl.api.v1.ExportResultRequest
-	32, // 76: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
-	34, // 77: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
-	36, // 78: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
-	3,  // 79: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
-	5,  // 80: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
-	7,  // 81: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
-	9,  // 82: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
-	13, // 83: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
-	15, // 84: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
-	17, // 85: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
-	19, // 86: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
-	22, // 87: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
-	24, // 88: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
-	42, // 89: noetl.api.v1.ExecutionService.ListExecutionLogs:output_type -> noetl.api.v1.ListExecutionLogsResponse
-	44, // 90: noetl.api.v1.ExecutionService.WatchExecutionLogs:output_type -> noetl.api.v1.WatchExecutionLogsResponse
-	39, // 91: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
-	47, // 92: noetl.api.v1.ExecutionService.ListExecutionVariables:output_type -> noetl.api.v1.ListExecutionVariablesResponse
-	49, // 93: noetl.api.v1.ExecutionService.SetExecutionVariables:output_type -> noetl.api.v1.SetExecutionVariablesResponse
-	51, // 94: noetl.api.v1.ExecutionService.DeleteExecutionVariables:output_type -> noetl.api.v1.DeleteExecutionVariablesResponse
-	26, // 95: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
-	30, // 96: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
-	28, // 97: noetl.api.v1.ResultService.ExportResult:output_type -> noetl.api.v1.ExportResultResponse
-	33, // 98: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
-	35, // 99: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
-	37, // 100: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
-	79, // [79:101] is the sub-list for method output_type
-	57, // [57:79] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	59, // 7: noetl.api.v1.StartExecutionRequest.wait:type_name -> google.protobuf.Duration
+	11, // 8: noetl.api.v1.StartExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	60, // 9: noetl.api.v1.StepView.status:type_name -> noetl.event.v1.StepStatus
+	61, // 10: noetl.api.v1.StepView.result:type_name -> google.protobuf.Value
+	62, // 11: noetl.api.v1.StepView.result_ref:type_name -> noetl.event.v1.ResultRef
+	63, // 12: noetl.api.v1.StepView.error:type_name -> noetl.event.v1.ErrorInfo
+	64, // 13: noetl.api.v1.Execution.status:type_name -> noetl.event.v1.ExecutionStatus
+	61, // 14: noetl.api.v1.Execution.result:type_name -> google.protobuf.Value
+	63, // 15: noetl.api.v1.Execution.error:type_name -> noetl.event.v1.ErrorInfo
+	53, // 16: noetl.api.v1.Execution.steps:type_name -> noetl.api.v1.Execution.StepsEntry
+	57, // 17: noetl.api.v1.Execution.start_time:type_name -> google.protobuf.Timestamp
+	57, // 18: noetl.api.v1.Execution.end_time:type_name -> google.protobuf.Timestamp
+	54, // 19: noetl.api.v1.Execution.labels:type_name -> noetl.api.v1.Execution.LabelsEntry
+	11, // 20: noetl.api.v1.GetExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	59, // 21: noetl.api.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	11, // 22: noetl.api.v1.WaitExecutionResponse.execution:type_name -> noetl.api.v1.Execution
+	64, // 23: noetl.api.v1.ListExecutionsRequest.status:type_name -> noetl.event.v1.ExecutionStatus
+	57, // 24: noetl.api.v1.ListExecutionsRequest.start_time_after:type_name -> google.protobuf.Timestamp
+	57, // 25: noetl.api.v1.ListExecutionsRequest.start_time_before:type_name -> google.protobuf.Timestamp
+	55, // 26: noetl.api.v1.ListExecutionsRequest.labels:type_name -> noetl.api.v1.ListExecutionsRequest.LabelsEntry
+	11, // 27: noetl.api.v1.ListExecutionsResponse.executions:type_name -> noetl.api.v1.Execution
+	65, // 28: noetl.api.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
+	61, // 29: noetl.api.v1.Event.payload:type_name -> google.protobuf.Value
+	61, // 30: noetl.api.v1.Event.result:type_name -> google.protobuf.Value
+	62, // 31: noetl.api.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
+	63, // 32: noetl.api.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
+	57, // 33: noetl.api.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	57, // 34: noetl.api.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	57, // 35: noetl.api.v1.Event.start_time:type_name -> google.protobuf.Timestamp
+	20, // 36: noetl.api.v1.ListExecutionEventsResponse.events:type_name -> noetl.api.v1.Event
+	20, // 37: noetl.api.v1.WatchExecutionResponse.event:type_name -> noetl.api.v1.Event
+	62, // 38: noetl.api.v1.GetResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	61, // 39: noetl.api.v1.GetResultResponse.value:type_name -> google.protobuf.Value
+	0,  // 40: noetl.api.v1.ExportResultRequest.format:type_name -> noetl.api.v1.ResultFormat
+	62, // 41: noetl.api.v1.ExportResultResponse.ref:type_name -> noetl.event.v1.ResultRef
+	62, // 42: noetl.api.v1.GetResultFlightInfoResponse.ref:type_name -> noetl.event.v1.ResultRef
+	57, // 43: noetl.api.v1.GetResultFlightInfoResponse.expire_time:type_name -> google.protobuf.Timestamp
+	57, // 44: noetl.api.v1.Credential.update_time:type_name -> google.protobuf.Timestamp
+	58, // 45: noetl.api.v1.PutCredentialRequest.data:type_name -> google.protobuf.Struct
+	31, // 46: noetl.api.v1.PutCredentialResponse.credential:type_name -> noetl.api.v1.Credential
+	31, // 47: noetl.api.v1.ListCredentialsResponse.credentials:type_name -> noetl.api.v1.Credential
+	65, // 48: noetl.api.v1.LogEntry.iteration:type_name -> noetl.event.v1.Iteration
+	57, // 49: noetl.api.v1.LogEntry.time:type_name -> google.protobuf.Timestamp
+	40, // 50: noetl.api.v1.ListExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
+	40, // 51: noetl.api.v1.WatchExecutionLogsResponse.entries:type_name -> noetl.api.v1.LogEntry
+	61, // 52: noetl.api.v1.ExecutionVariable.value:type_name -> google.protobuf.Value
+	57, // 53: noetl.api.v1.ExecutionVariable.create_time:type_name -> google.protobuf.Timestamp
+	57, // 54: noetl.api.v1.ExecutionVariable.update_time:type_name -> google.protobuf.Timestamp
+	45, // 55: noetl.api.v1.ListExecutionVariablesResponse.variables:type_name -> noetl.api.v1.ExecutionVariable
+	56, // 56: noetl.api.v1.SetExecutionVariablesRequest.variables:type_name -> noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry
+	10, // 57: noetl.api.v1.Execution.StepsEntry.value:type_name -> noetl.api.v1.StepView
+	61, // 58: noetl.api.v1.SetExecutionVariablesRequest.VariablesEntry.value:type_name -> google.protobuf.Value
+	2,  // 59: noetl.api.v1.CatalogService.RegisterPlaybook:input_type -> noetl.api.v1.RegisterPlaybookRequest
+	4,  // 60: noetl.api.v1.CatalogService.GetPlaybook:input_type -> noetl.api.v1.GetPlaybookRequest
+	6,  // 61: noetl.api.v1.CatalogService.ListPlaybooks:input_type -> noetl.api.v1.ListPlaybooksRequest
+	8,  // 62: noetl.api.v1.ExecutionService.StartExecution:input_type -> noetl.api.v1.StartExecutionRequest
+	12, // 63: noetl.api.v1.ExecutionService.GetExecution:input_type -> noetl.api.v1.GetExecutionRequest
+	14, // 64: noetl.api.v1.ExecutionService.WaitExecution:input_type -> noetl.api.v1.WaitExecutionRequest
+	16, // 65: noetl.api.v1.ExecutionService.ListExecutions:input_type -> noetl.api.v1.ListExecutionsRequest
+	18, // 66: noetl.api.v1.ExecutionService.CancelExecution:input_type -> noetl.api.v1.CancelExecutionRequest
+	21, // 67: noetl.api.v1.ExecutionService.ListExecutionEvents:input_type -> noetl.api.v1.ListExecutionEventsRequest
+	23, // 68: noetl.api.v1.ExecutionService.WatchExecution:input_type -> noetl.api.v1.WatchExecutionRequest
+	41, // 69: noetl.api.v1.ExecutionService.ListExecutionLogs:input_type -> noetl.api.v1.ListExecutionLogsRequest
+	43, // 70: noetl.api.v1.ExecutionService.WatchExecutionLogs:input_type -> noetl.api.v1.WatchExecutionLogsRequest
+	38, // 71: noetl.api.v1.ExecutionService.RerunExecution:input_type -> noetl.api.v1.RerunExecutionRequest
+	46, // 72: noetl.api.v1.ExecutionService.ListExecutionVariables:input_type -> noetl.api.v1.ListExecutionVariablesRequest
+	48, // 73: noetl.api.v1.ExecutionService.SetExecutionVariables:input_type -> noetl.api.v1.SetExecutionVariablesRequest
+	50, // 74: noetl.api.v1.ExecutionService.DeleteExecutionVariables:input_type -> noetl.api.v1.DeleteExecutionVariablesRequest
+	25, // 75: noetl.api.v1.ResultService.GetResult:input_type -> noetl.api.v1.GetResultRequest
+	29, // 76: noetl.api.v1.ResultService.GetResultFlightInfo:input_type -> noetl.api.v1.GetResultFlightInfoRequest
+	27, // 77: noetl.api.v1.ResultService.ExportResult:input_type -> noetl.api.v1.ExportResultRequest
+	32, // 78: noetl.api.v1.CredentialService.PutCredential:input_type -> noetl.api.v1.PutCredentialRequest
+	34, // 79: noetl.api.v1.CredentialService.ListCredentials:input_type -> noetl.api.v1.ListCredentialsRequest
+	36, // 80: noetl.api.v1.CredentialService.DeleteCredential:input_type -> noetl.api.v1.DeleteCredentialRequest
+	3,  // 81: noetl.api.v1.CatalogService.RegisterPlaybook:output_type -> noetl.api.v1.RegisterPlaybookResponse
+	5,  // 82: noetl.api.v1.CatalogService.GetPlaybook:output_type -> noetl.api.v1.GetPlaybookResponse
+	7,  // 83: noetl.api.v1.CatalogService.ListPlaybooks:output_type -> noetl.api.v1.ListPlaybooksResponse
+	9,  // 84: noetl.api.v1.ExecutionService.StartExecution:output_type -> noetl.api.v1.StartExecutionResponse
+	13, // 85: noetl.api.v1.ExecutionService.GetExecution:output_type -> noetl.api.v1.GetExecutionResponse
+	15, // 86: noetl.api.v1.ExecutionService.WaitExecution:output_type -> noetl.api.v1.WaitExecutionResponse
+	17, // 87: noetl.api.v1.ExecutionService.ListExecutions:output_type -> noetl.api.v1.ListExecutionsResponse
+	19, // 88: noetl.api.v1.ExecutionService.CancelExecution:output_type -> noetl.api.v1.CancelExecutionResponse
+	22, // 89: noetl.api.v1.ExecutionService.ListExecutionEvents:output_type -> noetl.api.v1.ListExecutionEventsResponse
+	24, // 90: noetl.api.v1.ExecutionService.WatchExecution:output_type -> noetl.api.v1.WatchExecutionResponse
+	42, // 91: noetl.api.v1.ExecutionService.ListExecutionLogs:output_type -> noetl.api.v1.ListExecutionLogsResponse
+	44, // 92: noetl.api.v1.ExecutionService.WatchExecutionLogs:output_type -> noetl.api.v1.WatchExecutionLogsResponse
+	39, // 93: noetl.api.v1.ExecutionService.RerunExecution:output_type -> noetl.api.v1.RerunExecutionResponse
+	47, // 94: noetl.api.v1.ExecutionService.ListExecutionVariables:output_type -> noetl.api.v1.ListExecutionVariablesResponse
+	49, // 95: noetl.api.v1.ExecutionService.SetExecutionVariables:output_type -> noetl.api.v1.SetExecutionVariablesResponse
+	51, // 96: noetl.api.v1.ExecutionService.DeleteExecutionVariables:output_type -> noetl.api.v1.DeleteExecutionVariablesResponse
+	26, // 97: noetl.api.v1.ResultService.GetResult:output_type -> noetl.api.v1.GetResultResponse
+	30, // 98: noetl.api.v1.ResultService.GetResultFlightInfo:output_type -> noetl.api.v1.GetResultFlightInfoResponse
+	28, // 99: noetl.api.v1.ResultService.ExportResult:output_type -> noetl.api.v1.ExportResultResponse
+	33, // 100: noetl.api.v1.CredentialService.PutCredential:output_type -> noetl.api.v1.PutCredentialResponse
+	35, // 101: noetl.api.v1.CredentialService.ListCredentials:output_type -> noetl.api.v1.ListCredentialsResponse
+	37, // 102: noetl.api.v1.CredentialService.DeleteCredential:output_type -> noetl.api.v1.DeleteCredentialResponse
+	81, // [81:103] is the sub-list for method output_type
+	59, // [59:81] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_noetl_api_v1_api_proto_init() }

@@ -503,7 +503,10 @@ type StartExecutionRequest struct {
 	// Labels of the execution (validated as the public API documents).
 	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Bound on the whole execution (the public request's timeout); unset: the playbook's.
-	Timeout       *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// When set, also wait up to this long (at most 5 minutes) for the execution to end
+	// (the public request's wait).
+	Wait          *durationpb.Duration `protobuf:"bytes,9,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -594,6 +597,13 @@ func (x *StartExecutionRequest) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *StartExecutionRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
 // StartExecutionResponse names the started execution.
 type StartExecutionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -603,7 +613,10 @@ type StartExecutionResponse struct {
 	Version int64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Whether the idempotency key named an execution started before: this call started
 	// nothing, and execution_id is the earlier one's.
-	Existing      bool `protobuf:"varint,3,opt,name=existing,proto3" json:"existing,omitempty"`
+	Existing bool `protobuf:"varint,3,opt,name=existing,proto3" json:"existing,omitempty"`
+	// The execution's final state, when the request set wait and the execution ended
+	// within it.
+	State         *v1.ExecutionState `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -657,6 +670,13 @@ func (x *StartExecutionResponse) GetExisting() bool {
 		return x.Existing
 	}
 	return false
+}
+
+func (x *StartExecutionResponse) GetState() *v1.ExecutionState {
+	if x != nil {
+		return x.State
+	}
+	return nil
 }
 
 // RerunExecutionRequest asks to rerun an execution.
@@ -2793,7 +2813,7 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04path\x18\x04 \x01(\tR\x04path\"~\n" +
 	"\x15ListPlaybooksResponse\x12=\n" +
 	"\aentries\x18\x01 \x03(\v2#.noetl.orchestrator.v1.CatalogEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9d\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xcc\x03\n" +
 	"\x15StartExecutionRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
@@ -2802,14 +2822,16 @@ const file_noetl_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x05 \x01(\tR\x0eidempotencyKey\x12.\n" +
 	"\x13parent_execution_id\x18\x06 \x01(\tR\x11parentExecutionId\x12P\n" +
 	"\x06labels\x18\a \x03(\v28.noetl.orchestrator.v1.StartExecutionRequest.LabelsEntryR\x06labels\x123\n" +
-	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x1a9\n" +
+	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12-\n" +
+	"\x04wait\x18\t \x01(\v2\x19.google.protobuf.DurationR\x04wait\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x01\n" +
 	"\x16StartExecutionResponse\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x1a\n" +
-	"\bexisting\x18\x03 \x01(\bR\bexisting\"\x98\x01\n" +
+	"\bexisting\x18\x03 \x01(\bR\bexisting\x12;\n" +
+	"\x05state\x18\x04 \x01(\v2%.noetl.statebuilder.v1.ExecutionStateR\x05state\"\x98\x01\n" +
 	"\x15RerunExecutionRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x1b\n" +
@@ -3062,74 +3084,76 @@ var file_noetl_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	0,  // 3: noetl.orchestrator.v1.ListPlaybooksResponse.entries:type_name -> noetl.orchestrator.v1.CatalogEntry
 	43, // 4: noetl.orchestrator.v1.StartExecutionRequest.labels:type_name -> noetl.orchestrator.v1.StartExecutionRequest.LabelsEntry
 	48, // 5: noetl.orchestrator.v1.StartExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	44, // 6: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.set_json:type_name -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
-	48, // 7: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
-	49, // 8: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
-	47, // 9: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
-	47, // 10: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
-	21, // 11: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
-	47, // 12: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
-	47, // 13: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
-	47, // 14: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
-	47, // 15: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
-	47, // 16: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
-	26, // 17: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	26, // 18: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	26, // 19: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	26, // 20: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
-	50, // 21: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
-	48, // 22: noetl.orchestrator.v1.DecideStreamRequest.timeout:type_name -> google.protobuf.Duration
-	39, // 23: noetl.orchestrator.v1.DecideStreamRequest.request:type_name -> noetl.orchestrator.v1.DecideCommittingRequest
-	41, // 24: noetl.orchestrator.v1.DecideStreamResponse.response:type_name -> noetl.orchestrator.v1.DecideCommittingResponse
-	40, // 25: noetl.orchestrator.v1.DecideCommittingRequest.executions:type_name -> noetl.orchestrator.v1.CommittingExecution
-	50, // 26: noetl.orchestrator.v1.CommittingExecution.events:type_name -> noetl.event.v1.Event
-	45, // 27: noetl.orchestrator.v1.CommittingExecution.trace:type_name -> noetl.orchestrator.v1.CommittingExecution.TraceEntry
-	42, // 28: noetl.orchestrator.v1.DecideCommittingResponse.decisions:type_name -> noetl.orchestrator.v1.Decision
-	50, // 29: noetl.orchestrator.v1.Decision.events:type_name -> noetl.event.v1.Event
-	46, // 30: noetl.orchestrator.v1.Decision.trace:type_name -> noetl.orchestrator.v1.Decision.TraceEntry
-	1,  // 31: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
-	3,  // 32: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
-	5,  // 33: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
-	7,  // 34: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
-	9,  // 35: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
-	11, // 36: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
-	15, // 37: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
-	13, // 38: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:input_type -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest
-	17, // 39: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
-	19, // 40: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
-	22, // 41: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
-	24, // 42: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
-	27, // 43: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
-	29, // 44: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
-	31, // 45: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
-	33, // 46: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
-	35, // 47: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
-	39, // 48: noetl.orchestrator.v1.DecisionService.DecideCommitting:input_type -> noetl.orchestrator.v1.DecideCommittingRequest
-	37, // 49: noetl.orchestrator.v1.DecisionService.DecideStream:input_type -> noetl.orchestrator.v1.DecideStreamRequest
-	2,  // 50: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
-	4,  // 51: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
-	6,  // 52: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
-	8,  // 53: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
-	10, // 54: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
-	12, // 55: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
-	16, // 56: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
-	14, // 57: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:output_type -> noetl.orchestrator.v1.UpdateExecutionVariablesResponse
-	18, // 58: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
-	20, // 59: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
-	23, // 60: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
-	25, // 61: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
-	28, // 62: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
-	30, // 63: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
-	32, // 64: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
-	34, // 65: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
-	36, // 66: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
-	41, // 67: noetl.orchestrator.v1.DecisionService.DecideCommitting:output_type -> noetl.orchestrator.v1.DecideCommittingResponse
-	38, // 68: noetl.orchestrator.v1.DecisionService.DecideStream:output_type -> noetl.orchestrator.v1.DecideStreamResponse
-	50, // [50:69] is the sub-list for method output_type
-	31, // [31:50] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	48, // 6: noetl.orchestrator.v1.StartExecutionRequest.wait:type_name -> google.protobuf.Duration
+	49, // 7: noetl.orchestrator.v1.StartExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	44, // 8: noetl.orchestrator.v1.UpdateExecutionVariablesRequest.set_json:type_name -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest.SetJsonEntry
+	48, // 9: noetl.orchestrator.v1.WaitExecutionRequest.timeout:type_name -> google.protobuf.Duration
+	49, // 10: noetl.orchestrator.v1.WaitExecutionResponse.state:type_name -> noetl.statebuilder.v1.ExecutionState
+	47, // 11: noetl.orchestrator.v1.PutCredentialResponse.update_time:type_name -> google.protobuf.Timestamp
+	47, // 12: noetl.orchestrator.v1.CredentialInfo.update_time:type_name -> google.protobuf.Timestamp
+	21, // 13: noetl.orchestrator.v1.ListCredentialsResponse.credentials:type_name -> noetl.orchestrator.v1.CredentialInfo
+	47, // 14: noetl.orchestrator.v1.ApiKeyInfo.create_time:type_name -> google.protobuf.Timestamp
+	47, // 15: noetl.orchestrator.v1.ApiKeyInfo.last_used_time:type_name -> google.protobuf.Timestamp
+	47, // 16: noetl.orchestrator.v1.ApiKeyInfo.expire_time:type_name -> google.protobuf.Timestamp
+	47, // 17: noetl.orchestrator.v1.ApiKeyInfo.revoke_time:type_name -> google.protobuf.Timestamp
+	47, // 18: noetl.orchestrator.v1.CreateApiKeyRequest.expire_time:type_name -> google.protobuf.Timestamp
+	26, // 19: noetl.orchestrator.v1.CreateApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	26, // 20: noetl.orchestrator.v1.ListApiKeysResponse.keys:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	26, // 21: noetl.orchestrator.v1.RevokeApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	26, // 22: noetl.orchestrator.v1.VerifyApiKeyResponse.key:type_name -> noetl.orchestrator.v1.ApiKeyInfo
+	50, // 23: noetl.orchestrator.v1.WatchExecutionResponse.events:type_name -> noetl.event.v1.Event
+	48, // 24: noetl.orchestrator.v1.DecideStreamRequest.timeout:type_name -> google.protobuf.Duration
+	39, // 25: noetl.orchestrator.v1.DecideStreamRequest.request:type_name -> noetl.orchestrator.v1.DecideCommittingRequest
+	41, // 26: noetl.orchestrator.v1.DecideStreamResponse.response:type_name -> noetl.orchestrator.v1.DecideCommittingResponse
+	40, // 27: noetl.orchestrator.v1.DecideCommittingRequest.executions:type_name -> noetl.orchestrator.v1.CommittingExecution
+	50, // 28: noetl.orchestrator.v1.CommittingExecution.events:type_name -> noetl.event.v1.Event
+	45, // 29: noetl.orchestrator.v1.CommittingExecution.trace:type_name -> noetl.orchestrator.v1.CommittingExecution.TraceEntry
+	42, // 30: noetl.orchestrator.v1.DecideCommittingResponse.decisions:type_name -> noetl.orchestrator.v1.Decision
+	50, // 31: noetl.orchestrator.v1.Decision.events:type_name -> noetl.event.v1.Event
+	46, // 32: noetl.orchestrator.v1.Decision.trace:type_name -> noetl.orchestrator.v1.Decision.TraceEntry
+	1,  // 33: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:input_type -> noetl.orchestrator.v1.RegisterPlaybookRequest
+	3,  // 34: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:input_type -> noetl.orchestrator.v1.GetPlaybookRequest
+	5,  // 35: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:input_type -> noetl.orchestrator.v1.ListPlaybooksRequest
+	7,  // 36: noetl.orchestrator.v1.OrchestratorService.StartExecution:input_type -> noetl.orchestrator.v1.StartExecutionRequest
+	9,  // 37: noetl.orchestrator.v1.OrchestratorService.RerunExecution:input_type -> noetl.orchestrator.v1.RerunExecutionRequest
+	11, // 38: noetl.orchestrator.v1.OrchestratorService.CancelExecution:input_type -> noetl.orchestrator.v1.CancelExecutionRequest
+	15, // 39: noetl.orchestrator.v1.OrchestratorService.WaitExecution:input_type -> noetl.orchestrator.v1.WaitExecutionRequest
+	13, // 40: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:input_type -> noetl.orchestrator.v1.UpdateExecutionVariablesRequest
+	17, // 41: noetl.orchestrator.v1.CredentialService.PutCredential:input_type -> noetl.orchestrator.v1.PutCredentialRequest
+	19, // 42: noetl.orchestrator.v1.CredentialService.ResolveCredential:input_type -> noetl.orchestrator.v1.ResolveCredentialRequest
+	22, // 43: noetl.orchestrator.v1.CredentialService.ListCredentials:input_type -> noetl.orchestrator.v1.ListCredentialsRequest
+	24, // 44: noetl.orchestrator.v1.CredentialService.DeleteCredential:input_type -> noetl.orchestrator.v1.DeleteCredentialRequest
+	27, // 45: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:input_type -> noetl.orchestrator.v1.CreateApiKeyRequest
+	29, // 46: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:input_type -> noetl.orchestrator.v1.ListApiKeysRequest
+	31, // 47: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:input_type -> noetl.orchestrator.v1.RevokeApiKeyRequest
+	33, // 48: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:input_type -> noetl.orchestrator.v1.VerifyApiKeyRequest
+	35, // 49: noetl.orchestrator.v1.WatchService.WatchExecution:input_type -> noetl.orchestrator.v1.WatchExecutionRequest
+	39, // 50: noetl.orchestrator.v1.DecisionService.DecideCommitting:input_type -> noetl.orchestrator.v1.DecideCommittingRequest
+	37, // 51: noetl.orchestrator.v1.DecisionService.DecideStream:input_type -> noetl.orchestrator.v1.DecideStreamRequest
+	2,  // 52: noetl.orchestrator.v1.OrchestratorService.RegisterPlaybook:output_type -> noetl.orchestrator.v1.RegisterPlaybookResponse
+	4,  // 53: noetl.orchestrator.v1.OrchestratorService.GetPlaybook:output_type -> noetl.orchestrator.v1.GetPlaybookResponse
+	6,  // 54: noetl.orchestrator.v1.OrchestratorService.ListPlaybooks:output_type -> noetl.orchestrator.v1.ListPlaybooksResponse
+	8,  // 55: noetl.orchestrator.v1.OrchestratorService.StartExecution:output_type -> noetl.orchestrator.v1.StartExecutionResponse
+	10, // 56: noetl.orchestrator.v1.OrchestratorService.RerunExecution:output_type -> noetl.orchestrator.v1.RerunExecutionResponse
+	12, // 57: noetl.orchestrator.v1.OrchestratorService.CancelExecution:output_type -> noetl.orchestrator.v1.CancelExecutionResponse
+	16, // 58: noetl.orchestrator.v1.OrchestratorService.WaitExecution:output_type -> noetl.orchestrator.v1.WaitExecutionResponse
+	14, // 59: noetl.orchestrator.v1.OrchestratorService.UpdateExecutionVariables:output_type -> noetl.orchestrator.v1.UpdateExecutionVariablesResponse
+	18, // 60: noetl.orchestrator.v1.CredentialService.PutCredential:output_type -> noetl.orchestrator.v1.PutCredentialResponse
+	20, // 61: noetl.orchestrator.v1.CredentialService.ResolveCredential:output_type -> noetl.orchestrator.v1.ResolveCredentialResponse
+	23, // 62: noetl.orchestrator.v1.CredentialService.ListCredentials:output_type -> noetl.orchestrator.v1.ListCredentialsResponse
+	25, // 63: noetl.orchestrator.v1.CredentialService.DeleteCredential:output_type -> noetl.orchestrator.v1.DeleteCredentialResponse
+	28, // 64: noetl.orchestrator.v1.ApiKeyService.CreateApiKey:output_type -> noetl.orchestrator.v1.CreateApiKeyResponse
+	30, // 65: noetl.orchestrator.v1.ApiKeyService.ListApiKeys:output_type -> noetl.orchestrator.v1.ListApiKeysResponse
+	32, // 66: noetl.orchestrator.v1.ApiKeyService.RevokeApiKey:output_type -> noetl.orchestrator.v1.RevokeApiKeyResponse
+	34, // 67: noetl.orchestrator.v1.ApiKeyService.VerifyApiKey:output_type -> noetl.orchestrator.v1.VerifyApiKeyResponse
+	36, // 68: noetl.orchestrator.v1.WatchService.WatchExecution:output_type -> noetl.orchestrator.v1.WatchExecutionResponse
+	41, // 69: noetl.orchestrator.v1.DecisionService.DecideCommitting:output_type -> noetl.orchestrator.v1.DecideCommittingResponse
+	38, // 70: noetl.orchestrator.v1.DecisionService.DecideStream:output_type -> noetl.orchestrator.v1.DecideStreamResponse
+	52, // [52:71] is the sub-list for method output_type
+	33, // [33:52] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_noetl_orchestrator_v1_orchestrator_proto_init() }
