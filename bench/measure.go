@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"sync"
 	"time"
@@ -96,32 +97,41 @@ func once(ctx context.Context, exe apiv1.ExecutionServiceClient, path string) er
 // as other executions of the window are running (their ends free the calls); otherwise
 // after the refusal's delay.
 func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key string, sh *shed, win *window) (string, error) {
-	id, err := start(ctx, exe, path, key, sh, win)
+	started, err := start(ctx, exe, path, key, sh, win)
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", path, err)
 	}
+	id := started.GetExecutionId()
 	// An execution seen to its end widens the window; one whose wait gave up does not.
 	ended := false
 	if win != nil {
 		defer func() { win.release(ended) }()
 	}
+	// A start that waited and saw the end answers with the execution's view; otherwise
+	// WaitExecution waits on.
+	x := started.GetExecution()
 	for {
+		switch x.GetStatus() {
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED:
+			ended = true
+			return id, nil
+		case eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
+			ended = true
+			return id, fmt.Errorf("execution %s ended %s: %s", id, x.GetStatus(), x.GetError().GetMessage())
+		}
 		g, err := retryExhausted(ctx, &sh.waits, &sh.unavailable, func() (*apiv1.WaitExecutionResponse, error) {
 			return exe.WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: id, Timeout: durationpb.New(time.Minute)})
 		})
 		if err != nil {
 			return id, fmt.Errorf("wait for %s: %w", id, err)
 		}
-		switch g.GetExecution().GetStatus() {
-		case eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED:
-			ended = true
-			return id, nil
-		case eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, eventv1.ExecutionStatus_EXECUTION_STATUS_CANCELLED:
-			ended = true
-			return id, fmt.Errorf("execution %s ended %s: %s", id, g.GetExecution().GetStatus(), g.GetExecution().GetError().GetMessage())
-		}
+		x = g.GetExecution()
 	}
 }
+
+// startWait makes each start also wait for its execution's end (StartExecutionRequest.wait):
+// one call and one subscription per execution instead of a start and a WaitExecution.
+var startWait = flag.Bool("start-wait", true, "chain, concurrent, fanout, longloop: start each execution with a wait for its end (StartExecutionRequest.wait, one call per execution), rather than a start and then a WaitExecution (--start-wait=false, the client of releases before it)")
 
 // stepLine is the JSON line of chain, concurrent and fanout, less the mesh's fields: the
 // throughput counts the steps (fanout: tasks) of the executions that completed, over the
@@ -221,15 +231,19 @@ var errWindowFull = errors.New("bench: refused for calls in flight; retried when
 
 // start starts one execution of the playbook at path and returns its id, holding a slot of
 // win (if any) once it returns without an error.
-func start(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key string, sh *shed, win *window) (string, error) {
+func start(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key string, sh *shed, win *window) (*apiv1.StartExecutionResponse, error) {
+	req := &apiv1.StartExecutionRequest{Path: path, IdempotencyKey: key}
+	if *startWait {
+		req.Wait = durationpb.New(time.Minute)
+	}
 	for {
 		if win != nil {
 			if err := win.acquire(ctx); err != nil {
-				return "", err
+				return nil, err
 			}
 		}
 		resp, err := retryExhausted(ctx, &sh.starts, &sh.unavailable, func() (*apiv1.StartExecutionResponse, error) {
-			resp, err := exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, IdempotencyKey: key})
+			resp, err := exe.StartExecution(ctx, req)
 			if win != nil && inFlightRefusal(err) && win.refused() {
 				sh.starts.Add(1)
 				return nil, errWindowFull
@@ -238,14 +252,14 @@ func start(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key stri
 		})
 		switch {
 		case err == nil:
-			return resp.GetExecutionId(), nil
+			return resp, nil
 		case errors.Is(err, errWindowFull):
 			win.release(false)
 		default:
 			if win != nil {
 				win.release(false)
 			}
-			return "", err
+			return nil, err
 		}
 	}
 }
