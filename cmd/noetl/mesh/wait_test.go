@@ -159,7 +159,7 @@ workflow:
 // its final view, having read no head of the execution (the start's own subscription saw
 // its end) and its state once; a start whose key names an ended execution answers that
 // one's view; a start whose wait runs out answers without a view, and the execution goes
-// on; a negative wait is refused naming the field.
+// on; a negative wait is refused naming the field; REST takes the wait as a JSON duration.
 func TestStartThatWaitsAnswersTheEnd(t *testing.T) {
 	m := startAuthMesh(t, mesh.Config{})
 	ctx := context.Background()
@@ -224,4 +224,10 @@ func TestStartThatWaitsAnswersTheEnd(t *testing.T) {
 	_, err = def.exe.StartExecution(ctx, &apiv1.StartExecutionRequest{Path: path, Wait: durationpb.New(-time.Second)})
 	require.Equal(t, codes.InvalidArgument, status.Code(err))
 	require.Contains(t, status.Convert(err).Message(), "wait")
+
+	// Over REST, the wait is a JSON duration and the view comes back in the answer.
+	out := def.wantREST(http.StatusOK, http.MethodPost, "/v1/executions", map[string]any{"path": path, "wait": "60s"})
+	view, _ := out["execution"].(map[string]any)
+	require.Equal(t, "EXECUTION_STATUS_COMPLETED", view["status"], "%v", out)
+	require.Equal(t, out["executionId"], view["executionId"])
 }
