@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/noetl/noetl/internal/platform/natsx"
 )
 
 // readyTimeout bounds the wait for the server to accept connections.
@@ -78,8 +76,6 @@ type Server struct {
 	ns     *server.Server
 	tmpDir string // StoreDir created by Start, removed by Shutdown
 	once   sync.Once
-	// unserve ends the in-process dialling of the server's URL (natsx.ServeInProcess).
-	unserve func()
 }
 
 // Start starts a NATS server with JetStream enabled, no signal handlers, the default
@@ -150,7 +146,6 @@ func Start(opt Options) (*Server, error) {
 		s.Shutdown()
 		return nil, errors.New("natsembed: JetStream failed to start")
 	}
-	s.unserve = natsx.ServeInProcess(ns.ClientURL(), ns)
 	return s, nil
 }
 
@@ -165,9 +160,6 @@ func (s *Server) NATS() *server.Server { return s.ns }
 // call more than once.
 func (s *Server) Shutdown() {
 	s.once.Do(func() {
-		if s.unserve != nil {
-			s.unserve()
-		}
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
 		s.removeTmp()

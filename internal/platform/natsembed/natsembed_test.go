@@ -13,13 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
-
-	"github.com/noetl/noetl/internal/platform/natsx"
 )
 
 func TestMain(m *testing.M) {
@@ -245,65 +242,4 @@ func copyDir(src, dst string) error {
 		}
 		return os.WriteFile(to, b, 0o644)
 	})
-}
-
-// TestSameProcessClientsConnectInMemory: natsx.Connect to the URL of a server Start runs
-// in this process dials it in memory (a net.Pipe, whose address is "pipe"), messages flow,
-// and the client reconnects in memory to a new server Start runs at the same URL. A URL
-// this process does not serve, or serves no more, is dialled over TCP.
-func TestSameProcessClientsConnectInMemory(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	dir := t.TempDir()
-
-	s, err := Start(Options{StoreDir: dir, Port: port})
-	require.NoError(t, err)
-	defer s.Shutdown()
-	nc, _, err := natsx.Connect(s.ClientURL(), "in-memory")
-	require.NoError(t, err)
-	defer nc.Close()
-	require.Equal(t, "pipe", nc.ConnectedAddr())
-	roundTrip := func(subject string) {
-		t.Helper()
-		sub, err := nc.SubscribeSync(subject)
-		require.NoError(t, err)
-		defer func() { _ = sub.Unsubscribe() }()
-		require.NoError(t, nc.Publish(subject, []byte("ping")))
-		m, err := sub.NextMsg(10 * time.Second)
-		require.NoError(t, err)
-		require.Equal(t, "ping", string(m.Data))
-	}
-	roundTrip("in.memory")
-	// connectedTo waits (10 s at most) until the client is connected to addr.
-	connectedTo := func(addr string) {
-		t.Helper()
-		require.Eventually(t, func() bool { return nc.ConnectedAddr() == addr }, 10*time.Second, 5*time.Millisecond,
-			"client connected to %q; want %q", nc.ConnectedAddr(), addr)
-	}
-
-	// The server restarts at the same URL: the client comes back in memory.
-	s.Shutdown()
-	s2, err := Start(Options{StoreDir: dir, Port: port})
-	require.NoError(t, err)
-	defer s2.Shutdown()
-	connectedTo("pipe")
-	roundTrip("in.memory.again")
-
-	// A server of the same URL that this process does not serve through Start (here one
-	// started directly, as another process's would be): the client dials it over TCP.
-	s2.Shutdown()
-	raw, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, NoSigs: true})
-	require.NoError(t, err)
-	raw.Start()
-	defer func() { raw.Shutdown(); raw.WaitForShutdown() }()
-	require.True(t, raw.ReadyForConnections(10*time.Second))
-	connectedTo(fmt.Sprintf("127.0.0.1:%d", port))
-	roundTrip("over.tcp")
-
-	tcp, _, err := natsx.Connect(raw.ClientURL(), "tcp")
-	require.NoError(t, err)
-	defer tcp.Close()
-	require.Equal(t, fmt.Sprintf("127.0.0.1:%d", port), tcp.ConnectedAddr())
 }

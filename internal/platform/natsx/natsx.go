@@ -268,7 +268,6 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 // handle.
 func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url,
-		inProcessOption(url),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
