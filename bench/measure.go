@@ -131,7 +131,7 @@ func execute(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key st
 
 // startWait makes each start also wait for its execution's end (StartExecutionRequest.wait):
 // one call and one subscription per execution instead of a start and a WaitExecution.
-var startWait = flag.Bool("start-wait", true, "chain, concurrent, fanout, longloop: start each execution with a wait for its end (StartExecutionRequest.wait, one call per execution), rather than a start and then a WaitExecution (--start-wait=false, the client of releases before it)")
+var startWait = flag.Bool("start-wait", true, "chain, concurrent, fanout: start each execution with a wait for its end (StartExecutionRequest.wait, one call per execution); --start-wait=false starts and then calls WaitExecution, as the bench did before the start could wait")
 
 // stepLine is the JSON line of chain, concurrent and fanout, less the mesh's fields: the
 // throughput counts the steps (fanout: tasks) of the executions that completed, over the
@@ -229,8 +229,9 @@ func cpuFields(out map[string]any, m *cpuMeter, before, after map[string]float64
 // retries itself.
 var errWindowFull = errors.New("bench: refused for calls in flight; retried when the window lets it")
 
-// start starts one execution of the playbook at path and returns its id, holding a slot of
-// win (if any) once it returns without an error.
+// start starts one execution of the playbook at path (with --start-wait, waiting for its
+// end) and returns the gateway's answer, holding a slot of win (if any) once it returns
+// without an error.
 func start(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key string, sh *shed, win *window) (*apiv1.StartExecutionResponse, error) {
 	req := &apiv1.StartExecutionRequest{Path: path, IdempotencyKey: key}
 	if *startWait {
