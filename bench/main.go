@@ -16,7 +16,8 @@
 // one execution) and steps_per_s (the steps of the executions that completed, over the
 // whole run); fanout's has tasks and tasks_per_s. Each also has step_p50_ms and step_p99_ms
 // (per-step latency read back from the event logs, latency_scope says what is measured,
-// latency_samples over how many), starts_shed, waits_shed and reads_shed (calls the gateway
+// latency_samples over how many; phase_p50_ms and phase_p99_ms split it at the worker's
+// start of the command into dispatch and run), starts_shed, waits_shed and reads_shed (calls the gateway
 // refused with RESOURCE_EXHAUSTED) and calls_unavailable (UNAVAILABLE), each retried after
 // the delay the refusal names or a backoff with jitter, for at most --retry-for and
 // --retry-attempts, and, on a mesh the bench started, cpu_s_per_1k_steps (CPU seconds per
