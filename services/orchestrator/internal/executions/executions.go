@@ -110,17 +110,7 @@ func (s *Service) StartExecution(ctx context.Context, req *orchv1.StartExecution
 	if err != nil {
 		return nil, err
 	}
-	// A start that waits keeps the subscription it made before publishing: no notice of the
-	// execution can have passed it, so its end needs no read of the head.
-	release := func() {}
-	if wait > 0 {
-		select {
-		case s.Waiters <- struct{}{}:
-			release = func() { <-s.Waiters }
-		default:
-			wait = 0 // no room to wait: the start alone, and the caller waits with WaitExecution
-		}
-	}
+	wait, release := s.reserveWait(wait)
 	defer release()
 	id, existing, watch, err := s.publishStartWatched(ctx, tenant, req.GetIdempotencyKey(), req.GetParentExecutionId(), payload, func() error {
 		// The message of the publish error names the internal subject: not for the caller.
@@ -130,23 +120,49 @@ func (s *Service) StartExecution(ctx context.Context, req *orchv1.StartExecution
 		return nil, err
 	}
 	out := &orchv1.StartExecutionResponse{ExecutionId: id, Version: cp.Version, Existing: existing}
-	if wait <= 0 {
-		return out, nil
-	}
-	// The start stands whatever the wait meets: a wait that fails answers without the state.
-	var w *orchv1.WaitExecutionResponse
-	if watch != nil {
-		defer watch.Close()
-		// From what the notices said so far: the start's wait may have seen the end too.
-		seq, terminal := watch.Known()
-		w, err = s.waitOn(ctx, watch, id, tenant, &orchv1.WaitExecutionResponse{Seq: seq, Terminal: terminal}, wait)
-	} else { // an execution started before (the key's), or one whose start was not seen
-		w, err = s.wait(ctx, id, tenant, wait)
-	}
-	if err == nil && w.GetTerminal() {
-		out.State = w.GetState()
+	if wait > 0 {
+		out.State = s.awaitStarted(ctx, id, tenant, watch, wait)
 	}
 	return out, nil
+}
+
+// reserveWait takes one of the orchestrator's waits (Waiters) for a start that asks to
+// wait up to wait. It returns the wait to keep, zero when none was asked or none is free
+// (the start then answers alone, and its caller waits with WaitExecution), and what gives
+// the wait back.
+func (s *Service) reserveWait(wait time.Duration) (time.Duration, func()) {
+	if wait <= 0 {
+		return 0, func() {}
+	}
+	select {
+	case s.Waiters <- struct{}{}:
+		return wait, func() { <-s.Waiters }
+	default:
+		return 0, func() {}
+	}
+}
+
+// awaitStarted waits up to wait for the end of an execution a start just published and
+// returns its final state, or nil when it did not end in time or the wait failed: the
+// start stands whatever the wait meets. watch is the subscription the start made before
+// publishing (publishStartWatched), closed here; no notice can have passed it, so the end
+// needs no read of the head, and what its notices said so far counts (the start's own
+// Next may have folded the end already). Without it (an execution the key named, or a
+// start whose notice was missed) the wait is WaitExecution's.
+func (s *Service) awaitStarted(ctx context.Context, id, tenant string, watch *notice.Watch, wait time.Duration) *sbv1.ExecutionState {
+	var w *orchv1.WaitExecutionResponse
+	var err error
+	if watch != nil {
+		defer watch.Close()
+		seq, terminal := watch.Known()
+		w, err = s.waitOn(ctx, watch, id, tenant, &orchv1.WaitExecutionResponse{Seq: seq, Terminal: terminal}, wait)
+	} else {
+		w, err = s.wait(ctx, id, tenant, wait)
+	}
+	if err != nil || !w.GetTerminal() {
+		return nil
+	}
+	return w.GetState()
 }
 
 // maxWait bounds a wait for an execution's end (WaitExecution, or a start that waits).
