@@ -178,12 +178,10 @@ func (s *Server) StartExecution(ctx context.Context, req *apiv1.StartExecutionRe
 	if err := domain.ValidateLabels("labels", req.GetLabels()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if d := req.GetWait(); d != nil {
-		// The wait answers with the view WaitExecution gives a reader: every role that may
-		// start may read (authz's TestEveryRoleThatStartsMayRead holds it so).
-		if !d.IsValid() || d.AsDuration() < 0 {
-			return nil, status.Error(codes.InvalidArgument, "wait: must be a non-negative duration")
-		}
+	// A wait answers with the view WaitExecution gives a reader: every role that may start
+	// may read (authz's TestEveryRoleThatStartsMayRead holds it so).
+	if err := domain.CheckDuration("wait", req.GetWait()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp, err := s.Orchestrator.StartExecution(ctx, &orchv1.StartExecutionRequest{Tenant: tenant(ctx), Path: req.GetPath(), Version: req.GetVersion(), WorkloadJson: w, IdempotencyKey: req.GetIdempotencyKey(), Labels: req.GetLabels(), Timeout: req.GetTimeout(), Wait: req.GetWait()})
 	if err != nil {
@@ -232,8 +230,8 @@ func (s *Server) WaitExecution(ctx context.Context, req *apiv1.WaitExecutionRequ
 	if err := validExecutionID("execution_id", req.GetExecutionId()); err != nil {
 		return nil, err
 	}
-	if d := req.GetTimeout(); d != nil && (!d.IsValid() || d.AsDuration() < 0) {
-		return nil, status.Error(codes.InvalidArgument, "timeout: must be a non-negative duration")
+	if err := domain.CheckDuration("timeout", req.GetTimeout()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	w, err := s.Orchestrator.WaitExecution(ctx, &orchv1.WaitExecutionRequest{Tenant: tenant(ctx), ExecutionId: req.GetExecutionId(), Timeout: req.GetTimeout()})
 	if err != nil {

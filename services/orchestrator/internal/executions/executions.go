@@ -171,11 +171,8 @@ const maxWait = 5 * time.Minute
 // waitOf is a request's wait: zero when unset, at most maxWait, an error when negative or
 // malformed.
 func waitOf(d *durationpb.Duration) (time.Duration, error) {
-	if d == nil {
-		return 0, nil
-	}
-	if !d.IsValid() || d.AsDuration() < 0 {
-		return 0, status.Error(codes.InvalidArgument, "wait: must be a non-negative duration")
+	if err := domain.CheckDuration("wait", d); err != nil {
+		return 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return min(d.AsDuration(), maxWait), nil
 }
