@@ -100,9 +100,12 @@ func main() {
 	}
 }
 
-// tenantInFlight is the gateway's per-tenant in-flight cap on a mesh the bench starts (0:
-// the gateway's default).
-var tenantInFlight = flag.Int("tenant-inflight", 0, "chain, concurrent, fanout, longloop on a mesh the bench starts: the gateway's per-tenant in-flight cap (NOETL_GATEWAY_TENANT_INFLIGHT; 0 keeps its default, 256); lowering it shows the client's backoff at a small scale")
+// tenantInFlight and tenantWaits are the gateway's per-tenant caps of calls in flight and
+// of waiting calls on a mesh the bench starts (0: the gateway's defaults).
+var (
+	tenantInFlight = flag.Int("tenant-inflight", 0, "chain, concurrent, fanout, longloop on a mesh the bench starts: the gateway's per-tenant in-flight cap (NOETL_GATEWAY_TENANT_INFLIGHT; 0 keeps its default, 256), which a start without --start-wait holds until it is committed; lowering it shows the client's backoff at a small scale")
+	tenantWaits    = flag.Int("tenant-waits", 0, "as --tenant-inflight, the gateway's per-tenant cap of waiting calls (NOETL_GATEWAY_TENANT_WAITS; 0 keeps its default, 4096), which each execution's start that waits, or its WaitExecution, holds until the execution ends")
+)
 
 // tenantRPS and tenantBurst are the gateway's per-tenant call rate on a mesh the bench
 // starts (0: the gateway's defaults).
@@ -111,11 +114,14 @@ var (
 	tenantBurst = flag.Int("tenant-burst", 0, "as --tenant-rps, the burst above that rate (NOETL_GATEWAY_TENANT_BURST; 0 keeps its default, 4800)")
 )
 
-// gatewayLimits applies --tenant-inflight, --tenant-rps and --tenant-burst to an
+// gatewayLimits applies --tenant-inflight, --tenant-waits, --tenant-rps and --tenant-burst to an
 // in-process mesh's gateway.
 func gatewayLimits(c *gateway.Config) {
 	if *tenantInFlight > 0 {
 		c.TenantInFlight = *tenantInFlight
+	}
+	if *tenantWaits > 0 {
+		c.TenantWaits = *tenantWaits
 	}
 	if *tenantRPS > 0 {
 		c.TenantRPS = *tenantRPS
@@ -128,7 +134,7 @@ func gatewayLimits(c *gateway.Config) {
 // gatewayLimitsEnv is gatewayLimits for a gateway started as its own process.
 func gatewayLimitsEnv() []string {
 	var env []string
-	for name, v := range map[string]int{"NOETL_GATEWAY_TENANT_INFLIGHT": *tenantInFlight, "NOETL_GATEWAY_TENANT_RPS": *tenantRPS, "NOETL_GATEWAY_TENANT_BURST": *tenantBurst} {
+	for name, v := range map[string]int{"NOETL_GATEWAY_TENANT_INFLIGHT": *tenantInFlight, "NOETL_GATEWAY_TENANT_WAITS": *tenantWaits, "NOETL_GATEWAY_TENANT_RPS": *tenantRPS, "NOETL_GATEWAY_TENANT_BURST": *tenantBurst} {
 		if v > 0 {
 			env = append(env, name+"="+strconv.Itoa(v))
 		}

@@ -14,8 +14,9 @@ import (
 func TestMain(m *testing.M) { testkit.Main(m) }
 
 // TestBenchBacksOffAGatewayThatShedsStarts runs the concurrent workload's measured phase
-// against a real mesh whose gateway lets a tenant have two calls in flight: 20 executions
-// at once must be shed (each holds a WaitExecution until it ends), retried after the
+// against a real mesh whose gateway lets a tenant have two calls in flight and two waiting
+// calls: 20 executions at once must be shed (each holds a start that waits, or a
+// WaitExecution, until it ends), retried after the
 // gateway's RetryInfo, and all complete, and the line counts the shed calls and every
 // step.
 func TestBenchBacksOffAGatewayThatShedsStarts(t *testing.T) {
@@ -24,7 +25,7 @@ func TestBenchBacksOffAGatewayThatShedsStarts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), PostgresURL: pg, NATSURL: natsURL,
-		Gateway: func(c *gateway.Config) { c.TenantInFlight = 2 }})
+		Gateway: func(c *gateway.Config) { c.TenantInFlight, c.TenantWaits = 2, 2 }})
 	if err != nil {
 		t.Fatal(err)
 	}

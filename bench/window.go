@@ -8,19 +8,24 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// reasonTooManyInFlight is the ErrorInfo reason of the gateway's refusal of a call past
-// its tenant's calls in flight (the gateway's apierr.ReasonTooManyInFlight).
-const reasonTooManyInFlight = "TOO_MANY_IN_FLIGHT"
+// reasonTooManyInFlight and reasonTooManyWaits are the ErrorInfo reasons of the gateway's
+// refusal of a call past its tenant's calls in flight, and of a waiting call (a wait, a
+// start that waits) past its tenant's waiting calls (the gateway's
+// apierr.ReasonTooManyInFlight and ReasonTooManyWaits).
+const (
+	reasonTooManyInFlight = "TOO_MANY_IN_FLIGHT"
+	reasonTooManyWaits    = "TOO_MANY_WAITS"
+)
 
 // inFlightRefusal reports whether err is the gateway refusing a call because its tenant
-// has as many calls in flight as it may.
+// holds as many calls as it may of the call's kind: calls in flight, or waiting calls.
 func inFlightRefusal(err error) bool {
 	st, ok := status.FromError(err)
 	if !ok {
 		return false
 	}
 	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == reasonTooManyInFlight {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && (ei.GetReason() == reasonTooManyInFlight || ei.GetReason() == reasonTooManyWaits) {
 			return true
 		}
 	}
@@ -28,7 +33,8 @@ func inFlightRefusal(err error) bool {
 }
 
 // window is the bench's own bound on the executions it runs at once, which it adapts to the
-// gateway's cap on a tenant's calls in flight the way TCP adapts its congestion window:
+// gateway's cap on a tenant's calls in flight (for starts that wait, on its waiting calls)
+// the way TCP adapts its congestion window:
 // an execution holds a slot from its start until its end; a start refused for calls in
 // flight lowers the bound below what was running (multiplicative decrease), gives its slot
 // back and waits for one to free, and every execution that ends raises the bound by one

@@ -32,6 +32,7 @@ func TestParseFlagsRejectsBadValues(t *testing.T) {
 		"NOETL_GATEWAY_TENANT_BURST":             configtest.Positive,
 		"NOETL_GATEWAY_TENANT_INFLIGHT":          configtest.Positive,
 		"NOETL_GATEWAY_TENANT_RPS":               configtest.Positive,
+		"NOETL_GATEWAY_TENANT_WAITS":             configtest.Positive,
 	})
 	for _, tc := range []struct{ env, value, want string }{
 		{"NOETL_GATEWAY_INSECURE", "yes", `NOETL_GATEWAY_INSECURE="yes": invalid boolean (want true or false)`},

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/services/gateway/internal/api"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
@@ -75,14 +76,30 @@ func newLimits(l *limit.Limiter) *limits {
 	return &limits{l: l, refused: refused}
 }
 
-// acquire admits the call of ctx's principal, or returns the ResourceExhausted error that
-// refuses it.
-func (g *limits) acquire(ctx context.Context) (func(), error) {
+// waits reports whether a call of method with request req (nil for a stream, whose
+// request is not read yet) waits on an execution rather than works: a wait for its end, a
+// start that waits for it, a watch of its events or logs. Such a call takes a slot of the
+// tenant's waits instead of one of its calls in flight (package limit).
+func waits(method string, req any) bool {
+	switch method {
+	case apiv1.ExecutionService_WaitExecution_FullMethodName, apiv1.ExecutionService_WatchExecution_FullMethodName,
+		apiv1.ExecutionService_WatchExecutionLogs_FullMethodName:
+		return true
+	case apiv1.ExecutionService_StartExecution_FullMethodName:
+		r, _ := req.(*apiv1.StartExecutionRequest)
+		return r.GetWait().AsDuration() > 0
+	}
+	return false
+}
+
+// acquire admits the call of ctx's principal (a waiting call when wait, see waits), or
+// returns the ResourceExhausted error that refuses it.
+func (g *limits) acquire(ctx context.Context, wait bool) (func(), error) {
 	p := auth.FromContext(ctx)
 	if p == nil {
 		return func() {}, nil
 	}
-	release, err := g.l.Acquire(p.Tenant)
+	release, err := g.l.Acquire(p.Tenant, wait)
 	var ex *limit.Exceeded
 	if errors.As(err, &ex) {
 		g.refused.WithLabelValues(ex.Reason).Inc()
@@ -90,6 +107,8 @@ func (g *limits) acquire(ctx context.Context) (func(), error) {
 		switch ex.Reason {
 		case limit.InFlight:
 			reason = apierr.ReasonTooManyInFlight
+		case limit.Waits:
+			reason = apierr.ReasonTooManyWaits
 		case limit.Tenants:
 			reason = apierr.ReasonTooManyTenants
 		}
@@ -98,8 +117,8 @@ func (g *limits) acquire(ctx context.Context) (func(), error) {
 	return release, err
 }
 
-func (g *limits) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	release, err := g.acquire(ctx)
+func (g *limits) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	release, err := g.acquire(ctx, waits(info.FullMethod, req))
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +126,8 @@ func (g *limits) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, ha
 	return handler(ctx, req)
 }
 
-func (g *limits) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	release, err := g.acquire(ss.Context())
+func (g *limits) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	release, err := g.acquire(ss.Context(), waits(info.FullMethod, nil))
 	if err != nil {
 		return err
 	}

@@ -85,12 +85,14 @@ type Config struct {
 	JWTLeeway      time.Duration
 
 	// Per-tenant limits (package limit): a token bucket of TenantRPS calls per second with
-	// bursts of TenantBurst, and at most TenantInFlight calls (streams included) at once.
-	// Past them a call is refused with ResourceExhausted (HTTP 429 with Retry-After). Zero
-	// means the default.
+	// bursts of TenantBurst, at most TenantInFlight calls (streams included) at once, and at
+	// most TenantWaits waiting calls (waits, starts that wait, watches) at once, which do not
+	// count among the calls in flight. Past them a call is refused with ResourceExhausted
+	// (HTTP 429 with Retry-After). Zero means the default.
 	TenantRPS      int
 	TenantBurst    int
 	TenantInFlight int
+	TenantWaits    int
 
 	// Throttle of failed authentication (limit.Failures), by client address and by API key
 	// id: AuthFailureBurst failures at once, forgiven at AuthFailuresPerMinute a minute. Past
@@ -153,7 +155,8 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.String(&c.JWTRolesClaim, "jwt-roles-claim", "NOETL_GATEWAY_JWT_ROLES_CLAIM", authn.DefaultRolesClaim, "JWT claim holding the roles (dotted for nested claims)")
 	fs.Int(&c.TenantRPS, "tenant-rps", "NOETL_GATEWAY_TENANT_RPS", limit.DefaultRPS, "calls per second each tenant may make (token bucket rate)", config.Positive)
 	fs.Int(&c.TenantBurst, "tenant-burst", "NOETL_GATEWAY_TENANT_BURST", limit.DefaultBurst, "calls a tenant may make at once above its rate (token bucket size)", config.Positive)
-	fs.Int(&c.TenantInFlight, "tenant-inflight", "NOETL_GATEWAY_TENANT_INFLIGHT", limit.DefaultInFlight, "calls (streams included) each tenant may have in flight", config.Positive)
+	fs.Int(&c.TenantInFlight, "tenant-inflight", "NOETL_GATEWAY_TENANT_INFLIGHT", limit.DefaultInFlight, "calls (streams included) each tenant may have in flight, waiting calls not", config.Positive)
+	fs.Int(&c.TenantWaits, "tenant-waits", "NOETL_GATEWAY_TENANT_WAITS", limit.DefaultWaits, "waiting calls (waits for an execution's end, starts that wait for it, watches of its events or logs) each tenant may hold at once", config.Positive)
 	fs.Int(&c.AuthFailuresPerMinute, "auth-failures-per-minute", "NOETL_GATEWAY_AUTH_FAILURES_PER_MINUTE", limit.DefaultFailuresPerMinute, "failed authentications forgiven per minute, per client address and per API key id (token bucket rate)", config.Positive)
 	fs.Int(&c.AuthFailureBurst, "auth-failure-burst", "NOETL_GATEWAY_AUTH_FAILURE_BURST", limit.DefaultFailureBurst, "failed authentications a client address or an API key id may have at once before its attempts are refused (token bucket size)", config.Positive)
 	fs.String(&c.TrustedProxies, "trusted-proxies", "NOETL_GATEWAY_TRUSTED_PROXIES", "", "comma-separated IPs and CIDR prefixes of proxies whose X-Forwarded-For names the client (empty: trust none; the client is the TCP peer)", checkProxies)
@@ -251,7 +254,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// limits of the caller's tenant, then the check of the request's strings.
 	e := &edge{log: log}
 	g := newGuard(authenticator, limit.NewFailures(limit.FailuresConfig{PerMinute: float64(cfg.AuthFailuresPerMinute), Burst: cfg.AuthFailureBurst}), trusted, log)
-	lim := newLimits(limit.New(limit.Config{RPS: float64(cfg.TenantRPS), Burst: cfg.TenantBurst, InFlight: cfg.TenantInFlight}))
+	lim := newLimits(limit.New(limit.Config{RPS: float64(cfg.TenantRPS), Burst: cfg.TenantBurst, InFlight: cfg.TenantInFlight, Waits: cfg.TenantWaits}))
 	srv := app.NewServer("gateway", log, grpcLis, adminLis, tel.ServerOption(),
 		grpc.ChainUnaryInterceptor(e.unary, g.unary, lim.unary, checkStrings), grpc.ChainStreamInterceptor(e.stream, g.stream, lim.stream, checkStreamStrings),
 		// A request message is bounded as a REST body is, by the transport, before it is read.

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -63,7 +64,7 @@ type backend struct {
 // StartExecution starts idX1, except for paths that fail as the orchestrator can:
 // "tests/leak" with the message that named the NATS subject (issue 12), "tests/down" as
 // unavailable, "tests/merged" as a merged workload over the limit, "system/x" as needing
-// the system role.
+// the system role; "tests/held" is held until release.
 func (b *backend) StartExecution(_ context.Context, req *orchv1.StartExecutionRequest) (*orchv1.StartExecutionResponse, error) {
 	b.starts.Add(1)
 	switch req.GetPath() {
@@ -75,6 +76,9 @@ func (b *backend) StartExecution(_ context.Context, req *orchv1.StartExecutionRe
 		return nil, status.Error(codes.Unavailable, "publish start: publish noetl.events.7: nats: timeout")
 	case "tests/merged":
 		return nil, status.Error(codes.ResourceExhausted, "workload: 200000 bytes (the playbook's workload merged with the request's, as JSON) exceeds the limit of 196608 bytes")
+	case "tests/held":
+		b.waiting <- req.GetTenant()
+		<-b.release
 	}
 	return &orchv1.StartExecutionResponse{ExecutionId: idX1, Version: 1}, nil
 }
@@ -361,9 +365,10 @@ func TestRateLimitRefusesTheFloodingTenantOnly(t *testing.T) {
 	require.Positive(t, seen)
 }
 
-// TestInFlightCapRefusesTheBusyTenantOnly holds a tenant's calls in flight up to its cap:
-// its next call is refused (HTTP 429 over REST), the other tenant's calls succeed, and
-// once the calls end the tenant is served again.
+// TestInFlightCapRefusesTheBusyTenantOnly holds a tenant's calls in flight up to its cap
+// (starts the backend holds): its next call is refused (HTTP 429 over REST), its waiting
+// calls are not (they have a cap of their own), the other tenant's calls succeed, and once
+// the calls end the tenant is served again.
 func TestInFlightCapRefusesTheBusyTenantOnly(t *testing.T) {
 	t.Parallel()
 	const inFlight = 3
@@ -373,7 +378,7 @@ func TestInFlightCapRefusesTheBusyTenantOnly(t *testing.T) {
 	var wg sync.WaitGroup
 	for range inFlight {
 		wg.Go(func() {
-			_, err := f.executions(f.keyA).WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: idHeld})
+			_, err := f.executions(f.keyA).StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "tests/held"})
 			require.NoError(t, err)
 		})
 	}
@@ -383,6 +388,8 @@ func TestInFlightCapRefusesTheBusyTenantOnly(t *testing.T) {
 	_, err := f.catalog(f.keyA).ListPlaybooks(ctx, &apiv1.ListPlaybooksRequest{})
 	require.Equal(t, codes.ResourceExhausted, status.Code(err))
 	require.Equal(t, "TOO_MANY_IN_FLIGHT", errorInfo(t, err).GetReason())
+	_, err = f.executions(f.keyA).StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "p"})
+	require.Equal(t, "TOO_MANY_IN_FLIGHT", errorInfo(t, err).GetReason(), "a start that does not wait is a call in flight")
 	code, hdr, _ := f.rest(f.keyA, http.MethodGet, "/v1/playbooks", "")
 	require.Equal(t, http.StatusTooManyRequests, code)
 	require.Equal(t, "1", hdr.Get("Retry-After"))
@@ -390,9 +397,13 @@ func TestInFlightCapRefusesTheBusyTenantOnly(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, code, "the /api/ routes are limited too: %v", body)
 	require.Equal(t, "1", hdr.Get("Retry-After"))
 	require.Equal(t, "RESOURCE_EXHAUSTED", body["code"])
-	code, hdr, _ = f.rest(f.keyA, http.MethodGet, "/v1/executions/"+idHeld+"/events:watch", "")
-	require.Equal(t, http.StatusTooManyRequests, code, "and so are watches")
-	require.Equal(t, "1", hdr.Get("Retry-After"))
+
+	// A waiting call takes none of those slots.
+	wg.Go(func() {
+		_, err := f.executions(f.keyA).WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: idHeld})
+		require.NoError(t, err)
+	})
+	require.Equal(t, "tenant-a", <-f.be.waiting, "a wait is admitted with the calls in flight at their cap")
 
 	succeeded := 0
 	for range 10 {
@@ -408,6 +419,69 @@ func TestInFlightCapRefusesTheBusyTenantOnly(t *testing.T) {
 		_, err := f.catalog(f.keyA).ListPlaybooks(ctx, &apiv1.ListPlaybooksRequest{})
 		return err
 	})
+}
+
+// TestWaitsCapRefusesWaitsOnly holds a tenant's waiting calls up to their cap (waits and a
+// watch the backend holds open): its next wait, watch or start that waits is refused
+// (TOO_MANY_WAITS, HTTP 429 over REST) while its other calls, a start that does not wait
+// among them, are served; once the waits end, a wait is admitted again.
+func TestWaitsCapRefusesWaitsOnly(t *testing.T) {
+	t.Parallel()
+	const waits = 3
+	f := startGateway(t, gateway.Config{TenantRPS: 1000, TenantBurst: 1000, TenantInFlight: 1, TenantWaits: waits})
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	for range waits - 1 {
+		wg.Go(func() {
+			_, err := f.executions(f.keyA).WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: idHeld})
+			require.NoError(t, err)
+		})
+	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	watch, err := f.executions(f.keyA).WatchExecution(wctx, &apiv1.WatchExecutionRequest{ExecutionId: idHeld})
+	require.NoError(t, err)
+	_, err = watch.Header() // the watch is open at the backend
+	require.NoError(t, err)
+	for range waits {
+		require.Equal(t, "tenant-a", <-f.be.waiting)
+	}
+
+	_, err = f.executions(f.keyA).WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: idHeld})
+	require.Equal(t, codes.ResourceExhausted, status.Code(err))
+	require.Equal(t, "TOO_MANY_WAITS", errorInfo(t, err).GetReason())
+	require.Contains(t, status.Convert(err).Message(), "the limit of 3 waiting calls")
+	_, err = f.executions(f.keyA).StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "p", Wait: durationpb.New(time.Minute)})
+	require.Equal(t, "TOO_MANY_WAITS", errorInfo(t, err).GetReason(), "a start that waits is a waiting call")
+	code, hdr, _ := f.rest(f.keyA, http.MethodGet, "/v1/executions/"+idHeld+"/events:watch", "")
+	require.Equal(t, http.StatusTooManyRequests, code, "and so is a watch")
+	require.Equal(t, "1", hdr.Get("Retry-After"))
+
+	before := f.be.starts.Load()
+	_, err = f.executions(f.keyA).StartExecution(ctx, &apiv1.StartExecutionRequest{Path: "p"})
+	require.NoError(t, err, "a start that does not wait is served beside the waits")
+	require.Equal(t, before+1, f.be.starts.Load())
+	_, err = f.catalog(f.keyA).ListPlaybooks(ctx, &apiv1.ListPlaybooksRequest{})
+	require.NoError(t, err)
+	wg.Go(func() {
+		_, err := f.executions(f.keyB).WaitExecution(ctx, &apiv1.WaitExecutionRequest{ExecutionId: idHeld})
+		require.NoError(t, err)
+	})
+	require.Equal(t, "tenant-b", <-f.be.waiting, "tenant B's waits are its own")
+
+	stopWatch()
+	require.Equal(t, "tenant-a", <-f.be.left)
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		wait, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_, err := f.executions(f.keyA).WaitExecution(wait, &apiv1.WaitExecutionRequest{ExecutionId: idHeld})
+		if status.Code(err) == codes.ResourceExhausted {
+			return err
+		}
+		return nil // admitted: it reached the backend and waited there
+	})
+	close(f.be.release)
+	wg.Wait()
 }
 
 // TestInternalErrorsAreMaskedAtTheEdge makes the backends fail internally: gRPC, REST and

@@ -122,7 +122,7 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// The tenant's limits apply as to its authenticated calls. (The principal is only
 		// the limiter's: the call itself is signed as the gateway, carrying the signature.)
-		release, err := h.limits.acquire(auth.NewContext(ctx, &auth.Principal{Tenant: tenant, Subject: "webhook:" + name}))
+		release, err := h.limits.acquire(auth.NewContext(ctx, &auth.Principal{Tenant: tenant, Subject: "webhook:" + name}), false)
 		if err != nil {
 			h.errors(w, r, err)
 			return

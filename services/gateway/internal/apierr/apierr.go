@@ -40,6 +40,9 @@ const (
 	ReasonRateLimited = "RATE_LIMITED"
 	// ReasonTooManyInFlight refuses a call past its tenant's calls in flight.
 	ReasonTooManyInFlight = "TOO_MANY_IN_FLIGHT"
+	// ReasonTooManyWaits refuses a waiting call (a wait, a start that waits, a watch) past
+	// its tenant's waiting calls.
+	ReasonTooManyWaits = "TOO_MANY_WAITS"
 	// ReasonTooManyTenants refuses a call of a new tenant while the gateway tracks the most
 	// tenants it may, all busy.
 	ReasonTooManyTenants = "TOO_MANY_TENANTS"

@@ -1,6 +1,12 @@
 // Package limit holds the gateway's per-tenant limits: a token bucket of requests per second
-// (golang.org/x/time/rate) and a cap on calls in flight for each tenant, so that one tenant
-// flooding the gateway is refused while the others are served. The table of tenants is
+// (golang.org/x/time/rate), a cap on calls in flight and a cap on waiting calls for each
+// tenant, so that one tenant flooding the gateway is refused while the others are served.
+// A waiting call (a wait for an execution's end, a start that waits for it, a watch that
+// follows an execution) holds no work while it waits, only a goroutine and a subscription,
+// and lasts as long as the execution: it takes a slot of the waits cap instead of one of
+// calls in flight, so the clients that wait on their runs do not cap how many runs a
+// tenant has going at once at the calls in flight, and a long wait never holds a slot a
+// short call needs. The table of tenants is
 // bounded: past its size the least recently used idle tenant is forgotten. Failures
 // throttles failed authentication by client address and API key id (failures.go).
 package limit
@@ -22,11 +28,12 @@ const (
 	DefaultRPS        = 2400
 	DefaultBurst      = 4800
 	DefaultInFlight   = 256
+	DefaultWaits      = 4096
 	DefaultMaxTenants = 10000
 )
 
-// inFlightRetry is the delay suggested to a call refused for calls in flight: there is no
-// telling when one ends.
+// inFlightRetry is the delay suggested to a call refused for calls in flight or waits:
+// there is no telling when one ends.
 const inFlightRetry = time.Second
 
 // Config sets the limits, each per tenant; zero fields take the defaults.
@@ -35,8 +42,10 @@ type Config struct {
 	RPS float64
 	// Burst is how many calls may come at once above the rate.
 	Burst int
-	// InFlight is how many calls may run at once, streams included.
+	// InFlight is how many calls may run at once, streams included, waiting calls not.
 	InFlight int
+	// Waits is how many waiting calls (Acquire's wait) may be held at once.
+	Waits int
 	// MaxTenants bounds the tenants tracked at once.
 	MaxTenants int
 }
@@ -47,6 +56,8 @@ const (
 	Rate = "rate"
 	// InFlight: the tenant has as many calls in flight as it may.
 	InFlight = "in_flight"
+	// Waits: the tenant has as many waiting calls as it may.
+	Waits = "waits"
 	// Tenants: the table of tenants is full and none of them is idle.
 	Tenants = "tenants"
 )
@@ -55,7 +66,7 @@ const (
 type Exceeded struct {
 	// Tenant whose call is refused.
 	Tenant string
-	// Reason is Rate, InFlight or Tenants.
+	// Reason is Rate, InFlight, Waits or Tenants.
 	Reason string
 	// Limit describes the limit that refused the call, for the caller.
 	Limit string
@@ -73,12 +84,14 @@ type Limiter struct {
 	rps        rate.Limit
 	burst      int
 	inFlight   int
+	waits      int
 	maxTenants int
 	now        func() time.Time
 
 	mu      sync.Mutex
 	tenants map[string]*tenant
-	// idle holds the tenants with no call in flight, the least recently used at the back:
+	// idle holds the tenants with no call in flight or waiting, the least recently used at
+	// the back:
 	// only they may be forgotten. A tenant idle for burst/rps has a full bucket, so
 	// forgetting it loses nothing.
 	idle list.List
@@ -88,7 +101,8 @@ type tenant struct {
 	name     string
 	bucket   *rate.Limiter
 	inFlight int
-	idle     *list.Element // in Limiter.idle while inFlight is zero
+	waits    int
+	idle     *list.Element // in Limiter.idle while inFlight and waits are zero
 	// retryAt is the latest retry time a refusal for the rate handed out (retryAfter).
 	retryAt time.Time
 }
@@ -104,15 +118,20 @@ func New(cfg Config) *Limiter {
 	if cfg.InFlight <= 0 {
 		cfg.InFlight = DefaultInFlight
 	}
+	if cfg.Waits <= 0 {
+		cfg.Waits = DefaultWaits
+	}
 	if cfg.MaxTenants <= 0 {
 		cfg.MaxTenants = DefaultMaxTenants
 	}
-	return &Limiter{rps: rate.Limit(cfg.RPS), burst: cfg.Burst, inFlight: cfg.InFlight, maxTenants: cfg.MaxTenants, now: time.Now, tenants: map[string]*tenant{}}
+	return &Limiter{rps: rate.Limit(cfg.RPS), burst: cfg.Burst, inFlight: cfg.InFlight, waits: cfg.Waits, maxTenants: cfg.MaxTenants, now: time.Now, tenants: map[string]*tenant{}}
 }
 
-// Acquire admits a call of tenant, or refuses it with an *Exceeded. An admitted call must
-// call release when it ends (further calls of release do nothing).
-func (l *Limiter) Acquire(name string) (release func(), err error) {
+// Acquire admits a call of tenant, or refuses it with an *Exceeded. A call that waits
+// (wait) takes a slot of the tenant's waits, any other one of its calls in flight; both pay
+// the rate. An admitted call must call release when it ends (further calls of release do
+// nothing).
+func (l *Limiter) Acquire(name string, wait bool) (release func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tenants[name]
@@ -129,7 +148,14 @@ func (l *Limiter) Acquire(name string) (release func(), err error) {
 		t.idle = l.idle.PushFront(t)
 		l.tenants[name] = t
 	}
-	if t.inFlight >= l.inFlight {
+	held, most := &t.inFlight, l.inFlight
+	if wait {
+		held, most = &t.waits, l.waits
+	}
+	if *held >= most {
+		if wait {
+			return nil, &Exceeded{Tenant: name, Reason: Waits, Limit: fmt.Sprintf("the limit of %d waiting calls", l.waits), RetryAfter: inFlightRetry}
+		}
 		return nil, &Exceeded{Tenant: name, Reason: InFlight, Limit: fmt.Sprintf("the limit of %d calls in flight", l.inFlight), RetryAfter: inFlightRetry}
 	}
 	now := l.now()
@@ -138,13 +164,13 @@ func (l *Limiter) Acquire(name string) (release func(), err error) {
 		r.CancelAt(now)
 		return nil, &Exceeded{Tenant: name, Reason: Rate, Limit: fmt.Sprintf("the rate limit of %g calls/s (burst %d)", float64(l.rps), l.burst), RetryAfter: l.retryAfter(t, now, d)}
 	}
-	t.inFlight++
+	*held++
 	if t.idle != nil {
 		l.idle.Remove(t.idle)
 		t.idle = nil
 	}
 	var once sync.Once
-	return func() { once.Do(func() { l.release(t) }) }, nil
+	return func() { once.Do(func() { l.release(t, held) }) }, nil
 }
 
 // retryAfter is the delay a call of t refused for the rate at now is asked to wait, d being
@@ -162,11 +188,12 @@ func (l *Limiter) retryAfter(t *tenant, now time.Time, d time.Duration) time.Dur
 	return at.Sub(now)
 }
 
-func (l *Limiter) release(t *tenant) {
+// release gives back the slot held counts (t's calls in flight or waits).
+func (l *Limiter) release(t *tenant, held *int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t.inFlight--
-	if t.inFlight == 0 {
+	*held--
+	if t.inFlight == 0 && t.waits == 0 {
 		t.idle = l.idle.PushFront(t)
 	}
 }
