@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -102,53 +103,59 @@ func CheckStrings(m proto.Message) error {
 	if m == nil {
 		return nil
 	}
-	if field := nulField(m.ProtoReflect(), ""); field != "" {
+	if field := nulField(m.ProtoReflect()); field != "" {
 		return invalid(field, "must not contain a NUL character")
 	}
 	return nil
 }
 
 // nulField returns the path of the first string field of m holding a NUL byte, "" if none.
-func nulField(m protoreflect.Message, prefix string) string {
+// The path is built only on the way back from a hit: a clean request, every request but a
+// bad one, allocates nothing for it.
+func nulField(m protoreflect.Message) string {
 	if strings.HasPrefix(string(m.Descriptor().FullName()), "google.protobuf.") {
 		return "" // Struct, Value, ListValue, Duration, Timestamp: data or numbers
 	}
 	var found string
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		name := prefix + string(fd.Name())
 		switch {
 		case fd.IsList():
 			l := v.List()
 			for i := range l.Len() {
-				if found = nulValue(fd, l.Get(i), fmt.Sprintf("%s[%d]", name, i)); found != "" {
+				if sub, hit := nulValue(fd, l.Get(i)); hit {
+					found = string(fd.Name()) + "[" + strconv.Itoa(i) + "]" + sub
 					return false
 				}
 			}
 		case fd.IsMap():
 			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				if strings.ContainsRune(k.String(), 0) {
-					found = name
-				} else {
-					found = nulValue(fd.MapValue(), mv, name+"["+k.String()+"]")
+				if strings.IndexByte(k.String(), 0) >= 0 {
+					found = string(fd.Name())
+				} else if sub, hit := nulValue(fd.MapValue(), mv); hit {
+					found = string(fd.Name()) + "[" + k.String() + "]" + sub
 				}
 				return found == ""
 			})
 		default:
-			found = nulValue(fd, v, name)
+			if sub, hit := nulValue(fd, v); hit {
+				found = string(fd.Name()) + sub
+			}
 		}
 		return found == ""
 	})
 	return found
 }
 
-func nulValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, name string) string {
+// nulValue reports whether v, a value of field fd, holds a NUL byte in a string, and the
+// rest of its path below fd ("" for a string, ".field..." inside a message).
+func nulValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) (string, bool) {
 	switch fd.Kind() {
 	case protoreflect.StringKind:
-		if strings.ContainsRune(v.String(), 0) {
-			return name
-		}
+		return "", strings.IndexByte(v.String(), 0) >= 0
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return nulField(v.Message(), name+".")
+		if sub := nulField(v.Message()); sub != "" {
+			return "." + sub, true
+		}
 	}
-	return ""
+	return "", false
 }

@@ -53,4 +53,8 @@ func TestCheckStringsRefusesNULOutsideJSONValues(t *testing.T) {
 	requireInvalid(t, CheckStrings(&apiv1.StartExecutionRequest{Path: "tests/x", IdempotencyKey: "k\x00"}), "idempotency_key")
 	requireInvalid(t, CheckStrings(&apiv1.CreateApiKeyRequest{Roles: []string{"viewer", "ad\x00min"}}), "roles[1]")
 	requireInvalid(t, CheckStrings(&apiv1.GetResultRequest{ResultId: "r", Pointer: "/a\x00"}), "pointer")
+	requireInvalid(t, CheckStrings(&apiv1.StartExecutionRequest{Path: "tests/x", Labels: map[string]string{"team": "a\x00"}}), "labels[team]")
+	requireInvalid(t, CheckStrings(&apiv1.StartExecutionRequest{Path: "tests/x", Labels: map[string]string{"te\x00am": "a"}}), "labels")
+	requireInvalid(t, CheckStrings(&apiv1.CreateScheduleRequest{Schedule: &apiv1.Schedule{Name: "nightly", Path: "p\x00"}}), "schedule.path")
+	require.NoError(t, CheckStrings(&apiv1.CreateScheduleRequest{Schedule: &apiv1.Schedule{Name: "nightly", Path: "p", Workload: w}}), "nested JSON is data too")
 }
