@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -48,6 +51,13 @@ type Trust struct {
 	key []byte
 	// now is the clock; tests replace it.
 	now func() time.Time
+	// macs pools HMAC-SHA256 hashes keyed with key: Reset brings one back to its keyed
+	// state, so a signature pays no key schedule and no allocation of its own.
+	macs sync.Pool
+	// signs and verified remember recent signatures (trustcache.go), so that the calls of
+	// one principal to one method sign and verify it once a minute rather than each time.
+	signs    signCache
+	verified verifyCache
 }
 
 // NewTrust returns a Trust over secret, which must be at least MinSecretBytes long (for
@@ -60,7 +70,9 @@ func NewTrust(secret string) (*Trust, error) {
 	if len(secret) < MinSecretBytes {
 		return nil, fmt.Errorf("NOETL_INTERNAL_SECRET: %d bytes is shorter than the minimum of %d", len(secret), MinSecretBytes)
 	}
-	return &Trust{key: []byte(secret), now: time.Now}, nil
+	t := &Trust{key: []byte(secret), now: time.Now}
+	t.macs.New = func() any { return hmac.New(sha256.New, t.key) }
+	return t, nil
 }
 
 // signed is the wire form of a principal.
@@ -71,7 +83,9 @@ type signed struct {
 }
 
 func (t *Trust) mac(method, payload string) []byte {
-	h := hmac.New(sha256.New, t.key)
+	h := t.macs.Get().(hash.Hash)
+	defer t.macs.Put(h)
+	h.Reset()
 	h.Write([]byte(sigDomain))
 	h.Write([]byte{0})
 	h.Write([]byte(method))
@@ -83,13 +97,23 @@ func (t *Trust) mac(method, payload string) []byte {
 // Sign returns the metadata that carries p to a call of method (a full gRPC method name,
 // "/pkg.Service/Method"): the signature covers the method, so a captured header cannot be
 // replayed against another RPC, and expires after five minutes.
+//
+// The map returned is shared with other calls of the same principal and method: read it,
+// never change it.
 func (t *Trust) Sign(method string, p *Principal) map[string]string {
-	b, _ := json.Marshal(signed{Principal: *p, Exp: t.now().Add(signedTTL).Unix()})
+	now := t.now()
+	key := signKeyOf(method, p)
+	if md := t.signs.get(key, now); md != nil {
+		return md
+	}
+	b, _ := json.Marshal(signed{Principal: *p, Exp: now.Add(signedTTL).Unix()})
 	payload := base64.RawURLEncoding.EncodeToString(b)
-	return map[string]string{
+	md := map[string]string{
 		MDPrincipal: payload,
 		MDSignature: base64.RawURLEncoding.EncodeToString(t.mac(method, payload)),
 	}
+	t.signs.put(key, md, now)
+	return md
 }
 
 func unauthenticated(msg string) error { return status.Error(codes.Unauthenticated, msg) }
@@ -105,6 +129,11 @@ func (t *Trust) Verify(method string, md metadata.MD) (*Principal, error) {
 	if len(payloads) != 1 || len(sigs) != 1 {
 		return nil, unauthenticated(MDPrincipal + ": exactly one signed principal is required")
 	}
+	now := t.now()
+	vkey := verifyKey{method: method, payload: payloads[0], sig: sigs[0]}
+	if p, ok := t.verified.get(vkey, now); ok {
+		return p, nil
+	}
 	sig, err := base64.RawURLEncoding.Strict().DecodeString(sigs[0])
 	if err != nil || !hmac.Equal(sig, t.mac(method, payloads[0])) {
 		return nil, unauthenticated(MDSignature + ": invalid signature")
@@ -117,13 +146,16 @@ func (t *Trust) Verify(method string, md metadata.MD) (*Principal, error) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, unauthenticated(MDPrincipal + ": malformed")
 	}
-	if t.now().After(time.Unix(s.Exp, 0).Add(clockSkew)) {
+	until := time.Unix(s.Exp, 0).Add(clockSkew)
+	if now.After(until) {
 		return nil, unauthenticated(MDPrincipal + ": expired")
 	}
 	if s.Subject == "" || (!s.Service && s.Tenant == "") {
 		return nil, unauthenticated(MDPrincipal + ": subject and tenant are required")
 	}
+	t.verified.put(vkey, s.Principal, until)
 	p := s.Principal
+	p.Roles = slices.Clip(p.Roles)
 	return &p, nil
 }
 
