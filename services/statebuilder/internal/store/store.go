@@ -254,14 +254,54 @@ func (s *Store) snapshot(ctx context.Context, e *entry) error {
 // snapshot, and returns how many events it read from the log.
 func (s *Store) advance(ctx context.Context, e *entry) (read int, err error) {
 	if !e.loaded {
+		// A cold state: its snapshot, if any, and the first page of events after it, in one
+		// round trip (a statement's snapshot sees one state_snapshot row for both parts).
+		n, err := s.load(ctx, e)
+		if err != nil || n < readPage {
+			return n, err
+		}
+		read = n
+	}
+	for {
+		rows, err := s.db.Query(ctx, `SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, e.id, e.state.GetSeq(), readPage)
+		if err != nil {
+			return read, err
+		}
+		n, err := s.fold(e, rows)
+		read += n
+		if err != nil || n < readPage {
+			return read, err
+		}
+	}
+}
+
+// sqlLoad reads an execution's snapshot (part 0, at most one row) and the first $2 events
+// after it (part 1), in seq order.
+const sqlLoad = `SELECT 0 AS part, s.seq, NULL::timestamptz, s.body FROM noetl.state_snapshot s WHERE s.execution_id = $1
+	UNION ALL
+	(SELECT 1, e.seq, e.committed_at, e.body FROM noetl.event e
+	  WHERE e.execution_id = $1 AND e.seq > coalesce((SELECT seq FROM noetl.state_snapshot WHERE execution_id = $1), 0)
+	  ORDER BY e.seq LIMIT $2)
+	ORDER BY part, seq`
+
+// load brings a cold entry to its snapshot and folds the first page of events after it
+// (sqlLoad), returning how many events it folded.
+func (s *Store) load(ctx context.Context, e *entry) (int, error) {
+	rows, err := s.db.Query(ctx, sqlLoad, e.id, readPage)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	read := 0
+	for rows.Next() {
+		var part int
 		var seq int64
+		var committed *time.Time
 		var body []byte
-		err := s.db.QueryRow(ctx, `SELECT seq, body FROM noetl.state_snapshot WHERE execution_id = $1`, e.id).Scan(&seq, &body)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return 0, err
-		default:
+		if err := rows.Scan(&part, &seq, &committed, &body); err != nil {
+			return read, err
+		}
+		if part == 0 {
 			st := &sbv1.ExecutionState{}
 			if err := proto.Unmarshal(body, st); err != nil {
 				return 0, fmt.Errorf("snapshot of %s: %w", e.id, err)
@@ -271,37 +311,44 @@ func (s *Store) advance(ctx context.Context, e *entry) (read int, err error) {
 			}
 			e.state, e.snapSeq = st, seq
 			s.snapshotReads.Inc()
+			continue
 		}
 		e.loaded = true
-	}
-	for {
-		rows, err := s.db.Query(ctx, `SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, e.id, e.state.GetSeq(), readPage)
+		ev, err := decodeEvent(seq, committed, body)
+		if err == nil {
+			err = domain.Apply(e.state, ev)
+		}
 		if err != nil {
-			return read, err
+			e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
+			return read, fmt.Errorf("event of %s at seq %d: %w", e.id, seq, err)
 		}
-		n := 0
-		for rows.Next() {
-			ev, err := scanEvent(rows)
-			if err != nil {
-				rows.Close()
-				return read, fmt.Errorf("event of %s after seq %d: %w", e.id, e.state.GetSeq(), err)
-			}
-			if err := domain.Apply(e.state, ev); err != nil {
-				rows.Close()
-				e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
-				return read, err
-			}
-			n++
-			read++
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return read, err
-		}
-		if n < readPage {
-			return read, nil
-		}
+		read++
 	}
+	if err := rows.Err(); err != nil {
+		e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
+		return read, err
+	}
+	e.loaded = true
+	return read, nil
+}
+
+// fold applies the events of rows (seq, committed_at, body, in seq order) to e's state and
+// returns how many it applied; a fold error leaves the entry cold again.
+func (s *Store) fold(e *entry, rows pgx.Rows) (int, error) {
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		ev, err := scanEvent(rows)
+		if err != nil {
+			return n, fmt.Errorf("event of %s after seq %d: %w", e.id, e.state.GetSeq(), err)
+		}
+		if err := domain.Apply(e.state, ev); err != nil {
+			e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
+			return n, err
+		}
+		n++
+	}
+	return n, rows.Err()
 }
 
 // ListEvents returns a page of events in seq order.
@@ -515,12 +562,19 @@ func scanEvent(rows pgx.Rows) (*eventv1.Event, error) {
 	if err := rows.Scan(&seq, &committed, &body); err != nil {
 		return nil, err
 	}
+	return decodeEvent(seq, &committed, body)
+}
+
+// decodeEvent is the event of a log row.
+func decodeEvent(seq int64, committed *time.Time, body []byte) (*eventv1.Event, error) {
 	ev := &eventv1.Event{}
 	if err := proto.Unmarshal(body, ev); err != nil {
 		return nil, fmt.Errorf("seq %d: %w", seq, err)
 	}
 	ev.Seq = seq
-	ev.CommitTime = timestamppb.New(committed)
+	if committed != nil {
+		ev.CommitTime = timestamppb.New(*committed)
+	}
 	return ev, nil
 }
 

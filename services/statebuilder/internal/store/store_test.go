@@ -75,6 +75,34 @@ func TestSnapshotsBoundColdRebuilds(t *testing.T) {
 	require.True(t, proto.Equal(full.GetState(), got.GetState()), "snapshot + tail equals the incremental state")
 }
 
+// A cold read past one page of events (readPage) without a snapshot folds every page, and
+// one from a snapshot plus more than a page after it does too: the first page comes with
+// the snapshot (sqlLoad), the rest page by page.
+func TestColdReadsFoldEveryPage(t *testing.T) {
+	url := testkit.StartMigratedPostgres(t)
+	ctx := context.Background()
+	writer := newStore(t, url, Options{SnapshotEvery: 1 << 30})
+	insert(t, writer, "long", seqs(1, readPage+3)...)
+	cold := newStore(t, url, Options{SnapshotEvery: 1 << 30})
+	got, err := cold.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "long"})
+	require.NoError(t, err)
+	require.Equal(t, int64(readPage+3), got.GetState().GetSeq())
+	require.Equal(t, 0.0, testutil.ToFloat64(cold.snapshotReads))
+
+	snap := newStore(t, url, Options{SnapshotEvery: 2})
+	_, err = snap.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "long"}) // snapshots at readPage+3
+	require.NoError(t, err)
+	insert(t, writer, "long", seqs(readPage+4, 2*readPage+10)...)
+	cold = newStore(t, url, Options{SnapshotEvery: 1 << 30})
+	got, err = cold.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "long"})
+	require.NoError(t, err)
+	require.Equal(t, int64(2*readPage+10), got.GetState().GetSeq())
+	require.Equal(t, 1.0, testutil.ToFloat64(cold.snapshotReads))
+	full, err := writer.GetState(ctx, &sbv1.GetStateRequest{ExecutionId: "long"})
+	require.NoError(t, err)
+	require.True(t, proto.Equal(full.GetState(), got.GetState()), "snapshot + pages equals the incremental state")
+}
+
 func TestGapsAndStaleReadsAreRefused(t *testing.T) {
 	url := testkit.StartMigratedPostgres(t)
 	ctx := context.Background()
