@@ -71,7 +71,7 @@ type limits struct {
 // service's registry.
 func newLimits(l *limit.Limiter) *limits {
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "noetl_gateway_limited_total", Help: "Calls refused by the per-tenant limits, by reason (rate, in_flight, tenants).",
+		Name: "noetl_gateway_limited_total", Help: "Calls refused by the per-tenant limits, by reason (rate, in_flight, waits, tenants).",
 	}, []string{"reason"})
 	return &limits{l: l, refused: refused}
 }
