@@ -56,8 +56,8 @@ type Trust struct {
 	macs sync.Pool
 	// signs and verified remember recent signatures (trustcache.go), so that the calls of
 	// one principal to one method sign and verify it once a minute rather than each time.
-	signs    signCache
-	verified verifyCache
+	signs    window[signKey, map[string]string]
+	verified window[verifyKey, Principal]
 }
 
 // NewTrust returns a Trust over secret, which must be at least MinSecretBytes long (for
@@ -103,7 +103,7 @@ func (t *Trust) mac(method, payload string) []byte {
 func (t *Trust) Sign(method string, p *Principal) map[string]string {
 	now := t.now()
 	key := signKeyOf(method, p)
-	if md := t.signs.get(key, now); md != nil {
+	if md, ok := t.signs.get(key, now); ok {
 		return md
 	}
 	b, _ := json.Marshal(signed{Principal: *p, Exp: now.Add(signedTTL).Unix()})
@@ -112,7 +112,7 @@ func (t *Trust) Sign(method string, p *Principal) map[string]string {
 		MDPrincipal: payload,
 		MDSignature: base64.RawURLEncoding.EncodeToString(t.mac(method, payload)),
 	}
-	t.signs.put(key, md, now)
+	t.signs.put(key, md, now, now.Add(signReuse))
 	return md
 }
 
@@ -132,7 +132,8 @@ func (t *Trust) Verify(method string, md metadata.MD) (*Principal, error) {
 	now := t.now()
 	vkey := verifyKey{method: method, payload: payloads[0], sig: sigs[0]}
 	if p, ok := t.verified.get(vkey, now); ok {
-		return p, nil
+		p.Roles = slices.Clip(p.Roles) // an append by the caller copies, never writes the shared array
+		return &p, nil
 	}
 	sig, err := base64.RawURLEncoding.Strict().DecodeString(sigs[0])
 	if err != nil || !hmac.Equal(sig, t.mac(method, payloads[0])) {
@@ -153,7 +154,7 @@ func (t *Trust) Verify(method string, md metadata.MD) (*Principal, error) {
 	if s.Subject == "" || (!s.Service && s.Tenant == "") {
 		return nil, unauthenticated(MDPrincipal + ": subject and tenant are required")
 	}
-	t.verified.put(vkey, s.Principal, until)
+	t.verified.put(vkey, s.Principal, time.Time{}, until)
 	p := s.Principal
 	p.Roles = slices.Clip(p.Roles)
 	return &p, nil

@@ -292,14 +292,14 @@ func (s *Store) load(ctx context.Context, e *entry) (int, error) {
 		return 0, err
 	}
 	defer rows.Close()
-	read := 0
+	n := 0
 	for rows.Next() {
 		var part int
 		var seq int64
-		var committed *time.Time
+		var committed *time.Time // NULL in the snapshot's row only
 		var body []byte
 		if err := rows.Scan(&part, &seq, &committed, &body); err != nil {
-			return read, err
+			return n, err
 		}
 		if part == 0 {
 			st := &sbv1.ExecutionState{}
@@ -313,42 +313,45 @@ func (s *Store) load(ctx context.Context, e *entry) (int, error) {
 			s.snapshotReads.Inc()
 			continue
 		}
-		e.loaded = true
-		ev, err := decodeEvent(seq, committed, body)
-		if err == nil {
-			err = domain.Apply(e.state, ev)
+		ev, err := decodeEvent(seq, *committed, body)
+		if err := s.foldOne(e, ev, err); err != nil {
+			return n, err
 		}
-		if err != nil {
-			e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
-			return read, fmt.Errorf("event of %s at seq %d: %w", e.id, seq, err)
-		}
-		read++
+		n++
 	}
 	if err := rows.Err(); err != nil {
-		e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
-		return read, err
+		return n, err
 	}
 	e.loaded = true
-	return read, nil
+	return n, nil
 }
 
 // fold applies the events of rows (seq, committed_at, body, in seq order) to e's state and
-// returns how many it applied; a fold error leaves the entry cold again.
+// returns how many it applied.
 func (s *Store) fold(e *entry, rows pgx.Rows) (int, error) {
 	defer rows.Close()
 	n := 0
 	for rows.Next() {
 		ev, err := scanEvent(rows)
-		if err != nil {
-			return n, fmt.Errorf("event of %s after seq %d: %w", e.id, e.state.GetSeq(), err)
-		}
-		if err := domain.Apply(e.state, ev); err != nil {
-			e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
+		if err := s.foldOne(e, ev, err); err != nil {
 			return n, err
 		}
 		n++
 	}
 	return n, rows.Err()
+}
+
+// foldOne applies ev, read with err, to e's state; an event that does not fold leaves the
+// entry cold again.
+func (s *Store) foldOne(e *entry, ev *eventv1.Event, err error) error {
+	if err != nil {
+		return fmt.Errorf("event of %s after seq %d: %w", e.id, e.state.GetSeq(), err)
+	}
+	if err := domain.Apply(e.state, ev); err != nil {
+		e.state, e.loaded, e.snapSeq = domain.NewState(e.id), false, 0
+		return err
+	}
+	return nil
 }
 
 // ListEvents returns a page of events in seq order.
@@ -562,19 +565,17 @@ func scanEvent(rows pgx.Rows) (*eventv1.Event, error) {
 	if err := rows.Scan(&seq, &committed, &body); err != nil {
 		return nil, err
 	}
-	return decodeEvent(seq, &committed, body)
+	return decodeEvent(seq, committed, body)
 }
 
 // decodeEvent is the event of a log row.
-func decodeEvent(seq int64, committed *time.Time, body []byte) (*eventv1.Event, error) {
+func decodeEvent(seq int64, committed time.Time, body []byte) (*eventv1.Event, error) {
 	ev := &eventv1.Event{}
 	if err := proto.Unmarshal(body, ev); err != nil {
 		return nil, fmt.Errorf("seq %d: %w", seq, err)
 	}
 	ev.Seq = seq
-	if committed != nil {
-		ev.CommitTime = timestamppb.New(*committed)
-	}
+	ev.CommitTime = timestamppb.New(committed)
 	return ev, nil
 }
 
