@@ -332,7 +332,7 @@ func (s *Store) fold(e *entry, rows pgx.Rows) (int, error) {
 	defer rows.Close()
 	n := 0
 	for rows.Next() {
-		ev, err := scanEvent(rows)
+		ev, _, err := scanEvent(rows)
 		if err := s.foldOne(e, ev, err); err != nil {
 			return n, err
 		}
@@ -382,15 +382,17 @@ func (s *Store) ListEvents(ctx context.Context, req *sbv1.ListEventsRequest) (*s
 	if upTo <= 0 {
 		upTo = math.MaxInt64
 	}
-	rows, err := s.db.Query(ctx, `SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4`, id, req.GetAfterSeq(), upTo, n)
+	rows, err := s.db.Query(ctx, boundedPage(`SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4`, 5),
+		id, req.GetAfterSeq(), upTo, n, req.GetMaxBytes())
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	resp := &sbv1.ListEventsResponse{}
 	expect := req.GetAfterSeq() + 1
+	page := pageBound{events: n, bytes: int(req.GetMaxBytes())}
 	for rows.Next() {
-		ev, err := scanEvent(rows)
+		ev, size, err := scanEvent(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -399,14 +401,44 @@ func (s *Store) ListEvents(ctx context.Context, req *sbv1.ListEventsRequest) (*s
 		}
 		expect++
 		resp.Events = append(resp.Events, ev)
+		if page.full(len(resp.Events), size) {
+			break
+		}
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if len(resp.Events) == n {
+	if page.reached {
 		resp.NextAfterSeq = resp.Events[len(resp.Events)-1].GetSeq()
 	}
 	return resp, nil
+}
+
+// boundedPage wraps a query of (seq, committed_at, body) rows in seq order so that
+// Postgres sends only the rows up to the one that brings their bodies to the byte bound
+// given as parameter $param (0: no bound); pageBound ends the page at the same row.
+func boundedPage(query string, param int) string {
+	return fmt.Sprintf(`SELECT seq, committed_at, body FROM (
+		SELECT seq, committed_at, body, sum(octet_length(body)) OVER (ORDER BY seq) - octet_length(body) AS before FROM (%s) page
+	) sized WHERE $%d = 0 OR before < $%d ORDER BY seq`, query, param, param)
+}
+
+// pageBound ends a page of events at page_size events or, when max_bytes is set, after
+// the event that brings the page's bodies to max_bytes.
+type pageBound struct {
+	events, bytes int
+	sum           int
+	// reached reports that the page ended at a bound, so more events may follow.
+	reached bool
+}
+
+// full takes the size of the page's latest event (its count) and reports whether the page
+// ends with it.
+func (b *pageBound) full(count, size int) bool {
+	b.sum += size
+	b.reached = count >= b.events || (b.bytes > 0 && b.sum >= b.bytes)
+	return b.reached
 }
 
 // listFiltered returns a page of the events of one step and/or of some types. Postgres
@@ -422,27 +454,31 @@ func (s *Store) listFiltered(ctx context.Context, req *sbv1.ListEventsRequest, n
 			return nil, err
 		}
 	}
-	rows, err := s.db.Query(ctx, `SELECT seq, committed_at, body FROM noetl.event
+	rows, err := s.db.Query(ctx, boundedPage(`SELECT seq, committed_at, body FROM noetl.event
 		WHERE execution_id = $1 AND seq > $2 AND seq <= $3 AND ($4 = '' OR step = $4) AND (cardinality($5::text[]) = 0 OR type = ANY($5))
-		ORDER BY seq LIMIT $6`, id, after, upTo, req.GetStep(), req.GetTypes(), n)
+		ORDER BY seq LIMIT $6`, 7), id, after, upTo, req.GetStep(), req.GetTypes(), n, req.GetMaxBytes())
 	if err != nil {
 		return nil, err
 	}
 	resp := &sbv1.ListEventsResponse{}
+	page := pageBound{events: n, bytes: int(req.GetMaxBytes())}
 	for rows.Next() {
-		ev, err := scanEvent(rows)
+		ev, size, err := scanEvent(rows)
 		if err != nil {
 			rows.Close()
 			return nil, err
 		}
 		resp.Events = append(resp.Events, ev)
+		if page.full(len(resp.Events), size) {
+			break
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	covered := upTo
-	if len(resp.Events) == n {
+	if page.reached {
 		covered = resp.Events[len(resp.Events)-1].GetSeq()
 		resp.NextAfterSeq = covered
 	}
@@ -558,14 +594,15 @@ func afterIDOrMax(id string) string {
 }
 
 // scanEvent decodes a (seq, committed_at, body) row; seq and commit time live in columns.
-func scanEvent(rows pgx.Rows) (*eventv1.Event, error) {
+func scanEvent(rows pgx.Rows) (*eventv1.Event, int, error) {
 	var seq int64
 	var committed time.Time
 	var body []byte
 	if err := rows.Scan(&seq, &committed, &body); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return decodeEvent(seq, committed, body)
+	ev, err := decodeEvent(seq, committed, body)
+	return ev, len(body), err
 }
 
 // decodeEvent is the event of a log row.

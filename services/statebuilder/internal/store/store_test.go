@@ -171,3 +171,59 @@ func TestFilteredEventPagesSkipOthersButNotGaps(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, resp.GetEvents(), 2, "up_to_seq bounds an unfiltered page too")
 }
+
+func TestEventPagesAreBoundedInBytes(t *testing.T) {
+	url := testkit.StartMigratedPostgres(t)
+	ctx := context.Background()
+	s := newStore(t, url, Options{})
+	insert(t, s, "b", seqs(1, 30)...)
+	size := map[int64]int{}
+	rows, err := s.db.Query(ctx, `SELECT seq, octet_length(body) FROM noetl.event WHERE execution_id = 'b'`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var seq int64
+		var n int
+		require.NoError(t, rows.Scan(&seq, &n))
+		size[seq] = n
+	}
+	require.NoError(t, rows.Err())
+	for _, tc := range []struct {
+		name string
+		req  *sbv1.ListEventsRequest
+		from int64
+	}{
+		{"unfiltered", &sbv1.ListEventsRequest{ExecutionId: "b", PageSize: 1000}, 1},
+		{"filtered", &sbv1.ListEventsRequest{ExecutionId: "b", PageSize: 1000, Types: []string{domain.EventCtxUpdated}}, 2},
+	} {
+		for _, bound := range []int32{1, 150, 400} {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, bound), func(t *testing.T) {
+				req := proto.Clone(tc.req).(*sbv1.ListEventsRequest)
+				req.MaxBytes = bound
+				var got []int64
+				for pages := 0; ; pages++ {
+					require.Less(t, pages, 31)
+					resp, err := s.ListEvents(ctx, req)
+					require.NoError(t, err)
+					if len(resp.GetEvents()) == 0 {
+						require.Zero(t, resp.GetNextAfterSeq(), "an empty page is the last")
+						break // the page before ended at its bound with the last event
+					}
+					sum := 0
+					for i, ev := range resp.GetEvents() {
+						if i > 0 {
+							require.Less(t, sum, int(bound), "an event after the page reached its bound")
+						}
+						sum += size[ev.GetSeq()]
+						got = append(got, ev.GetSeq())
+					}
+					if resp.GetNextAfterSeq() == 0 {
+						break
+					}
+					require.GreaterOrEqual(t, sum, int(bound), "a page that ends before its bound says it is the last")
+					req.AfterSeq = resp.GetNextAfterSeq()
+				}
+				require.Equal(t, seqs(tc.from, 30), got, "every event once, in order")
+			})
+		}
+	}
+}

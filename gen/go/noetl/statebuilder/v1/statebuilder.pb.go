@@ -1573,7 +1573,12 @@ type ListEventsRequest struct {
 	Types []string `protobuf:"bytes,6,rep,name=types,proto3" json:"types,omitempty"`
 	// Only events with seq at most this, when set. With step or types, the range read is
 	// still checked for gaps: a gap is Unavailable, as without filters.
-	UpToSeq       int64 `protobuf:"varint,7,opt,name=up_to_seq,json=upToSeq,proto3" json:"up_to_seq,omitempty"`
+	UpToSeq int64 `protobuf:"varint,7,opt,name=up_to_seq,json=upToSeq,proto3" json:"up_to_seq,omitempty"`
+	// Bound of the page in bytes, when set: the page ends after the event that brings its
+	// events' encoded bodies to this many bytes (a page holds at least one event), with
+	// next_after_seq set, so a reader of large events holds a bounded page whatever
+	// page_size says.
+	MaxBytes      int32 `protobuf:"varint,8,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1653,6 +1658,13 @@ func (x *ListEventsRequest) GetTypes() []string {
 func (x *ListEventsRequest) GetUpToSeq() int64 {
 	if x != nil {
 		return x.UpToSeq
+	}
+	return 0
+}
+
+func (x *ListEventsRequest) GetMaxBytes() int32 {
+	if x != nil {
+		return x.MaxBytes
 	}
 	return 0
 }
@@ -2628,7 +2640,7 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x18GetExecutionHeadResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x127\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1f.noetl.event.v1.ExecutionStatusR\x06status\x12\x19\n" +
-	"\blast_seq\x18\x03 \x01(\x03R\alastSeq\"\xce\x01\n" +
+	"\blast_seq\x18\x03 \x01(\x03R\alastSeq\"\xeb\x01\n" +
 	"\x11ListEventsRequest\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x1b\n" +
 	"\tafter_seq\x18\x02 \x01(\x03R\bafterSeq\x12\x1b\n" +
@@ -2636,7 +2648,8 @@ const file_noetl_statebuilder_v1_statebuilder_proto_rawDesc = "" +
 	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04step\x18\x05 \x01(\tR\x04step\x12\x14\n" +
 	"\x05types\x18\x06 \x03(\tR\x05types\x12\x1a\n" +
-	"\tup_to_seq\x18\a \x01(\x03R\aupToSeq\"i\n" +
+	"\tup_to_seq\x18\a \x01(\x03R\aupToSeq\x12\x1b\n" +
+	"\tmax_bytes\x18\b \x01(\x05R\bmaxBytes\"i\n" +
 	"\x12ListEventsResponse\x12-\n" +
 	"\x06events\x18\x01 \x03(\v2\x15.noetl.event.v1.EventR\x06events\x12$\n" +
 	"\x0enext_after_seq\x18\x02 \x01(\x03R\fnextAfterSeq\"\x9b\x04\n" +
