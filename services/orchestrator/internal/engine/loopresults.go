@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 
+	"golang.org/x/sync/singleflight"
+
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
@@ -38,18 +40,29 @@ const loopResultsHoldBytes = 1 << 20
 // its allocation), counted against the budgets.
 const elementOverhead = 48
 
-// loopEventsPage is the page size of the event reads (a page holds call.done events of up
-// to the inline budget each).
-const loopEventsPage = 256
+// loopEventsPage and loopEventsPageBytes bound a page of the event reads, in events and
+// in bytes (an iteration's event holds a result of up to the inline budget). The byte
+// bound keeps each page's gRPC message under 32 KiB, the largest buffer gRPC's pool holds
+// below 1 MiB: a larger message takes a 1 MiB buffer on both ends, and assembling the list
+// of a loop of 50,000 noops in pages of 256 events (about 64 KiB each) that way added a
+// fifth to the orchestrator's and statebuilder's resident memory.
+const (
+	loopEventsPage      = 256
+	loopEventsPageBytes = 24 << 10
+)
 
 // loopResultsCacheMax bounds the cache of assembled lists' references.
 const loopResultsCacheMax = 4096
 
 // refCache remembers the references of assembled lists by step.enter event id, so a
-// decision retried before the step.exit commits does not assemble again.
+// decision retried before the step.exit commits does not assemble again, and joins the
+// decisions that need a list while it is being assembled (the one taken inside a commit
+// and the notice's, when the commit stopped waiting for the first) to that one assembly:
+// one pass over the log and one list's buffers in memory, not one per decision.
 type refCache struct {
-	mu   sync.Mutex
-	refs map[string]*eventv1.ResultRef
+	mu     sync.Mutex
+	refs   map[string]*eventv1.ResultRef
+	flight singleflight.Group
 }
 
 func (c *refCache) get(key string) *eventv1.ResultRef {
@@ -77,11 +90,21 @@ func (e *Engine) loopResultsFor(ctx context.Context, st *sbv1.ExecutionState, ne
 	for _, n := range needs {
 		ref := e.loopResults.get(n.EnterEventID)
 		if ref == nil {
-			var err error
-			if ref, err = e.assembleLoopResults(ctx, st, n, e.loopBuffer); err != nil {
+			v, err, _ := e.loopResults.flight.Do(n.EnterEventID, func() (any, error) {
+				if ref := e.loopResults.get(n.EnterEventID); ref != nil {
+					return ref, nil // assembled while this decision waited for the key
+				}
+				ref, err := e.assembleLoopResults(ctx, st, n, e.loopBuffer)
+				if err != nil {
+					return nil, err
+				}
+				e.loopResults.put(n.EnterEventID, ref)
+				return ref, nil
+			})
+			if err != nil {
 				return nil, fmt.Errorf("assemble the results of loop %s: %w", n.Step, err)
 			}
-			e.loopResults.put(n.EnterEventID, ref)
+			ref = v.(*eventv1.ResultRef)
 		}
 		out[n.EnterEventID] = ref
 	}
@@ -100,7 +123,10 @@ func (e *Engine) assembleLoopResults(ctx context.Context, st *sbv1.ExecutionStat
 	holdBudget := min(budget, loopResultsHoldBytes)
 	last := make([]int64, n.Total)
 	size := make([]int32, n.Total)
-	held := make([][]byte, n.Total)
+	var held [][]byte
+	if int64(n.Total)*elementOverhead <= holdBudget {
+		held = make([][]byte, n.Total) // a list this long may fit; a longer one never does
+	}
 	var heldBytes int64
 	err := e.scanIterations(ctx, st, n, func(i int, seq int64, elem []byte) {
 		last[i], size[i] = seq, int32(len(elem))
@@ -226,7 +252,7 @@ func (e *Engine) scanIterations(ctx context.Context, st *sbv1.ExecutionState, n 
 	for after < st.GetSeq() {
 		// Only the step's result events: the statebuilder skips the rest of the log (and
 		// still refuses a range with a gap).
-		resp, err := e.state.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: st.GetExecutionId(), AfterSeq: after, PageSize: loopEventsPage,
+		resp, err := e.state.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: st.GetExecutionId(), AfterSeq: after, PageSize: loopEventsPage, MaxBytes: loopEventsPageBytes,
 			Step: n.Step, Types: []string{domain.EventCallDone, domain.EventCommandCompleted}, UpToSeq: st.GetSeq()})
 		if err != nil {
 			return err

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -191,4 +193,60 @@ func TestChunkWriterSplitsLargeLists(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, store.puts["r"], 10*len(big))
 	require.Equal(t, 4, stream.(*fakePut).chunks)
+}
+
+// gatedLog is a fakeLog whose reads wait for gate to close, counting the readers that
+// entered.
+type gatedLog struct {
+	fakeLog
+	gate    chan struct{}
+	mu      sync.Mutex
+	entered int
+}
+
+func (g *gatedLog) ListEvents(ctx context.Context, in *sbv1.ListEventsRequest, opts ...grpc.CallOption) (*sbv1.ListEventsResponse, error) {
+	g.mu.Lock()
+	g.entered++
+	g.mu.Unlock()
+	<-g.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.fakeLog.ListEvents(ctx, in, opts...)
+}
+
+// Two decisions that need the same loop's list while it is being assembled (the one taken
+// inside a commit and the notice's) share that one assembly: one reader of the log, one
+// upload, the same reference.
+func TestConcurrentDecisionsAssembleALoopsListOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const total = 600
+		log := []*eventv1.Event{{Seq: 1, Type: domain.EventStepEnter, Step: "s"}}
+		for i := range total {
+			b, _ := json.Marshal(i)
+			log = append(log, &eventv1.Event{Seq: int64(len(log) + 1), Type: domain.EventCallDone, Step: "s", Iteration: &eventv1.Iteration{Epoch: 1, Index: int32(i)}, ResultJson: b})
+		}
+		state := &gatedLog{fakeLog: fakeLog{events: log}, gate: make(chan struct{})}
+		store := &fakeStore{puts: map[string][]byte{}}
+		e := &Engine{cfg: Config{Results: store}, state: state, loopBuffer: loopResultsBufferBytes}
+		st := &sbv1.ExecutionState{ExecutionId: "x", Tenant: "t", Seq: int64(len(log))}
+		needs := []decide.LoopResults{{Step: "s", Epoch: 1, EnterEventID: "enter", EnterSeq: 1, Total: total}}
+		refs := make([]*eventv1.ResultRef, 2)
+		var wg sync.WaitGroup
+		for k := range refs {
+			wg.Go(func() {
+				got, err := e.loopResultsFor(context.Background(), st, needs)
+				require.NoError(t, err)
+				refs[k] = got["enter"]
+			})
+		}
+		synctest.Wait() // one decision reads the log, the other waits for its list
+		require.Equal(t, 1, state.entered, "readers of the log while the list is assembled")
+		close(state.gate)
+		wg.Wait()
+		require.NotNil(t, refs[0])
+		require.Same(t, refs[0], refs[1], "both decisions route the loop with the one list")
+		pages := (len(log) + loopEventsPage - 1) / loopEventsPage
+		require.Equal(t, pages, state.reads, "one pass over the log (a list this short is held)")
+		require.Len(t, store.puts, 1)
+	})
 }
