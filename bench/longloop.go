@@ -34,7 +34,7 @@ const longloopLatencyScope = "per-iteration latency: commit time of an iteration
 // before it gives up.
 const longloopStall = 2 * time.Minute
 
-// longloop is one step looping sequentially over n items: about 4n events in one execution.
+// longloop is one step looping sequentially over n items: about 2n events in one execution.
 func longloop(name string, n int) string {
 	return fmt.Sprintf(`apiVersion: noetl.io/v2
 kind: Playbook
@@ -224,7 +224,9 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 	// Watch the log grow to take the reading at 10,000 events, and give up on an execution
 	// whose log stops growing.
 	at10k, atLast := make(chan memReading, 1), make(chan memReading, 1)
-	lastIteration := int64(2 + 4*n) // playbook.started, step.enter, 4 events per iteration
+	// playbook.started, step.enter, then a noop iteration's command.issued and its
+	// command.completed (which carries the call).
+	lastIteration := int64(2 + 2*n)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	ctx, stalled := context.WithCancelCause(ctx)
