@@ -940,6 +940,56 @@ func (x *Command) GetTimeoutField() string {
 	return ""
 }
 
+// CommandPack is several commands of one execution for one pool in one NOETL_COMMANDS
+// message: those a commit forwards together (a parallel loop's iterations), so the stream,
+// the pool's consumer and the acknowledgements pay once for them instead of once per
+// command. A pack travels with the header Noetl-Pack (its count of commands); a message
+// without that header holds one marshalled Command. Workers read both.
+type CommandPack struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The marshalled Command messages, in the order they were issued.
+	Commands      [][]byte `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandPack) Reset() {
+	*x = CommandPack{}
+	mi := &file_noetl_event_v1_event_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandPack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandPack) ProtoMessage() {}
+
+func (x *CommandPack) ProtoReflect() protoreflect.Message {
+	mi := &file_noetl_event_v1_event_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandPack.ProtoReflect.Descriptor instead.
+func (*CommandPack) Descriptor() ([]byte, []int) {
+	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CommandPack) GetCommands() [][]byte {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
 // CommitNotice tells the orchestrator that an execution's log grew.
 type CommitNotice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -966,7 +1016,7 @@ type CommitNotice struct {
 
 func (x *CommitNotice) Reset() {
 	*x = CommitNotice{}
-	mi := &file_noetl_event_v1_event_proto_msgTypes[7]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1028,7 @@ func (x *CommitNotice) String() string {
 func (*CommitNotice) ProtoMessage() {}
 
 func (x *CommitNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_noetl_event_v1_event_proto_msgTypes[7]
+	mi := &file_noetl_event_v1_event_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1041,7 @@ func (x *CommitNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNotice.ProtoReflect.Descriptor instead.
 func (*CommitNotice) Descriptor() ([]byte, []int) {
-	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{7}
+	return file_noetl_event_v1_event_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CommitNotice) GetExecutionId() string {
@@ -1120,7 +1170,9 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\atimeout\x18\x11 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12#\n" +
 	"\rkeychain_json\x18\x12 \x01(\fR\fkeychainJson\x127\n" +
 	"\theartbeat\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\theartbeat\x12#\n" +
-	"\rtimeout_field\x18\x14 \x01(\tR\ftimeoutField\"\xcd\x01\n" +
+	"\rtimeout_field\x18\x14 \x01(\tR\ftimeoutField\")\n" +
+	"\vCommandPack\x12\x1a\n" +
+	"\bcommands\x18\x01 \x03(\fR\bcommands\"\xcd\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
@@ -1157,7 +1209,7 @@ func file_noetl_event_v1_event_proto_rawDescGZIP() []byte {
 }
 
 var file_noetl_event_v1_event_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_noetl_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_noetl_event_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_noetl_event_v1_event_proto_goTypes = []any{
 	(ExecutionStatus)(0),          // 0: noetl.event.v1.ExecutionStatus
 	(StepStatus)(0),               // 1: noetl.event.v1.StepStatus
@@ -1168,26 +1220,27 @@ var file_noetl_event_v1_event_proto_goTypes = []any{
 	(*ResultRef)(nil),             // 6: noetl.event.v1.ResultRef
 	(*ToolCall)(nil),              // 7: noetl.event.v1.ToolCall
 	(*Command)(nil),               // 8: noetl.event.v1.Command
-	(*CommitNotice)(nil),          // 9: noetl.event.v1.CommitNotice
-	nil,                           // 10: noetl.event.v1.Event.TraceContextEntry
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
+	(*CommandPack)(nil),           // 9: noetl.event.v1.CommandPack
+	(*CommitNotice)(nil),          // 10: noetl.event.v1.CommitNotice
+	nil,                           // 11: noetl.event.v1.Event.TraceContextEntry
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
 }
 var file_noetl_event_v1_event_proto_depIdxs = []int32{
 	4,  // 0: noetl.event.v1.Event.iteration:type_name -> noetl.event.v1.Iteration
 	6,  // 1: noetl.event.v1.Event.result_ref:type_name -> noetl.event.v1.ResultRef
 	5,  // 2: noetl.event.v1.Event.error:type_name -> noetl.event.v1.ErrorInfo
-	11, // 3: noetl.event.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
-	10, // 4: noetl.event.v1.Event.trace_context:type_name -> noetl.event.v1.Event.TraceContextEntry
-	11, // 5: noetl.event.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
+	12, // 3: noetl.event.v1.Event.produce_time:type_name -> google.protobuf.Timestamp
+	11, // 4: noetl.event.v1.Event.trace_context:type_name -> noetl.event.v1.Event.TraceContextEntry
+	12, // 5: noetl.event.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
 	8,  // 6: noetl.event.v1.Event.command:type_name -> noetl.event.v1.Command
-	11, // 7: noetl.event.v1.Event.start_time:type_name -> google.protobuf.Timestamp
+	12, // 7: noetl.event.v1.Event.start_time:type_name -> google.protobuf.Timestamp
 	7,  // 8: noetl.event.v1.Command.tools:type_name -> noetl.event.v1.ToolCall
 	4,  // 9: noetl.event.v1.Command.iteration:type_name -> noetl.event.v1.Iteration
-	11, // 10: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
+	12, // 10: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
 	6,  // 11: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
-	12, // 12: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
-	12, // 13: noetl.event.v1.Command.heartbeat:type_name -> google.protobuf.Duration
+	13, // 12: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
+	13, // 13: noetl.event.v1.Command.heartbeat:type_name -> google.protobuf.Duration
 	2,  // 14: noetl.event.v1.CommitNotice.events:type_name -> noetl.event.v1.Event
 	15, // [15:15] is the sub-list for method output_type
 	15, // [15:15] is the sub-list for method input_type
@@ -1207,7 +1260,7 @@ func file_noetl_event_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noetl_event_v1_event_proto_rawDesc), len(file_noetl_event_v1_event_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
