@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/commandbus"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/failpoint"
@@ -416,15 +417,15 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 	}
 	// Each forwarded message continues the trace of the event that caused it: a command
 	// its command.issued, a notice the execution's last event in the batch.
-	out := make([]natsx.Message, 0, len(res.Commands)+len(res.Notices))
+	// The commands of one execution and pool go out in packs (commandbus), each message
+	// continuing the trace of its first command.
+	cmds := make([]*eventv1.Command, 0, len(res.Commands))
 	for _, c := range res.Commands {
-		if failpoint.Eval(failpoint.MaterializerLoseCommand) != nil {
-			continue
+		if failpoint.Eval(failpoint.MaterializerLoseCommand) == nil {
+			cmds = append(cmds, c)
 		}
-		b, err := proto.Marshal(c)
-		if err != nil {
-			continue
-		}
+	}
+	out, err := commandbus.Messages(cmds, l.cfg.Partitions, func(c *eventv1.Command) nats.Header {
 		h := spans.header(spans.byEventID[c.GetIssuedEventId()])
 		if t := res.DecisionTraces[c.GetExecutionId()]; h == nil && t != nil {
 			h = nats.Header{} // a decision taken inside the commit: its command continues it
@@ -432,7 +433,11 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 				h.Set(k, v)
 			}
 		}
-		out = append(out, natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), c.GetCommandId(), l.cfg.Partitions), MsgID: c.GetCommandId(), Data: b, Header: h})
+		return h
+	})
+	if err != nil {
+		spans.end(err)
+		return fmt.Errorf("forward: %w", err)
 	}
 	if now := time.Now().UnixNano(); len(res.Commands) > 0 && now-l.keptAt.Load() >= int64(natsx.KeepEvery) {
 		// After the commands, so it lands in the stream's last block with them.

@@ -6,12 +6,14 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/commandbus"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/telemetry"
@@ -36,7 +38,8 @@ import (
 // running in the same epoch. A started command is left alone: a worker holds its
 // message and the stream redelivers it if that worker dies. A command the stream still
 // holds is queued or being run and is left alone too, so a backlogged pool is not flooded
-// with copies. Any number of replicas may reconcile at once: command publishes are
+// with copies (alone, or in a pack found through the pack's first command: a command
+// further inside a pack whose first command ended is published again, at-least-once). Any number of replicas may reconcile at once: command publishes are
 // deduplicated by id, and a command run twice yields events of the same ids.
 
 // Reconcile re-drives stalled executions until ctx ends.
@@ -96,30 +99,48 @@ func (e *Engine) redrive(ctx context.Context, id string) (err error) {
 	if err != nil {
 		return err
 	}
-	var msgs []natsx.Message
-	for _, c := range open {
-		subject := natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), c.GetCommandId(), e.cfg.Partitions)
-		queued, err := natsx.CommandQueued(ctx, commands, subject)
-		if err != nil {
-			return err
-		}
-		if queued {
-			continue
-		}
+	lost, err := lostCommands(ctx, commands, open, e.cfg.Partitions)
+	if err != nil || len(lost) == 0 {
+		return err
+	}
+	// Published again one by one, each under its own subject and id.
+	msgs := make([]natsx.Message, len(lost))
+	for i, c := range lost {
 		b, err := proto.Marshal(c)
 		if err != nil {
 			return err
 		}
-		msgs = append(msgs, natsx.Message{Subject: subject, MsgID: c.GetCommandId(), Data: b})
-	}
-	if len(msgs) == 0 {
-		return nil
+		msgs[i] = natsx.Message{Subject: natsx.CommandSubject(c.GetPool(), c.GetExecutionId(), c.GetCommandId(), e.cfg.Partitions), MsgID: c.GetCommandId(), Data: b}
 	}
 	if err := natsx.PublishAll(ctx, e.js, msgs); err != nil {
 		return err
 	}
 	e.redrives.WithLabelValues("republish").Add(float64(len(msgs)))
 	return nil
+}
+
+// lostCommands returns the commands of open (in issue order) that the commands stream no
+// longer holds: neither on their own subject nor in a pack found through its first
+// command, which comes before the pack's others in open.
+func lostCommands(ctx context.Context, commands jetstream.Stream, open []*eventv1.Command, partitions int) ([]*eventv1.Command, error) {
+	var lost []*eventv1.Command
+	held := map[string]bool{}
+	for _, c := range open {
+		if held[c.GetCommandId()] {
+			continue
+		}
+		queued, members, err := commandbus.Queued(ctx, commands, c, partitions)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range members {
+			held[id] = true
+		}
+		if !queued {
+			lost = append(lost, c)
+		}
+	}
+	return lost, nil
 }
 
 // reconcileEventsPage is the page size of the log reads of openCommands.

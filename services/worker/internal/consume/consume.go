@@ -1,6 +1,9 @@
 // Package consume claims a pool's commands from NOETL_COMMANDS and runs them: each with
 // its claim kept alive, its execution's cancellation routed to it, command.started
-// reported for a long run, and its outcome published before it is acked.
+// reported for a long run, and its outcome published before it is acked. A message that
+// holds a pack of commands (commandbus) is acked once all of them have published their
+// outcomes, and handed back whole when one could not: its commands run again, which
+// commands allow (the log keeps one outcome of each).
 package consume
 
 import (
@@ -16,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/commandbus"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/failpoint"
@@ -144,16 +147,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}()
 	// Concurrency long-lived goroutines run the commands: a goroutine per command paid for
 	// its start and, the run being deep, for growing its stack every time.
-	work := make(chan jetstream.Msg)
+	work := make(chan task)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer close(work)
 	for range max(c.Concurrency, 1) {
 		wg.Go(func() {
-			for m := range work {
+			for t := range work {
 				running.Add(1)
 				c.InFlight.Inc()
-				c.handle(runCtx, m)
+				t.claim.done(c.handle(runCtx, t.cmd, t.claim.m))
 				c.InFlight.Dec()
 				running.Add(-1)
 			}
@@ -175,24 +178,101 @@ func (c *Consumer) Run(ctx context.Context) error {
 			_ = m.Nak()
 			continue
 		}
-		select {
-		case work <- m:
-		case <-ctx.Done():
-			_ = m.Nak()
+		cmds, err := commandbus.Commands(m.Headers(), m.Data())
+		if err != nil {
+			c.Log.Error("dropping malformed command", slog.String("error", err.Error()))
+			_ = m.Term()
+			continue
+		}
+		cl := newClaim(m, len(cmds))
+		for _, cmd := range cmds {
+			select {
+			case work <- task{cmd: cmd, claim: cl}:
+			case <-ctx.Done():
+				cl.done(handBack) // not started: the message goes back to the pool
+			}
 		}
 	}
 }
 
-// handle runs one claimed command and publishes its outcome, then acks it. ctx is the run
-// context of consume: it ends only when a stopping worker's drain timeout passed, and a
-// command it ended is Nak'd for another worker rather than failed.
-func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
-	cmd := &eventv1.Command{}
-	if err := proto.Unmarshal(m.Data(), cmd); err != nil {
-		c.Log.Error("dropping malformed command", slog.String("error", err.Error()))
-		_ = m.Term()
+// task is one command of a claimed message, for a running goroutine.
+type task struct {
+	cmd   *eventv1.Command
+	claim *claim
+}
+
+// verdict is what a command's run asks of the message that carried it: an ack, or to hand
+// it back to the pool at once or after a delay.
+type verdict struct {
+	ack   bool
+	delay time.Duration
+}
+
+var (
+	acked    = verdict{ack: true}
+	handBack = verdict{}
+)
+
+// claim is a claimed NOETL_COMMANDS message whose commands (one, or a pack's) run: it keeps
+// the claim alive while any of them is queued or running, and once the last has ended
+// acks the message if every one of them published its outcome, and hands it back (with
+// the longest delay asked) otherwise.
+type claim struct {
+	m     jetstream.Msg
+	mu    sync.Mutex
+	left  int
+	back  bool
+	delay time.Duration
+	timer *time.Timer
+}
+
+func newClaim(m jetstream.Msg, commands int) *claim {
+	cl := &claim{m: m, left: commands}
+	// Keep the claim alive while a long tool runs (a timer that re-arms itself, rather than
+	// a goroutine and a ticker per message).
+	cl.mu.Lock()
+	cl.timer = time.AfterFunc(claimEvery, func() {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		if cl.left > 0 {
+			_ = m.InProgress()
+			cl.timer.Reset(claimEvery)
+		}
+	})
+	cl.mu.Unlock()
+	return cl
+}
+
+// done records the verdict of one of the message's commands and settles the message
+// after the last.
+func (cl *claim) done(v verdict) {
+	cl.mu.Lock()
+	cl.left--
+	if !v.ack {
+		cl.back = true
+		cl.delay = max(cl.delay, v.delay)
+	}
+	last, back, delay := cl.left == 0, cl.back, cl.delay
+	cl.mu.Unlock()
+	if !last {
 		return
 	}
+	cl.timer.Stop()
+	switch {
+	case !back:
+		_ = cl.m.Ack()
+	case delay > 0:
+		_ = cl.m.NakWithDelay(delay)
+	default:
+		_ = cl.m.Nak()
+	}
+}
+
+// handle runs one claimed command and publishes its outcome, and says whether the message
+// that carried it may be acked. ctx is the run context of consume: it ends only when a
+// stopping worker's drain timeout passed, and a command it ended is handed back for
+// another worker rather than failed.
+func (c *Consumer) handle(ctx context.Context, cmd *eventv1.Command, m jetstream.Msg) verdict {
 	// The run continues the trace of the commit that forwarded the command.
 	kind := "noop"
 	if len(cmd.GetTools()) > 0 {
@@ -202,27 +282,6 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		trace.WithAttributes(telemetry.Execution(cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetAttempt())...),
 		trace.WithAttributes(telemetry.AttrTool.String(kind), telemetry.AttrPool.String(c.Pool), telemetry.AttrCommandID.String(cmd.GetCommandId())))
 	defer span.End()
-	// Keep the claim alive while a long tool runs (a timer that re-arms itself, rather than
-	// a goroutine and a ticker per command).
-	var claimMu sync.Mutex
-	claimDone := false
-	var claim *time.Timer
-	claimMu.Lock()
-	claim = time.AfterFunc(claimEvery, func() {
-		claimMu.Lock()
-		defer claimMu.Unlock()
-		if !claimDone {
-			_ = m.InProgress()
-			claim.Reset(claimEvery)
-		}
-	})
-	claimMu.Unlock()
-	defer func() {
-		claimMu.Lock()
-		claimDone = true
-		claimMu.Unlock()
-		claim.Stop()
-	}()
 	// Every secret resolved for this command is masked in what leaves the worker: events,
 	// the stored result, span errors and these log lines.
 	sc := c.Exec.NewScrubber()
@@ -263,15 +322,13 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		// Publishing it would fail the step (and the redelivered run would log a second
 		// outcome); leave the command to be redelivered to another worker instead.
 		log.Info("stopping: command left for redelivery", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()))
-		_ = m.Nak()
-		return
+		return handBack
 	}
 	if last := events[len(events)-1]; last.GetError() != nil {
 		telemetry.ErrorStatus(span, errors.New(last.GetError().GetMessage()))
 	}
 	if err := failpoint.Eval(failpoint.WorkerAfterTool); err != nil {
-		_ = m.NakWithDelay(100 * time.Millisecond)
-		return
+		return verdict{delay: 100 * time.Millisecond}
 	}
 	err := c.publish(ctx, events)
 	if errors.Is(err, natsx.ErrMessageTooLarge) {
@@ -284,14 +341,12 @@ func (c *Consumer) handle(ctx context.Context, m jetstream.Msg) {
 		if ctx.Err() == nil {
 			log.Warn("publish outcome failed; command will be redelivered", slog.String("execution_id", cmd.GetExecutionId()), slog.String("error", err.Error()))
 		}
-		_ = m.NakWithDelay(500 * time.Millisecond)
-		return
+		return verdict{delay: 500 * time.Millisecond}
 	}
 	if err := failpoint.Eval(failpoint.WorkerAfterPublish); err != nil {
-		_ = m.NakWithDelay(100 * time.Millisecond)
-		return
+		return verdict{delay: 100 * time.Millisecond}
 	}
-	_ = m.Ack()
+	return acked
 }
 
 // publish publishes a command's events to NOETL_EVENTS, together with those of the other
