@@ -416,9 +416,8 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 		}
 	}
 	// Each forwarded message continues the trace of the event that caused it: a command
-	// its command.issued, a notice the execution's last event in the batch.
-	// The commands of one execution and pool go out in packs (commandbus), each message
-	// continuing the trace of its first command.
+	// its command.issued (a pack of the commands of one execution and pool, commandbus, its
+	// first command's), a notice the execution's last event in the batch.
 	cmds := make([]*eventv1.Command, 0, len(res.Commands))
 	for _, c := range res.Commands {
 		if failpoint.Eval(failpoint.MaterializerLoseCommand) == nil {

@@ -39,8 +39,9 @@ import (
 // message and the stream redelivers it if that worker dies. A command the stream still
 // holds is queued or being run and is left alone too, so a backlogged pool is not flooded
 // with copies (alone, or in a pack found through the pack's first command: a command
-// further inside a pack whose first command ended is published again, at-least-once). Any number of replicas may reconcile at once: command publishes are
-// deduplicated by id, and a command run twice yields events of the same ids.
+// further inside a pack whose first command ended is published again, at-least-once).
+// Any number of replicas may reconcile at once: command publishes are deduplicated by
+// id, and a command run twice yields events of the same ids.
 
 // Reconcile re-drives stalled executions until ctx ends.
 func (e *Engine) Reconcile(ctx context.Context) error {

@@ -28,7 +28,7 @@ func TestLostCommandsLeavesQueuedCommandsAndPacksAlone(t *testing.T) {
 		return &eventv1.Command{CommandId: fmt.Sprintf("%s-%d", exec, i), ExecutionId: exec, Pool: "shared", Step: "s"}
 	}
 	x := []*eventv1.Command{cmd("x", 0), cmd("x", 1), cmd("x", 2)} // one pack
-	y := cmd("y", 0)                                                // alone
+	y := cmd("y", 0)                                               // alone
 	msgs, err := commandbus.Messages(append(append([]*eventv1.Command{}, x...), y), 4, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 2)
