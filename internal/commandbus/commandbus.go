@@ -26,8 +26,6 @@ package commandbus
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -111,19 +109,9 @@ func Messages(cmds []*eventv1.Command, partitions int, header func(*eventv1.Comm
 			h = nats.Header{}
 		}
 		h.Set(PackHeader, strconv.Itoa(len(p.bodies)))
-		msgs[i] = natsx.Message{Subject: PackSubject(p.first, partitions), MsgID: packID(p.ids), Data: data, Header: h}
+		msgs[i] = natsx.Message{Subject: PackSubject(p.first, partitions), MsgID: natsx.GroupMsgID("pack", p.ids), Data: data, Header: h}
 	}
 	return msgs, nil
-}
-
-// packID is the deduplication id of a pack of the commands ids.
-func packID(ids []string) string {
-	h := sha256.New()
-	for _, id := range ids {
-		h.Write([]byte(id))
-		h.Write([]byte{0})
-	}
-	return fmt.Sprintf("pack:%d:%s", len(ids), hex.EncodeToString(h.Sum(nil)[:16]))
 }
 
 // Commands returns the commands a NOETL_COMMANDS message holds, in order: its data for a

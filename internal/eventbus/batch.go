@@ -2,10 +2,7 @@ package eventbus
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -132,14 +129,4 @@ func (b *Batcher) publish(ctx context.Context, round []*batchReq) []error {
 		errs[i] = err
 	}
 	return errs
-}
-
-// batchID is the deduplication id of a batch of events: a digest of their ids in order.
-func batchID(ids []string) string {
-	h := sha256.New()
-	for _, id := range ids {
-		h.Write([]byte(id))
-		h.Write([]byte{0})
-	}
-	return fmt.Sprintf("batch:%d:%s", len(ids), hex.EncodeToString(h.Sum(nil)[:16]))
 }

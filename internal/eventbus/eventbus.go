@@ -97,7 +97,7 @@ func pack(partitions int, events []*eventv1.Event, bodies [][]byte) ([]natsx.Mes
 		if err != nil {
 			return nil, err
 		}
-		msgs[i] = natsx.Message{Subject: p.subject, MsgID: batchID(p.ids), Data: data,
+		msgs[i] = natsx.Message{Subject: p.subject, MsgID: natsx.GroupMsgID("batch", p.ids), Data: data,
 			Header: nats.Header{BatchHeader: []string{strconv.Itoa(len(p.bodies))}}}
 	}
 	return msgs, nil

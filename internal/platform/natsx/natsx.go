@@ -4,6 +4,8 @@ package natsx
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -45,6 +47,19 @@ var RefusedTooLarge = prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "noetl_publish_refused_too_large_total",
 	Help: "Events and commands refused at publish for exceeding 256 KiB.",
 })
+
+// GroupMsgID is the deduplication id (Nats-Msg-Id) of a message that carries several
+// items: kind, their count and a digest of their ids in order. The same items in the same
+// order get the same id, so such a message published again is dropped by its stream;
+// other items, or the same ones grouped otherwise, get another.
+func GroupMsgID(kind string, ids []string) string {
+	h := sha256.New()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("%s:%d:%s", kind, len(ids), hex.EncodeToString(h.Sum(nil)[:16]))
+}
 
 // Partition maps an execution id to its partition in [0, n).
 func Partition(executionID string, n int) int {
