@@ -382,8 +382,9 @@ func (s *Store) ListEvents(ctx context.Context, req *sbv1.ListEventsRequest) (*s
 	if upTo <= 0 {
 		upTo = math.MaxInt64
 	}
-	rows, err := s.db.Query(ctx, boundedPage(`SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4`, 5),
-		id, req.GetAfterSeq(), upTo, n, req.GetMaxBytes())
+	q, args := boundedPage(`SELECT seq, committed_at, body FROM noetl.event WHERE execution_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4`,
+		req.GetMaxBytes(), id, req.GetAfterSeq(), upTo, n)
+	rows, err := s.db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -415,13 +416,18 @@ func (s *Store) ListEvents(ctx context.Context, req *sbv1.ListEventsRequest) (*s
 	return resp, nil
 }
 
-// boundedPage wraps a query of (seq, committed_at, body) rows in seq order so that
-// Postgres sends only the rows up to the one that brings their bodies to the byte bound
-// given as parameter $param (0: no bound); pageBound ends the page at the same row.
-func boundedPage(query string, param int) string {
+// boundedPage returns query (of (seq, committed_at, body) rows in seq order) and its
+// args, wrapped, when maxBytes is set, so that Postgres sends only the rows up to the one
+// that brings their bodies to maxBytes (pageBound ends the page at the same row); an
+// unbounded page is the query as it is.
+func boundedPage(query string, maxBytes int32, args ...any) (string, []any) {
+	if maxBytes <= 0 {
+		return query, args
+	}
+	n := len(args) + 1
 	return fmt.Sprintf(`SELECT seq, committed_at, body FROM (
 		SELECT seq, committed_at, body, sum(octet_length(body)) OVER (ORDER BY seq) - octet_length(body) AS before FROM (%s) page
-	) sized WHERE $%d = 0 OR before < $%d ORDER BY seq`, query, param, param)
+	) sized WHERE before < $%d ORDER BY seq`, query, n), append(args, maxBytes)
 }
 
 // pageBound ends a page of events at page_size events or, when max_bytes is set, after
@@ -454,9 +460,10 @@ func (s *Store) listFiltered(ctx context.Context, req *sbv1.ListEventsRequest, n
 			return nil, err
 		}
 	}
-	rows, err := s.db.Query(ctx, boundedPage(`SELECT seq, committed_at, body FROM noetl.event
+	q, args := boundedPage(`SELECT seq, committed_at, body FROM noetl.event
 		WHERE execution_id = $1 AND seq > $2 AND seq <= $3 AND ($4 = '' OR step = $4) AND (cardinality($5::text[]) = 0 OR type = ANY($5))
-		ORDER BY seq LIMIT $6`, 7), id, after, upTo, req.GetStep(), req.GetTypes(), n, req.GetMaxBytes())
+		ORDER BY seq LIMIT $6`, req.GetMaxBytes(), id, after, upTo, req.GetStep(), req.GetTypes(), n)
+	rows, err := s.db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
