@@ -97,6 +97,7 @@ func TestCommitDecidesInline(t *testing.T) {
 	require.Equal(t, 3, res.Committed)
 	require.Equal(t, map[string]bool{"a": true}, res.Inline, "a step's notice is for waiters only")
 	require.Empty(t, res.Notices[0].GetEvents(), "which need only its seq")
+	require.Equal(t, "a4-issued", res.Notices[0].GetLastEventId(), "and its head: the decision's last event")
 	x = d.requests()[1].GetExecutions()[0]
 	require.Equal(t, int64(3), x.GetSeqBefore())
 	require.Equal(t, "a1-issued", x.GetLastEventId())
@@ -135,6 +136,7 @@ func TestCommitDecidesInline(t *testing.T) {
 	require.Zero(t, res.Decided)
 	require.True(t, res.Notices[0].GetNeedsDecision())
 	require.Empty(t, res.Inline)
+	require.Equal(t, "a4-issued", res.Notices[0].GetLastEventId(), "duplicates only: the head read under the lock")
 
 	// A head another writer moved: the early answer is on a state the lock does not find,
 	// so it is not taken, nor asked again (the orchestrator speculated it; the notice

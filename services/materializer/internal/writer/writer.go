@@ -452,16 +452,13 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		conn.Conn().PgConn().CustomData()[settledKey] = true
 	}
 
-	var lastIDs map[string]string // execution -> id of its last event committed here
-	if w.Decide != nil {
-		lastIDs = make(map[string]string, len(execs))
-	}
+	lastIDs := make(map[string]string, len(execs)) // execution -> id of its last event committed here
 	for i, ev := range evs {
 		ev.Seq, ev.CommitTime = 0, nil
 		if res.Outcomes[i] == Committed {
 			ev.Seq, ev.CommitTime = seqs[i], timestamppb.New(commitTime)
 			res.Committed++
-			if lastIDs != nil && seqs[i] == state[ev.GetExecutionId()].seq {
+			if seqs[i] == state[ev.GetExecutionId()].seq {
 				lastIDs[ev.GetExecutionId()] = ev.GetEventId()
 			}
 		}
@@ -484,7 +481,11 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 			continue
 		}
 		ended := domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after))
-		n := &eventv1.CommitNotice{ExecutionId: id, Tenant: s.tenant, Seq: s.seq, Terminal: ended, NeedsDecision: s.decide && !ended}
+		last := s.lastID // the head under the lock (known when the writer decides inline)
+		if s.seq > s.lastSeq {
+			last = lastIDs[id]
+		}
+		n := &eventv1.CommitNotice{ExecutionId: id, Tenant: s.tenant, Seq: s.seq, Terminal: ended, NeedsDecision: s.decide && !ended, LastEventId: last}
 		if evs := carried[id]; fits(evs) {
 			n.Events = evs
 		}

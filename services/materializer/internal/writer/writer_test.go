@@ -320,6 +320,7 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 			carried[n.GetExecutionId()] = append(carried[n.GetExecutionId()], e.GetEventId())
 		}
 		require.Equal(t, n.GetSeq(), prev, "the last carried event is the notice's seq")
+		require.Equal(t, n.GetEvents()[len(n.GetEvents())-1].GetEventId(), n.GetLastEventId(), "the notice names its head")
 	}
 	require.Equal(t, map[string][]string{"a": {"a1", "a2", "a3"}, "b": {"b1", "b2"}}, carried)
 
@@ -348,6 +349,7 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, res.Notices, 1)
 	require.Empty(t, res.Notices[0].GetEvents(), "duplicates only: nothing new to carry")
+	require.Empty(t, res.Notices[0].GetLastEventId(), "a writer that does not decide reads no head under its lock")
 
 	big := ev("a", "a4", domain.EventCommandCompleted)
 	big.ResultJson = []byte(fmt.Sprintf("%q", make([]byte, NoticeEventsBudget)))
@@ -356,6 +358,7 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 	require.Equal(t, []Outcome{Committed}, res.Outcomes)
 	require.EqualValues(t, 4, res.Notices[0].GetSeq())
 	require.Empty(t, res.Notices[0].GetEvents(), "over the budget: readers read the log")
+	require.Equal(t, "a4", res.Notices[0].GetLastEventId(), "the head is named all the same")
 }
 
 func issued(exec, id string) *eventv1.Event {

@@ -1009,7 +1009,11 @@ type CommitNotice struct {
 	// commit time, so a reader holding the state at the seq before the first of them
 	// advances it without reading the log. Empty when they would not fit the notice budget
 	// or the batch committed none (duplicates only): the reader then reads the log.
-	Events        []*Event `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*Event `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
+	// The id of the execution's event at seq: with seq, the head of its log, which a waiter
+	// matches a state it holds against. Empty when the materializer does not know it (a
+	// notice of duplicates only, from a materializer that did not read it under its lock).
+	LastEventId   string `protobuf:"bytes,7,opt,name=last_event_id,json=lastEventId,proto3" json:"last_event_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1084,6 +1088,13 @@ func (x *CommitNotice) GetEvents() []*Event {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *CommitNotice) GetLastEventId() string {
+	if x != nil {
+		return x.LastEventId
+	}
+	return ""
 }
 
 var File_noetl_event_v1_event_proto protoreflect.FileDescriptor
@@ -1172,14 +1183,15 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\theartbeat\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\theartbeat\x12#\n" +
 	"\rtimeout_field\x18\x14 \x01(\tR\ftimeoutField\")\n" +
 	"\vCommandPack\x12\x1a\n" +
-	"\bcommands\x18\x01 \x03(\fR\bcommands\"\xcd\x01\n" +
+	"\bcommands\x18\x01 \x03(\fR\bcommands\"\xf1\x01\n" +
 	"\fCommitNotice\x12!\n" +
 	"\fexecution_id\x18\x01 \x01(\tR\vexecutionId\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x03R\x03seq\x12\x1a\n" +
 	"\bterminal\x18\x04 \x01(\bR\bterminal\x12%\n" +
 	"\x0eneeds_decision\x18\x05 \x01(\bR\rneedsDecision\x12-\n" +
-	"\x06events\x18\x06 \x03(\v2\x15.noetl.event.v1.EventR\x06events*\xae\x01\n" +
+	"\x06events\x18\x06 \x03(\v2\x15.noetl.event.v1.EventR\x06events\x12\"\n" +
+	"\rlast_event_id\x18\a \x01(\tR\vlastEventId*\xae\x01\n" +
 	"\x0fExecutionStatus\x12 \n" +
 	"\x1cEXECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18EXECUTION_STATUS_RUNNING\x10\x01\x12\x1e\n" +
