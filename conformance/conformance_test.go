@@ -132,6 +132,13 @@ func (c rest) execute(path string, workload map[string]any) run {
 			break
 		}
 	}
+	if r.status != "EXECUTION_STATUS_RUNNING" {
+		// The wait's final state may be the orchestrator's own (the state it decided the
+		// end on): it must be the log's, as the statebuilder folds it.
+		code, got := c.do("GET", "/v1/executions/"+id, nil)
+		require.Equal(c.t, http.StatusOK, code, "get %s: %v", id, got)
+		require.Equal(c.t, got["execution"], any(r.exec), "execution %s: the wait's view is the log's", id)
+	}
 	r.id, r.api = id, c
 	token := ""
 	for {

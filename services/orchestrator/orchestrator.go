@@ -327,6 +327,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	srv.AddCheck("nats", natsx.Check(nc))
 	eng := engine.New(engine.Config{Results: results, Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Tracer: tel.Tracer(), Limits: limits}, log, js, state, cat, srv.Registry)
 	orchv1.RegisterDecisionServiceServer(srv.GRPC, &engine.DecisionServer{Engine: eng})
+	execs.Finals = eng // the states it decided ends on, for the waits (engine/final.go)
 	if cfg.Ready != nil {
 		cfg.Ready(srv.GRPCAddr())
 	}

@@ -129,6 +129,8 @@ type shard struct {
 	// large is the last decision taken inside a commit and answered too large to ride in
 	// it, for the notice path to publish instead of taking it again.
 	large *largeDecision
+	// ended keeps the states of executions that just ended, for their waiters (final.go).
+	ended endedKeep
 }
 
 // largeDecision is a decision's events and the state they were decided on: an execution's
@@ -205,11 +207,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		go func(s *shard) {
 			defer wg.Done()
 			for n := range s.in {
-				if n.inline != nil {
+				switch {
+				case n.inline != nil:
 					n.inline.reply <- e.decideInline(ctx, s, n.inline)
-					continue
+				case n.final != nil:
+					n.final.reply <- s.final(n.final)
+				default:
+					e.handle(ctx, s, n.msg, n.notice)
 				}
-				e.handle(ctx, s, n.msg, n.notice)
 			}
 		}(shards[i])
 	}
@@ -249,11 +254,13 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 // notice is a commit notice as received, decoded once, or (inline set) a request to decide
-// inside a commit (inline.go).
+// inside a commit (inline.go), or (final set) a waiter's request for the state an
+// execution ended in (final.go).
 type notice struct {
 	msg    jetstream.Msg
 	notice *eventv1.CommitNotice
 	inline *inlineRequest
+	final  *finalRequest
 }
 
 // shardOf is the shard an execution is decided on.
@@ -267,6 +274,7 @@ func (e *Engine) handle(ctx context.Context, s *shard, m jetstream.Msg, n *event
 	id := n.GetExecutionId()
 	if n.GetTerminal() {
 		delete(s.decided, id)
+		s.keepEnded(n, int64(len(m.Data()))) // for its waiters a while (final.go)
 		s.states.drop(id)
 		_ = m.Ack()
 		return

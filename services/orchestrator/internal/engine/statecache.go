@@ -65,6 +65,17 @@ func (c *stateCache) put(st *sbv1.ExecutionState) {
 	c.bytes += n
 }
 
+// take forgets an execution's state and returns it with its counted size (nil, 0 when
+// none is cached).
+func (c *stateCache) take(id string) (*sbv1.ExecutionState, int64) {
+	e := c.entries[id]
+	if e == nil {
+		return nil, 0
+	}
+	c.drop(id)
+	return e.st, e.bytes
+}
+
 // drop forgets an execution's state.
 func (c *stateCache) drop(id string) {
 	if e := c.entries[id]; e != nil {

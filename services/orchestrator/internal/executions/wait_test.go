@@ -2,12 +2,14 @@ package executions
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -141,6 +143,89 @@ func TestWaitFollowsNoticesToTheEndThenReadsTheStateOnce(t *testing.T) {
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_FAILED, r.resp.GetState().GetStatus())
 	require.Equal(t, 1, l.heads)
 	require.Equal(t, []int64{5}, l.states, "no state read before the end, one after")
+}
+
+// finals is the engine's keep of ended states, as a waiter sees it: it holds the state
+// named by id at the head (seq, last event id) it was given.
+type finals struct {
+	mu    sync.Mutex
+	held  map[string]*sbv1.ExecutionState
+	heads map[string]string // id -> last event id
+	asked []string          // "id seq last" of each request
+}
+
+func (f *finals) FinalState(_ context.Context, id, tenant string, seq int64, lastID string) *sbv1.ExecutionState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, fmt.Sprintf("%s %d %s", id, seq, lastID))
+	st := f.held[id]
+	if st == nil || st.GetSeq() != seq || f.heads[id] != lastID || st.GetTenant() != tenant {
+		return nil
+	}
+	return st
+}
+
+// The terminal notice names the log's head: a wait takes the state the engine holds at
+// that head and reads none; when the engine holds none there, it reads the state once.
+func TestWaitTakesTheEnginesStateAtTheTerminalHead(t *testing.T) {
+	for _, held := range []bool{true, false} {
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+			s, l, nc := waitFixture(t)
+			f := &finals{held: map[string]*sbv1.ExecutionState{}, heads: map[string]string{}}
+			if held {
+				f.held["live"] = &sbv1.ExecutionState{ExecutionId: "live", Tenant: "t", Seq: 5, Status: eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, ResultJson: []byte(`"engine"`)}
+				f.heads["live"] = "e5"
+			}
+			s.Finals = f
+			l.headRead = make(chan string, 1)
+			done := make(chan *orchv1.WaitExecutionResponse, 1)
+			go func() {
+				resp, err := s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "live", Timeout: durationpb.New(time.Minute)})
+				assert.NoError(t, err)
+				done <- resp
+			}()
+			require.Equal(t, "live", <-l.headRead)
+			l.mu.Lock()
+			l.execs["live"].Seq, l.execs["live"].Status = 5, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED
+			l.mu.Unlock()
+			b, err := proto.Marshal(&eventv1.CommitNotice{ExecutionId: "live", Tenant: "t", Seq: 5, Terminal: true, LastEventId: "e5"})
+			require.NoError(t, err)
+			require.NoError(t, nc.Publish(natsx.CommittedSubject("live", 16), b))
+			require.NoError(t, nc.Flush())
+			resp := <-done
+			require.True(t, resp.GetTerminal())
+			require.EqualValues(t, 5, resp.GetSeq())
+			require.Equal(t, []string{"live 5 e5"}, f.asked, "asked at the head the notice named")
+			if held {
+				require.Equal(t, `"engine"`, string(resp.GetState().GetResultJson()))
+				require.Empty(t, l.states, "no read of the log")
+			} else {
+				require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, resp.GetState().GetStatus())
+				require.Equal(t, []int64{5}, l.states, "read once, at the terminal seq")
+			}
+		})
+	}
+}
+
+// A terminal notice that names no head (an older materializer's) is not asked about: the
+// state is read as before.
+func TestWaitWithoutATerminalHeadReadsTheState(t *testing.T) {
+	s, l, nc := waitFixture(t)
+	f := &finals{}
+	s.Finals = f
+	l.headRead = make(chan string, 1)
+	done := make(chan *orchv1.WaitExecutionResponse, 1)
+	go func() {
+		resp, err := s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "live", Timeout: durationpb.New(time.Minute)})
+		assert.NoError(t, err)
+		done <- resp
+	}()
+	require.Equal(t, "live", <-l.headRead)
+	l.commit(t, nc, "live", 4, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED)
+	resp := <-done
+	require.True(t, resp.GetTerminal())
+	require.Empty(t, f.asked)
+	require.Equal(t, []int64{4}, l.states)
 }
 
 // A wait that times out reports the seq it knows, not terminal and without a state, and

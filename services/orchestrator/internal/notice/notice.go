@@ -1,6 +1,7 @@
 // Package notice reads the materializer's commit notices as the orchestrator's waiters need
 // them (WaitExecution, a variables write waiting for its own commit): how far the log of an
-// execution has grown and whether it ended, without decoding the events a notice carries.
+// execution has grown and whether it ended, and where it ended, without decoding the events
+// a notice carries.
 package notice
 
 import (
@@ -14,6 +15,7 @@ import (
 var (
 	noticeSeqField      = noticeField("seq")
 	noticeTerminalField = noticeField("terminal")
+	noticeLastIDField   = noticeField("last_event_id")
 )
 
 func noticeField(name protoreflect.Name) protowire.Number {
@@ -26,16 +28,24 @@ func noticeField(name protoreflect.Name) protowire.Number {
 // of an unexpected wire type is passed over; bytes that are not a well-formed message are
 // an error.
 func Progress(b []byte) (seq int64, terminal bool, err error) {
+	seq, terminal, _, err = Head(b)
+	return seq, terminal, err
+}
+
+// Head is Progress that also reads the notice's last_event_id: the id of the event at seq
+// ("" when the notice does not say).
+func Head(b []byte) (seq int64, terminal bool, lastID string, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return 0, false, protowire.ParseError(n)
+			return 0, false, "", protowire.ParseError(n)
 		}
 		b = b[n:]
-		if typ == protowire.VarintType && (num == noticeSeqField || num == noticeTerminalField) {
+		switch {
+		case typ == protowire.VarintType && (num == noticeSeqField || num == noticeTerminalField):
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
-				return 0, false, protowire.ParseError(n)
+				return 0, false, "", protowire.ParseError(n)
 			}
 			b = b[n:]
 			if num == noticeSeqField {
@@ -43,13 +53,19 @@ func Progress(b []byte) (seq int64, terminal bool, err error) {
 			} else {
 				terminal = v != 0
 			}
-			continue
+		case typ == protowire.BytesType && num == noticeLastIDField:
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return 0, false, "", protowire.ParseError(n)
+			}
+			lastID, b = string(v), b[n:]
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return 0, false, "", protowire.ParseError(n)
+			}
+			b = b[n:]
 		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0, false, protowire.ParseError(n)
-		}
-		b = b[n:]
 	}
-	return seq, terminal, nil
+	return seq, terminal, lastID, nil
 }

@@ -34,6 +34,8 @@ func TestNoticeProgressReadsWhatUnmarshalReads(t *testing.T) {
 		carryingNotice(7, false, 3),
 		carryingNotice(1<<40, true, 20),
 		{ExecutionId: "e1", Seq: -1, Terminal: true}, // a negative seq is a ten-byte varint
+		{ExecutionId: "e1", Seq: 4, Terminal: true, LastEventId: "e-end"},
+		withLast(carryingNotice(12, true, 5), "ev-last"),
 	} {
 		b, err := proto.Marshal(n)
 		require.NoError(t, err)
@@ -43,7 +45,17 @@ func TestNoticeProgressReadsWhatUnmarshalReads(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, full.GetSeq(), seq)
 		require.Equal(t, full.GetTerminal(), terminal)
+		seq, terminal, lastID, err := Head(b)
+		require.NoError(t, err)
+		require.Equal(t, full.GetSeq(), seq)
+		require.Equal(t, full.GetTerminal(), terminal)
+		require.Equal(t, full.GetLastEventId(), lastID)
 	}
+}
+
+func withLast(n *eventv1.CommitNotice, id string) *eventv1.CommitNotice {
+	n.LastEventId = id
+	return n
 }
 
 func TestNoticeProgressLastFieldWinsAndUnknownFieldsAreSkipped(t *testing.T) {

@@ -24,9 +24,13 @@ type Watch struct {
 	mu       sync.Mutex
 	seq      int64
 	terminal bool
-	arrived  uint64 // notices received
-	seen     uint64 // arrived as of the last Next
-	signal   chan struct{}
+	// endSeq and endID are the head the first terminal notice gave (endID "" when it did
+	// not name its last event).
+	endSeq  int64
+	endID   string
+	arrived uint64 // notices received
+	seen    uint64 // arrived as of the last Next
+	signal  chan struct{}
 }
 
 // Subscribe starts a Watch on the execution's notices. It returns once the server has the
@@ -48,10 +52,13 @@ func Subscribe(nc *nats.Conn, executionID string) (*Watch, error) {
 // receive folds one notice. A notice that does not parse still counts as arrived (it says
 // the log grew) without moving seq.
 func (w *Watch) receive(m *nats.Msg) {
-	seq, terminal, err := Progress(m.Data)
+	seq, terminal, lastID, err := Head(m.Data)
 	w.mu.Lock()
 	if err == nil {
 		w.seq = max(w.seq, seq)
+		if terminal && !w.terminal {
+			w.endSeq, w.endID = seq, lastID // where the log ended
+		}
 		w.terminal = w.terminal || terminal
 	}
 	w.arrived++
@@ -89,6 +96,15 @@ func (w *Watch) Known() (seq int64, terminal bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.seq, w.terminal
+}
+
+// End returns the head of the execution's log as its terminal notice gave it: the seq and
+// id of its terminal event. ok is false before a terminal notice arrived, or when it did
+// not name its last event.
+func (w *Watch) End() (seq int64, id string, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.endSeq, w.endID, w.endID != ""
 }
 
 // Close ends the subscription.

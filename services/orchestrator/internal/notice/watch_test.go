@@ -75,4 +75,46 @@ func TestWatchFoldsTheNoticesOfItsExecution(t *testing.T) {
 	seq, terminal = w.Known()
 	require.Equal(t, int64(9), seq)
 	require.True(t, terminal)
+	_, _, ok := w.End()
+	require.False(t, ok, "the terminal notice named no last event")
+}
+
+// End reports the head the first terminal notice named: its seq and the id of its last
+// event, which a later terminal notice (a re-sent one) does not change.
+func TestWatchEndIsTheFirstTerminalNoticesHead(t *testing.T) {
+	nc, err := nats.Connect(testkit.StartNATS(t))
+	require.NoError(t, err)
+	defer nc.Close()
+	w, err := Subscribe(nc, "e1")
+	require.NoError(t, err)
+	defer w.Close()
+	publish := func(n *eventv1.CommitNotice) {
+		t.Helper()
+		b, err := proto.Marshal(n)
+		require.NoError(t, err)
+		require.NoError(t, nc.Publish(natsx.CommittedSubject("e1", 16), b))
+		require.NoError(t, nc.Flush())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	publish(&eventv1.CommitNotice{ExecutionId: "e1", Seq: 3, LastEventId: "e3"})
+	_, _, err = w.Next(ctx)
+	require.NoError(t, err)
+	_, _, ok := w.End()
+	require.False(t, ok, "not ended yet")
+
+	publish(&eventv1.CommitNotice{ExecutionId: "e1", Seq: 5, Terminal: true, LastEventId: "e5"})
+	publish(&eventv1.CommitNotice{ExecutionId: "e1", Seq: 5, Terminal: true, LastEventId: "other"})
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.arrived != 3 {
+			return fmt.Errorf("%d notices arrived", w.arrived)
+		}
+		return nil
+	})
+	seq, id, ok := w.End()
+	require.True(t, ok)
+	require.EqualValues(t, 5, seq)
+	require.Equal(t, "e5", id)
 }
