@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 )
@@ -39,4 +40,17 @@ func TestApplyRefusesGaps(t *testing.T) {
 	require.Equal(t, int32(0), st.GetRunning())
 	require.NoError(t, Apply(st, &eventv1.Event{Seq: 7, Type: EventCtxUpdated, PayloadJson: []byte(`{"values":{"k":2}}`)}))
 	require.JSONEq(t, `{"k":2}`, string(st.GetCtxJson()))
+}
+
+// FoldCopy is the event without its command, the original untouched.
+func TestFoldCopyDropsOnlyTheCommand(t *testing.T) {
+	ev := &eventv1.Event{EventId: "e1", ExecutionId: "x", Type: EventCommandIssued, Seq: 3, CommandId: "c1",
+		Command: &eventv1.Command{CommandId: "c1", ContextJson: []byte(`{"workload":{}}`)}}
+	c := FoldCopy(ev)
+	require.Nil(t, c.GetCommand())
+	require.NotNil(t, ev.GetCommand(), "the original keeps its command")
+	c.Command = ev.GetCommand()
+	require.True(t, proto.Equal(ev, c))
+	c.Seq = 9
+	require.EqualValues(t, 3, ev.GetSeq(), "a copy")
 }

@@ -23,6 +23,17 @@ func NewState(executionID string) *sbv1.ExecutionState {
 	return &sbv1.ExecutionState{ExecutionId: executionID, Steps: map[string]*sbv1.StepState{}}
 }
 
+// FoldCopy returns a copy of ev without the command a command.issued carries (its tools,
+// input and render scope, for workers), which no fold reads and which is most of such an
+// event's size: what a reader that only folds needs of it.
+func FoldCopy(ev *eventv1.Event) *eventv1.Event {
+	cmd := ev.Command
+	ev.Command = nil
+	c := proto.Clone(ev).(*eventv1.Event)
+	ev.Command = cmd
+	return c
+}
+
 // Apply folds one committed event into st. The event's seq must be st.Seq+1. Apply costs
 // O(size of the event), independent of the length of the log.
 func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {

@@ -522,11 +522,7 @@ func noticeCopy(ev *eventv1.Event) *eventv1.Event {
 	if ev.GetCommand() == nil {
 		return ev
 	}
-	cmd := ev.Command
-	ev.Command = nil
-	c := proto.Clone(ev).(*eventv1.Event)
-	ev.Command = cmd
-	return c
+	return domain.FoldCopy(ev)
 }
 
 // fits reports whether evs can ride in one commit notice.

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/auth"
@@ -184,9 +183,10 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 		return no("error")
 	}
 	size := 0
-	for _, ev := range events {
+	sizes := make([]int64, len(events))
+	for i, ev := range events {
 		n := proto.Size(ev)
-		size += n
+		size, sizes[i] = size+n, int64(n)
 		switch {
 		case ev.GetExecutionId() != id, domain.OutcomeRival(ev) != "":
 			out.Decided = false
@@ -202,15 +202,15 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 	}
 	// The decision's events, at the seqs and commit time the commit will give them.
 	commitTime := evs[len(evs)-1].GetCommitTime()
-	for _, ev := range events {
-		c := proto.Clone(ev).(*eventv1.Event)
+	for i, ev := range events {
+		c := domain.FoldCopy(ev) // a fan-out's commands are most of its decision, and no fold reads them
 		c.Seq, c.CommitTime = st.GetSeq()+1, commitTime
 		if err := domain.Apply(st, c); err != nil {
 			s.states.drop(id) // decide made an event its own fold refuses: let the notice path decide
 			out.Decided = false
 			return no("fold")
 		}
-		s.states.speculate(id, c.GetSeq(), c.GetEventId(), int64(proto.Size(c)))
+		s.states.speculate(id, c.GetSeq(), c.GetEventId(), sizes[i])
 	}
 	out.Events = events
 	if span.SpanContext().IsValid() {
