@@ -423,7 +423,12 @@ func (s *Service) waitOn(ctx context.Context, watch *notice.Watch, id, tenant st
 	// The terminal notice gave the log's head: a state the engine holds at exactly that
 	// head is the log's, and saves a read and fold of the whole log.
 	if endSeq, endID, ok := watch.End(); ok && s.Finals != nil && endSeq == out.Seq {
-		if st := s.Finals.FinalState(ctx, id, tenant, endSeq, endID); st != nil {
+		// Bounded: a shard held up (a slow read of the log) leaves the wait to the
+		// statebuilder rather than holding it.
+		fctx, cancel := context.WithTimeout(ctx, finalWait)
+		st := s.Finals.FinalState(fctx, id, tenant, endSeq, endID)
+		cancel()
+		if st != nil {
 			out.State = st
 			return out, nil
 		}
@@ -438,6 +443,9 @@ func (s *Service) waitOn(ctx context.Context, watch *notice.Watch, id, tenant st
 	}
 	return out, nil
 }
+
+// finalWait bounds how long a wait waits for the engine's final state (Finals).
+const finalWait = 250 * time.Millisecond
 
 // head reads an execution's head. A statebuilder older than GetExecutionHead (a rolling
 // upgrade) answers Unimplemented: its state says the same, at the cost of a fold.

@@ -152,9 +152,14 @@ type finals struct {
 	held  map[string]*sbv1.ExecutionState
 	heads map[string]string // id -> last event id
 	asked []string          // "id seq last" of each request
+	stuck bool              // answers only when the request's context ends
 }
 
-func (f *finals) FinalState(_ context.Context, id, tenant string, seq int64, lastID string) *sbv1.ExecutionState {
+func (f *finals) FinalState(ctx context.Context, id, tenant string, seq int64, lastID string) *sbv1.ExecutionState {
+	if f.stuck {
+		<-ctx.Done() // a shard held up: the wait gives up on it
+		return nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.asked = append(f.asked, fmt.Sprintf("%s %d %s", id, seq, lastID))
@@ -166,12 +171,14 @@ func (f *finals) FinalState(_ context.Context, id, tenant string, seq int64, las
 }
 
 // The terminal notice names the log's head: a wait takes the state the engine holds at
-// that head and reads none; when the engine holds none there, it reads the state once.
+// that head and reads none; when the engine holds none there, or does not answer in
+// time, it reads the state once.
 func TestWaitTakesTheEnginesStateAtTheTerminalHead(t *testing.T) {
-	for _, held := range []bool{true, false} {
-		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+	for _, c := range []struct{ held, stuck bool }{{true, false}, {false, false}, {true, true}} {
+		held := c.held && !c.stuck
+		t.Run(fmt.Sprintf("held=%v stuck=%v", c.held, c.stuck), func(t *testing.T) {
 			s, l, nc := waitFixture(t)
-			f := &finals{held: map[string]*sbv1.ExecutionState{}, heads: map[string]string{}}
+			f := &finals{held: map[string]*sbv1.ExecutionState{}, heads: map[string]string{}, stuck: c.stuck}
 			if held {
 				f.held["live"] = &sbv1.ExecutionState{ExecutionId: "live", Tenant: "t", Seq: 5, Status: eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, ResultJson: []byte(`"engine"`)}
 				f.heads["live"] = "e5"
@@ -195,7 +202,9 @@ func TestWaitTakesTheEnginesStateAtTheTerminalHead(t *testing.T) {
 			resp := <-done
 			require.True(t, resp.GetTerminal())
 			require.EqualValues(t, 5, resp.GetSeq())
-			require.Equal(t, []string{"live 5 e5"}, f.asked, "asked at the head the notice named")
+			if !c.stuck {
+				require.Equal(t, []string{"live 5 e5"}, f.asked, "asked at the head the notice named")
+			}
 			if held {
 				require.Equal(t, `"engine"`, string(resp.GetState().GetResultJson()))
 				require.Empty(t, l.states, "no read of the log")
