@@ -88,6 +88,7 @@ type Engine struct {
 	shardsMu sync.RWMutex
 	shards   []*shard
 	inline   *prometheus.CounterVec
+	finals   *prometheus.CounterVec
 }
 
 // New builds an engine.
@@ -117,7 +118,8 @@ func New(cfg Config, log *slog.Logger, js jetstream.JetStream, state sbv1.StateS
 	e.loopBuffer = loopResultsBufferBytes
 	e.redrives = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_reconcile_redrives_total", Help: "Stalled executions re-driven, by what was done."}, []string{"action"})
 	e.inline = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_inline_decisions_total", Help: "Executions the materializer asked to decide inside a commit, by answer (decided, or why not)."}, []string{"answer"})
-	reg.MustRegister(e.decisions, e.latency, e.fired, e.redrives, e.inline)
+	e.finals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "noetl_orchestrator_final_states_total", Help: "Waits that asked for the state an execution ended in, by answer: held (the engine's, no read of the log) or not_held (read from the statebuilder)."}, []string{"answer"})
+	reg.MustRegister(e.decisions, e.latency, e.fired, e.redrives, e.inline, e.finals)
 	return e
 }
 

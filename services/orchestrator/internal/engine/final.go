@@ -129,15 +129,21 @@ func (e *Engine) FinalState(ctx context.Context, id, tenant string, seq int64, l
 		}
 	}
 	e.shardsMu.RUnlock()
-	if !queued {
-		return nil
+	var st *sbv1.ExecutionState
+	if queued {
+		select {
+		case st = <-r.reply:
+		case <-ctx.Done():
+		}
 	}
-	select {
-	case st := <-r.reply:
-		return st
-	case <-ctx.Done():
-		return nil
+	if e.finals != nil {
+		answer := "held"
+		if st == nil {
+			answer = "not_held"
+		}
+		e.finals.WithLabelValues(answer).Inc()
 	}
+	return st
 }
 
 // final answers r on the execution's shard goroutine.
