@@ -32,6 +32,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -65,9 +66,11 @@ func PackSubject(c *eventv1.Command, partitions int) string {
 // Messages groups cmds into the NOETL_COMMANDS messages that carry them, in order: the
 // commands of one execution and pool share packs (up to MaxPack and maxPackBytes each;
 // one over a bound opens the next), and a group of one is the plain command under its own
-// subject and id. header, when set, gives the headers of a message from its first command
-// (a trace context); the pack's count is added to them.
-func Messages(cmds []*eventv1.Command, partitions int, header func(*eventv1.Command) nats.Header) ([]natsx.Message, error) {
+// subject and id. encoded, when not nil, is index-aligned with cmds: encoded[i], when not
+// nil, is cmds[i] already encoded (CommandOf), sent as it is rather than encoded again.
+// header, when set, gives the headers of a message from its first command (a trace
+// context); the pack's count is added to them.
+func Messages(cmds []*eventv1.Command, encoded [][]byte, partitions int, header func(*eventv1.Command) nats.Header) ([]natsx.Message, error) {
 	type pending struct {
 		first  *eventv1.Command
 		ids    []string
@@ -76,10 +79,16 @@ func Messages(cmds []*eventv1.Command, partitions int, header func(*eventv1.Comm
 	}
 	var order []*pending
 	open := map[[2]string]*pending{} // execution and pool -> the pack still being filled
-	for _, c := range cmds {
-		b, err := proto.Marshal(c)
-		if err != nil {
-			return nil, fmt.Errorf("command %s: %w", c.GetCommandId(), err)
+	for i, c := range cmds {
+		var b []byte
+		if encoded != nil {
+			b = encoded[i]
+		}
+		if b == nil {
+			var err error
+			if b, err = proto.Marshal(c); err != nil {
+				return nil, fmt.Errorf("command %s: %w", c.GetCommandId(), err)
+			}
 		}
 		key := [2]string{c.GetExecutionId(), c.GetPool()}
 		p := open[key]
@@ -112,6 +121,39 @@ func Messages(cmds []*eventv1.Command, partitions int, header func(*eventv1.Comm
 		msgs[i] = natsx.Message{Subject: PackSubject(p.first, partitions), MsgID: natsx.GroupMsgID("pack", p.ids), Data: data, Header: h}
 	}
 	return msgs, nil
+}
+
+// eventCommandField is the number of Event's command field.
+var eventCommandField = (&eventv1.Event{}).ProtoReflect().Descriptor().Fields().ByName("command").Number()
+
+// CommandOf returns the command an encoded event carries, as encoded inside it (a slice of
+// body, not a copy), or nil when it carries none, carries it more than once (which a
+// decoder merges) or does not parse. A command.issued's body so gives the command the
+// workers receive without encoding it again.
+func CommandOf(body []byte) []byte {
+	var cmd []byte
+	seen := false
+	for len(body) > 0 {
+		num, typ, n := protowire.ConsumeTag(body)
+		if n < 0 {
+			return nil
+		}
+		body = body[n:]
+		if num == eventCommandField && typ == protowire.BytesType {
+			v, n := protowire.ConsumeBytes(body)
+			if n < 0 || seen {
+				return nil
+			}
+			cmd, seen, body = v, true, body[n:]
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, body)
+		if n < 0 {
+			return nil
+		}
+		body = body[n:]
+	}
+	return cmd
 }
 
 // Commands returns the commands a NOETL_COMMANDS message holds, in order: its data for a

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -46,7 +47,7 @@ func TestMessagesPackOneExecutionsCommandsForOnePool(t *testing.T) {
 			cmds = append(cmds, command("y", "shared", 0), command("x", "system", 0))
 		}
 	}
-	msgs, err := Messages(cmds, 4, func(c *eventv1.Command) nats.Header { return nats.Header{"Trace": []string{c.GetCommandId()}} })
+	msgs, err := Messages(cmds, nil, 4, func(c *eventv1.Command) nats.Header { return nats.Header{"Trace": []string{c.GetCommandId()}} })
 	require.NoError(t, err)
 	want := [][]string{{}, {"y-shared-0"}, {"x-system-0"}, {}}
 	for i := range MaxPack + 3 {
@@ -71,10 +72,10 @@ func TestMessagesPackOneExecutionsCommandsForOnePool(t *testing.T) {
 	require.NoError(t, proto.Unmarshal(single.Data, c), "a lone command is the plain command")
 	require.True(t, proto.Equal(cmds[2], c))
 
-	again, err := Messages(cmds, 4, nil)
+	again, err := Messages(cmds, nil, 4, nil)
 	require.NoError(t, err)
 	require.Equal(t, msgs[0].MsgID, again[0].MsgID, "the same pack forwarded again has the same id")
-	other, err := Messages(cmds[1:], 4, nil)
+	other, err := Messages(cmds[1:], nil, 4, nil)
 	require.NoError(t, err)
 	require.NotEqual(t, msgs[0].MsgID, other[0].MsgID, "other commands, another id")
 }
@@ -87,13 +88,50 @@ func TestMessagesBoundPacksInBytes(t *testing.T) {
 		c.InputJson = []byte(strings.Repeat("a", natsx.MaxMessageBytes/3))
 		cmds = append(cmds, c)
 	}
-	msgs, err := Messages(cmds, 4, nil)
+	msgs, err := Messages(cmds, nil, 4, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 3)
 	for _, m := range msgs {
 		require.LessOrEqual(t, len(m.Data), natsx.MaxMessageBytes)
 	}
 	require.Equal(t, [][]string{{"x-shared-0", "x-shared-1"}, {"x-shared-2", "x-shared-3"}, {"x-shared-4", "x-shared-5"}}, ids(t, msgs))
+}
+
+// CommandOf slices the command out of an encoded command.issued: decoded, it is the
+// event's command; an event without one, one that carries it twice (a decoder merges the
+// two) or bytes that do not parse give nil, and Messages then encodes the command itself.
+func TestCommandOfIsTheEventsCommandAsEncoded(t *testing.T) {
+	c := command("x", "shared", 3)
+	c.ContextJson = []byte(`{"workload":{"n":1}}`)
+	ev := &eventv1.Event{EventId: "e1", ExecutionId: "x", Type: "command.issued", CommandId: c.GetCommandId(), Seq: 0, Command: c, PayloadJson: []byte(`{}`)}
+	body, err := proto.Marshal(ev)
+	require.NoError(t, err)
+	enc := CommandOf(body)
+	require.NotNil(t, enc)
+	got := &eventv1.Command{}
+	require.NoError(t, proto.Unmarshal(enc, got))
+	require.True(t, proto.Equal(c, got))
+
+	plain, err := proto.Marshal(&eventv1.Event{EventId: "e2", ExecutionId: "x", Type: "step.enter"})
+	require.NoError(t, err)
+	require.Nil(t, CommandOf(plain), "no command")
+	twice := protowire.AppendTag(append([]byte{}, body...), eventCommandField, protowire.BytesType)
+	twice = protowire.AppendBytes(twice, enc)
+	require.Nil(t, CommandOf(twice), "carried twice")
+	require.Nil(t, CommandOf(body[:len(body)-2]), "truncated")
+
+	// Messages sends an encoded command as it is, and encodes the others.
+	other := command("x", "shared", 4)
+	marker := append(append([]byte{}, enc...), protowire.AppendVarint(protowire.AppendTag(nil, 999, protowire.VarintType), 7)...) // an unknown field shows which bytes went out
+	msgs, err := Messages([]*eventv1.Command{c, other}, [][]byte{marker, nil}, 4, nil)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	pack := &eventv1.CommandPack{}
+	require.NoError(t, proto.Unmarshal(msgs[0].Data, pack))
+	require.Equal(t, marker, pack.GetCommands()[0], "the encoded command, as it was")
+	decoded := &eventv1.Command{}
+	require.NoError(t, proto.Unmarshal(pack.GetCommands()[1], decoded))
+	require.True(t, proto.Equal(other, decoded))
 }
 
 func TestMalformedPacksAreRefused(t *testing.T) {
@@ -119,7 +157,7 @@ func TestQueuedFindsCommandsAloneAndInPacks(t *testing.T) {
 	require.NoError(t, err)
 	pack := []*eventv1.Command{command("x", "shared", 0), command("x", "shared", 1), command("x", "shared", 2)}
 	lone := command("y", "shared", 0)
-	msgs, err := Messages(append(append([]*eventv1.Command{}, pack...), lone), 1, nil)
+	msgs, err := Messages(append(append([]*eventv1.Command{}, pack...), lone), nil, 1, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 2)
 	require.NoError(t, natsx.PublishAll(ctx, js, msgs))

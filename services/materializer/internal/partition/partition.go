@@ -419,12 +419,13 @@ func (l *loop) commit(ctx context.Context, jobs []*job) error {
 	// its command.issued (a pack of the commands of one execution and pool, commandbus, its
 	// first command's), a notice the execution's last event in the batch.
 	cmds := make([]*eventv1.Command, 0, len(res.Commands))
-	for _, c := range res.Commands {
+	encoded := make([][]byte, 0, len(res.Commands))
+	for i, c := range res.Commands {
 		if failpoint.Eval(failpoint.MaterializerLoseCommand) == nil {
-			cmds = append(cmds, c)
+			cmds, encoded = append(cmds, c), append(encoded, res.EncodedCommands[i])
 		}
 	}
-	out, err := commandbus.Messages(cmds, l.cfg.Partitions, func(c *eventv1.Command) nats.Header {
+	out, err := commandbus.Messages(cmds, encoded, l.cfg.Partitions, func(c *eventv1.Command) nats.Header {
 		h := spans.header(spans.byEventID[c.GetIssuedEventId()])
 		if t := res.DecisionTraces[c.GetExecutionId()]; h == nil && t != nil {
 			h = nats.Header{} // a decision taken inside the commit: its command continues it

@@ -73,6 +73,10 @@ func TestCommitDecidesInline(t *testing.T) {
 	require.Equal(t, 2, res.Decided)
 	require.Len(t, res.Commands, 1)
 	require.Equal(t, "a1-cmd", res.Commands[0].GetCommandId())
+	require.Len(t, res.EncodedCommands, 1, "index-aligned with the commands")
+	enc := &eventv1.Command{}
+	require.NoError(t, proto.Unmarshal(res.EncodedCommands[0], enc), "the command as the decision's body encodes it")
+	require.True(t, proto.Equal(res.Commands[0], enc))
 	require.Len(t, res.Notices, 1)
 	n := res.Notices[0]
 	require.Equal(t, int64(3), n.GetSeq())

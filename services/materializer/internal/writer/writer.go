@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/commandbus"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/failpoint"
 )
@@ -57,6 +58,10 @@ type Result struct {
 	// (newly or before), in order. Re-forwarding a duplicate's command is safe: the command
 	// publish is deduplicated by its id, and commands are at-least-once anyway.
 	Commands []*eventv1.Command
+	// EncodedCommands is index-aligned with Commands: each command as its command.issued's
+	// body encodes it (commandbus.CommandOf), nil when that body was not at hand; the
+	// forward sends these bytes instead of encoding the commands again.
+	EncodedCommands [][]byte
 	// Committed counts events inserted, the decisions' included.
 	Committed int
 	// Decided counts the events of decisions taken inside the commit (inline.go).
@@ -493,7 +498,11 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	}
 	for i, ev := range evs {
 		if ev.GetType() == domain.EventCommandIssued && ev.GetCommand() != nil && res.Outcomes[i] != Rejected {
-			res.Commands = append(res.Commands, ev.GetCommand())
+			var enc []byte
+			if bodies != nil {
+				enc = commandbus.CommandOf(bodies[i])
+			}
+			res.Commands, res.EncodedCommands = append(res.Commands, ev.GetCommand()), append(res.EncodedCommands, enc)
 		}
 	}
 	res.Decided = len(evs) - nIn

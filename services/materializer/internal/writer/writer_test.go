@@ -344,6 +344,7 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 	}
 	require.Len(t, res.Commands, 1)
 	require.Equal(t, "a3-cmd", res.Commands[0].GetCommandId(), "the command is still forwarded")
+	require.Equal(t, [][]byte{nil}, res.EncodedCommands, "no bodies given: the forward encodes it")
 
 	res, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a2", domain.EventStepEnter)}, nil)
 	require.NoError(t, err)

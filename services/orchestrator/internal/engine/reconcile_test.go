@@ -29,7 +29,7 @@ func TestLostCommandsLeavesQueuedCommandsAndPacksAlone(t *testing.T) {
 	}
 	x := []*eventv1.Command{cmd("x", 0), cmd("x", 1), cmd("x", 2)} // one pack
 	y := cmd("y", 0)                                               // alone
-	msgs, err := commandbus.Messages(append(append([]*eventv1.Command{}, x...), y), 4, nil)
+	msgs, err := commandbus.Messages(append(append([]*eventv1.Command{}, x...), y), nil, 4, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 2)
 	require.NoError(t, natsx.PublishAll(ctx, js, msgs))

@@ -170,6 +170,21 @@ func (f *finals) FinalState(ctx context.Context, id, tenant string, seq int64, l
 	return st
 }
 
+// waitOnLive starts a WaitExecution of the fixture's running execution and returns, once
+// the wait subscribed and read its head, where its answer will come.
+func waitOnLive(t *testing.T, s *Service, l *headLog) <-chan *orchv1.WaitExecutionResponse {
+	t.Helper()
+	l.headRead = make(chan string, 1)
+	done := make(chan *orchv1.WaitExecutionResponse, 1)
+	go func() {
+		resp, err := s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "live", Timeout: durationpb.New(time.Minute)})
+		assert.NoError(t, err)
+		done <- resp
+	}()
+	require.Equal(t, "live", <-l.headRead, "the wait subscribed and read the head")
+	return done
+}
+
 // The terminal notice names the log's head: a wait takes the state the engine holds at
 // that head and reads none; when the engine holds none there, or does not answer in
 // time, it reads the state once.
@@ -184,14 +199,7 @@ func TestWaitTakesTheEnginesStateAtTheTerminalHead(t *testing.T) {
 				f.heads["live"] = "e5"
 			}
 			s.Finals = f
-			l.headRead = make(chan string, 1)
-			done := make(chan *orchv1.WaitExecutionResponse, 1)
-			go func() {
-				resp, err := s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "live", Timeout: durationpb.New(time.Minute)})
-				assert.NoError(t, err)
-				done <- resp
-			}()
-			require.Equal(t, "live", <-l.headRead)
+			done := waitOnLive(t, s, l)
 			l.mu.Lock()
 			l.execs["live"].Seq, l.execs["live"].Status = 5, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED
 			l.mu.Unlock()
@@ -222,14 +230,7 @@ func TestWaitWithoutATerminalHeadReadsTheState(t *testing.T) {
 	s, l, nc := waitFixture(t)
 	f := &finals{}
 	s.Finals = f
-	l.headRead = make(chan string, 1)
-	done := make(chan *orchv1.WaitExecutionResponse, 1)
-	go func() {
-		resp, err := s.WaitExecution(context.Background(), &orchv1.WaitExecutionRequest{Tenant: "t", ExecutionId: "live", Timeout: durationpb.New(time.Minute)})
-		assert.NoError(t, err)
-		done <- resp
-	}()
-	require.Equal(t, "live", <-l.headRead)
+	done := waitOnLive(t, s, l)
 	l.commit(t, nc, "live", 4, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED)
 	resp := <-done
 	require.True(t, resp.GetTerminal())

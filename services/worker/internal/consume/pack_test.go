@@ -67,7 +67,7 @@ func TestAPackIsAckedOnceEveryCommandPublished(t *testing.T) {
 				Tools:       []*eventv1.ToolCall{{Kind: kind, ConfigJson: []byte(`{"kind":"` + kind + `"}`)}},
 				ContextJson: []byte(`{"execution_id":"` + exec + `","workload":{},"ctx":{}}`)})
 		}
-		msgs, err := commandbus.Messages(cmds, 1, nil)
+		msgs, err := commandbus.Messages(cmds, nil, 1, nil)
 		require.NoError(t, err)
 		require.Len(t, msgs, 1, "one pack")
 		return msgs
