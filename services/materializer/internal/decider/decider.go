@@ -72,16 +72,42 @@ func (s *Stream) DecideCommitting(ctx context.Context, req *orchv1.DecideCommitt
 	if s.unary.Load() {
 		return s.client.DecideCommitting(ctx, req, opts...)
 	}
+	return s.Ask(ctx, req)()
+}
+
+// Ask sends req now, in the caller's goroutine, and returns what waits for its answer: a
+// caller with other work meanwhile (the writer's first round trip) needs no goroutine of
+// its own to ask, and the answer reaches it in one hand-over. The wait must be called
+// (it forgets the call), and ends with ctx as DecideCommitting does. Against an
+// orchestrator without DecideStream the call goes unary, on a goroutine.
+func (s *Stream) Ask(ctx context.Context, req *orchv1.DecideCommittingRequest) (wait func() (*orchv1.DecideCommittingResponse, error)) {
+	if s.unary.Load() {
+		type result struct {
+			resp *orchv1.DecideCommittingResponse
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() {
+			resp, err := s.client.DecideCommitting(ctx, req)
+			done <- result{resp, err}
+		}()
+		return func() (*orchv1.DecideCommittingResponse, error) {
+			r := <-done
+			return r.resp, r.err
+		}
+	}
+	failed := func(err error) func() (*orchv1.DecideCommittingResponse, error) {
+		return func() (*orchv1.DecideCommittingResponse, error) { return nil, err }
+	}
 	ss, err := s.session()
 	if err != nil {
-		return nil, err
+		return failed(err)
 	}
 	id := s.nextID.Add(1)
 	answer := make(chan *orchv1.DecideCommittingResponse, 1)
 	if !ss.await(id, answer) {
-		return nil, ss.err
+		return failed(ss.err)
 	}
-	defer ss.forget(id)
 	timeout := defaultTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
@@ -95,17 +121,21 @@ func (s *Stream) DecideCommitting(ctx context.Context, req *orchv1.DecideCommitt
 	ss.sendMu.Unlock()
 	giveUp()
 	if err != nil {
+		ss.forget(id)
 		// Send reports io.EOF for a stream the server ended; the reason is Recv's.
 		<-ss.done
-		return nil, ss.err
+		return failed(ss.err)
 	}
-	select {
-	case resp := <-answer:
-		return resp, nil
-	case <-ss.done:
-		return nil, ss.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	return func() (*orchv1.DecideCommittingResponse, error) {
+		defer ss.forget(id)
+		select {
+		case resp := <-answer:
+			return resp, nil
+		case <-ss.done:
+			return nil, ss.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 

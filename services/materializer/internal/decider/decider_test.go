@@ -147,6 +147,49 @@ func TestConcurrentCallsGetTheirOwnAnswers(t *testing.T) {
 	}
 }
 
+// Ask has sent its call when it returns: the server holds it before anyone waits for the
+// answer (the writer's first round trip runs meanwhile), and each wait gets its own call's
+// answer, also against an orchestrator without streams.
+func TestAskSendsBeforeItsWait(t *testing.T) {
+	for _, streams := range []bool{true, false} {
+		t.Run(fmt.Sprintf("streams=%v", streams), func(t *testing.T) {
+			o := &orchestrator{group: 2} // answers only once two calls arrived
+			var srv orchv1.DecisionServiceServer = streamingOrchestrator{o}
+			if !streams {
+				srv = o
+			}
+			s := New(serve(t, srv))
+			defer s.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if !streams {
+				_, err := ask(ctx, s, "probe")
+				require.Equal(t, codes.Unimplemented, status.Code(err), "the first call finds no streams")
+			}
+			req := func(id string) *orchv1.DecideCommittingRequest {
+				return &orchv1.DecideCommittingRequest{Executions: []*orchv1.CommittingExecution{{ExecutionId: id}}}
+			}
+			waitA := s.Ask(ctx, req("a"))
+			if streams {
+				testkit.WaitFor(t, 10*time.Second, func() error {
+					o.mu.Lock()
+					defer o.mu.Unlock()
+					if len(o.timeouts) != 1 {
+						return fmt.Errorf("%d calls at the server", len(o.timeouts))
+					}
+					return nil
+				})
+			}
+			waitB := s.Ask(ctx, req("b"))
+			for id, wait := range map[string]func() (*orchv1.DecideCommittingResponse, error){"b": waitB, "a": waitA} {
+				resp, err := wait()
+				require.NoError(t, err)
+				require.Equal(t, id, resp.GetDecisions()[0].GetReason())
+			}
+		})
+	}
+}
+
 // A stream that ends fails the calls waiting on it with its error; the next call opens a
 // new stream.
 func TestAFailedStreamFailsItsCallsAndIsReplaced(t *testing.T) {

@@ -259,8 +259,10 @@ func (w *Writer) noteHeads(execs []string, state map[string]*execState, lastIDs 
 // this writer last committed and assuming every event of the batch is new: the answer
 // about an execution is taken only if the lock finds it so.
 type earlyAsk struct {
-	req    *orchv1.DecideCommittingRequest
-	done   chan struct{}
+	req *orchv1.DecideCommittingRequest
+	// answer waits for the call's answer; wait calls it once, in the writer's goroutine.
+	answer func() (*orchv1.DecideCommittingResponse, error)
+	waited bool
 	resp   *orchv1.DecideCommittingResponse
 	err    error
 	cancel context.CancelFunc
@@ -314,17 +316,44 @@ func (w *Writer) askEarly(ctx context.Context, evs []*eventv1.Event, distinct []
 		return nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, DecideTimeout)
-	a := &earlyAsk{req: req, done: make(chan struct{}), cancel: cancel}
+	a := &earlyAsk{req: req, cancel: cancel}
+	if as, ok := w.Decide.(asker); ok && size <= earlySendMax {
+		// Sent now, in this goroutine: starting one to send cost a chain step about a
+		// tenth of its latency in scheduling, and its answer a second hand-over.
+		a.answer = as.Ask(cctx, req)
+		return a
+	}
+	// A large request is encoded on a goroutine of its own, beside the first round trip.
+	done := make(chan struct{})
+	var resp *orchv1.DecideCommittingResponse
+	var err error
 	go func() {
-		defer close(a.done)
-		a.resp, a.err = w.Decide.DecideCommitting(cctx, req)
+		defer close(done)
+		resp, err = w.Decide.DecideCommitting(cctx, req)
 	}()
+	a.answer = func() (*orchv1.DecideCommittingResponse, error) {
+		<-done
+		return resp, err
+	}
 	return a
 }
 
-// wait returns the early call's answer.
+// asker is a Decider that sends a call apart from waiting for its answer (decider.Stream).
+type asker interface {
+	Ask(ctx context.Context, req *orchv1.DecideCommittingRequest) (wait func() (*orchv1.DecideCommittingResponse, error))
+}
+
+// earlySendMax is the largest early request (its events' encoded size) sent in the
+// writer's own goroutine; a larger one is encoded on a goroutine beside the first round
+// trip.
+const earlySendMax = 32 << 10
+
+// wait returns the early call's answer, waiting for it the first time.
 func (a *earlyAsk) wait() (*orchv1.DecideCommittingResponse, error) {
-	<-a.done
+	if !a.waited {
+		a.resp, a.err = a.answer()
+		a.waited = true
+	}
 	return a.resp, a.err
 }
 
@@ -334,7 +363,7 @@ func (a *earlyAsk) stop() {
 		return
 	}
 	a.cancel()
-	<-a.done
+	_, _ = a.wait()
 }
 
 // validDecision reports whether every answered event belongs to the execution, has an id
