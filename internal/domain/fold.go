@@ -25,7 +25,8 @@ func NewState(executionID string) *sbv1.ExecutionState {
 
 // FoldCopy returns a copy of ev without the command a command.issued carries (its tools,
 // input and render scope, for workers), which no fold reads and which is most of such an
-// event's size: what a reader that only folds needs of it.
+// event's size: what a reader that only folds needs of it. It sets ev's command aside
+// while it copies, so ev must not be read elsewhere meanwhile.
 func FoldCopy(ev *eventv1.Event) *eventv1.Event {
 	cmd := ev.Command
 	ev.Command = nil
