@@ -15,30 +15,42 @@ import (
 	"github.com/noetl/noetl/internal/testkit"
 )
 
+// watchOf starts a NATS server and a Watch of the execution exec on it, and returns the
+// connection, the Watch and what publishes a notice (on its own execution's subject) and
+// flushes it.
+func watchOf(t *testing.T, exec string) (*nats.Conn, *Watch, func(*eventv1.CommitNotice)) {
+	t.Helper()
+	nc, err := nats.Connect(testkit.StartNATS(t))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	w, err := Subscribe(nc, exec)
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	return nc, w, func(n *eventv1.CommitNotice) {
+		t.Helper()
+		b, err := proto.Marshal(n)
+		require.NoError(t, err)
+		require.NoError(t, nc.Publish(natsx.CommittedSubject(n.GetExecutionId(), 16), b))
+		require.NoError(t, nc.Flush())
+	}
+}
+
 // A Watch reports the highest seq over every notice so far and stays terminal once a
 // terminal notice arrived, whatever order notices come in and however many arrive
 // between two Nexts; another execution's notices do not wake it; Next ends with its
 // context; Known reports the same fold without waiting.
 func TestWatchFoldsTheNoticesOfItsExecution(t *testing.T) {
-	nc, err := nats.Connect(testkit.StartNATS(t))
-	require.NoError(t, err)
-	defer nc.Close()
-	w, err := Subscribe(nc, "e1")
-	require.NoError(t, err)
-	defer w.Close()
+	nc, w, send := watchOf(t, "e1")
 	publish := func(exec string, seq int64, terminal bool) {
 		t.Helper()
-		b, err := proto.Marshal(&eventv1.CommitNotice{ExecutionId: exec, Seq: seq, Terminal: terminal})
-		require.NoError(t, err)
-		require.NoError(t, nc.Publish(natsx.CommittedSubject(exec, 16), b))
-		require.NoError(t, nc.Flush())
+		send(&eventv1.CommitNotice{ExecutionId: exec, Seq: seq, Terminal: terminal})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	// Nothing yet: Next waits, and ends with its context.
 	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, _, err = w.Next(short)
+	_, _, err := w.Next(short)
 	stop()
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
@@ -82,23 +94,11 @@ func TestWatchFoldsTheNoticesOfItsExecution(t *testing.T) {
 // End reports the head the first terminal notice named: its seq and the id of its last
 // event, which a later terminal notice (a re-sent one) does not change.
 func TestWatchEndIsTheFirstTerminalNoticesHead(t *testing.T) {
-	nc, err := nats.Connect(testkit.StartNATS(t))
-	require.NoError(t, err)
-	defer nc.Close()
-	w, err := Subscribe(nc, "e1")
-	require.NoError(t, err)
-	defer w.Close()
-	publish := func(n *eventv1.CommitNotice) {
-		t.Helper()
-		b, err := proto.Marshal(n)
-		require.NoError(t, err)
-		require.NoError(t, nc.Publish(natsx.CommittedSubject("e1", 16), b))
-		require.NoError(t, nc.Flush())
-	}
+	_, w, publish := watchOf(t, "e1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	publish(&eventv1.CommitNotice{ExecutionId: "e1", Seq: 3, LastEventId: "e3"})
-	_, _, err = w.Next(ctx)
+	_, _, err := w.Next(ctx)
 	require.NoError(t, err)
 	_, _, ok := w.End()
 	require.False(t, ok, "not ended yet")
