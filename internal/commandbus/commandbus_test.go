@@ -150,9 +150,7 @@ func TestMalformedPacksAreRefused(t *testing.T) {
 // then the pack's members); once the pool has acked them, neither.
 func TestQueuedFindsCommandsAloneAndInPacks(t *testing.T) {
 	ctx := context.Background()
-	_, js, err := natsx.Connect(testkit.StartNATS(t), "test")
-	require.NoError(t, err)
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
+	_, js := testkit.StartJetStream(t)
 	stream, err := js.Stream(ctx, natsx.StreamCommands)
 	require.NoError(t, err)
 	pack := []*eventv1.Command{command("x", "shared", 0), command("x", "shared", 1), command("x", "shared", 2)}

@@ -20,9 +20,7 @@ import (
 
 func newStreams(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	_, js, err := natsx.Connect(testkit.StartNATS(t), "test")
-	require.NoError(t, err)
-	require.NoError(t, natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{}))
+	_, js := testkit.StartJetStream(t)
 	return js
 }
 

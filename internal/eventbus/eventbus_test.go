@@ -21,10 +21,8 @@ import (
 // batch message per partition (so a republished call is one message: the stream drops the
 // copy), that a lone event travels plain under its id, and that PublishNew tells a repeat.
 func TestPublishPacksAPartitionsEventsAndDedupes(t *testing.T) {
-	_, js, err := natsx.Connect(testkit.StartNATS(t), "test")
-	require.NoError(t, err)
+	_, js := testkit.StartJetStream(t)
 	ctx := context.Background()
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
 	evs := []*eventv1.Event{{EventId: "e1", ExecutionId: "x1", Type: "a"}, {EventId: "e2", ExecutionId: "x1", Type: "b"}}
 	require.NoError(t, eventbus.Publish(ctx, js, 4, evs))
 	require.NoError(t, eventbus.Publish(ctx, js, 4, evs)) // a retried decision: dropped
@@ -65,10 +63,8 @@ func TestPublishPacksAPartitionsEventsAndDedupes(t *testing.T) {
 // go out as several messages, in order, and that an event over the message limit fails
 // the publish before anything is published.
 func TestPublishBoundsEachBatch(t *testing.T) {
-	_, js, err := natsx.Connect(testkit.StartNATS(t), "test")
-	require.NoError(t, err)
+	_, js := testkit.StartJetStream(t)
 	ctx := context.Background()
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
 	big := &eventv1.Event{EventId: "big", ExecutionId: "x1", Type: "a", PayloadJson: make([]byte, natsx.MaxMessageBytes+1)}
 	require.ErrorIs(t, eventbus.Publish(ctx, js, 4, []*eventv1.Event{{EventId: "small", ExecutionId: "x1", Type: "a"}, big}), natsx.ErrMessageTooLarge)
 	var evs []*eventv1.Event

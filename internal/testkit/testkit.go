@@ -23,8 +23,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/noetl/noetl/internal/platform/natsembed"
+	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/pgembed"
 	"github.com/noetl/noetl/internal/platform/pgxext"
 	"github.com/noetl/noetl/internal/schema"
@@ -208,6 +211,22 @@ func StartNATS(t testing.TB) string {
 	}
 	t.Cleanup(s.Shutdown)
 	return s.ClientURL()
+}
+
+// StartJetStream starts a NATS server as StartNATS does, connects to it and declares the
+// mesh's streams (natsx.EnsureStreams, one replica): what a test of a publisher or a
+// consumer of those streams needs. The connection closes when the test ends.
+func StartJetStream(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, js, err := natsx.Connect(StartNATS(t), t.Name())
+	if err != nil {
+		t.Fatal("testkit:", err)
+	}
+	t.Cleanup(nc.Close)
+	if err := natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{}); err != nil {
+		t.Fatal("testkit:", err)
+	}
+	return nc, js
 }
 
 // WaitFor calls cond until it returns nil, backing off from 1 ms to 100 ms

@@ -43,7 +43,7 @@ func TestTraceContextTravelsInHeaders(t *testing.T) {
 }
 
 func TestPublishAllCarriesTheTrace(t *testing.T) {
-	nc, js := connect(t)
+	nc, js := testkit.StartJetStream(t)
 	ctx := context.Background()
 	sub, err := nc.SubscribeSync("noetl.events.>")
 	require.NoError(t, err)
@@ -74,7 +74,7 @@ func TestPublishAllCarriesTheTrace(t *testing.T) {
 // itself: the backlog of a consumer no one pulls from is reported, then what a pull takes
 // moves from pending to in flight.
 func TestLagMonitorReportsABacklogNobodyConsumes(t *testing.T) {
-	_, js := connect(t)
+	_, js := testkit.StartJetStream(t)
 	ctx := context.Background()
 	cons, err := js.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{
 		Durable: "worker-blue", FilterSubject: natsx.PoolSubjects("blue"), AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 64,
@@ -145,15 +145,6 @@ func TestLagMonitorReportsABacklogNobodyConsumes(t *testing.T) {
 	require.Positive(t, series(t, reg, "noetl_nats_consumer_info_errors_total", "green"))
 }
 
-func connect(t *testing.T) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	nc, js, err := natsx.Connect(testkit.StartNATS(t), "test")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	require.NoError(t, natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{}))
-	return nc, js
-}
-
 // series returns the value of the series of name for pool, gathered from reg.
 func series(t *testing.T, reg *prometheus.Registry, name, pool string) float64 {
 	t.Helper()
@@ -191,18 +182,8 @@ func TestUntracedServicePassesTheTraceOn(t *testing.T) {
 	require.Equal(t, in.Get("traceparent"), out.Get("traceparent"))
 }
 
-// withStreams connects to a NATS server of its own with the mesh's streams declared.
-func withStreams(t *testing.T) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	nc, js, err := natsx.Connect(testkit.StartNATS(t), "t")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	require.NoError(t, natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{}))
-	return nc, js
-}
-
 func TestEnsureStreamsLeavesUnchangedStreamsAlone(t *testing.T) {
-	nc, js := withStreams(t)
+	nc, js := testkit.StartJetStream(t)
 	ctx := context.Background()
 	before := map[string]time.Time{}
 	for _, name := range []string{natsx.StreamEvents, natsx.StreamCommands, natsx.StreamCommitted} {
@@ -245,7 +226,7 @@ func TestOversizedMessagesAreRefusedAndCounted(t *testing.T) {
 // TestCommandQueuedUntilItsWorkerAcks follows one command through the commands stream: held
 // while queued and while a worker holds it unacked, gone once acked.
 func TestCommandQueuedUntilItsWorkerAcks(t *testing.T) {
-	_, js := connect(t)
+	_, js := testkit.StartJetStream(t)
 	ctx := context.Background()
 	cons, err := js.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{
 		Durable: "worker-amber", FilterSubject: natsx.PoolSubjects("amber"), AckPolicy: jetstream.AckExplicitPolicy,
@@ -317,7 +298,7 @@ func TestCommandsStreamKeepsOneKeeperNoPoolReceives(t *testing.T) {
 // PublishWindowed stores every message once and in order however small its window, and
 // with a window of one it still gets every ack.
 func TestPublishWindowedStoresAllInOrder(t *testing.T) {
-	_, js := connect(t)
+	_, js := testkit.StartJetStream(t)
 	ctx := context.Background()
 	for _, window := range []int{1, 7, 1000} {
 		var msgs []natsx.Message
@@ -346,7 +327,7 @@ func TestPublishWindowedStoresAllInOrder(t *testing.T) {
 // subjects, and none of the mesh's other messages about that execution, whatever its
 // partition; AdvancedSubject is in no stream.
 func TestNoticeWildcardMatchesOnlyAnExecutionsNotices(t *testing.T) {
-	nc, js := withStreams(t)
+	nc, js := testkit.StartJetStream(t)
 	ctx := context.Background()
 	const id = "x1"
 	got := make(chan string, 16)

@@ -19,9 +19,7 @@ import (
 // (at-least-once, as documented in commandbus).
 func TestLostCommandsLeavesQueuedCommandsAndPacksAlone(t *testing.T) {
 	ctx := context.Background()
-	_, js, err := natsx.Connect(testkit.StartNATS(t), "test")
-	require.NoError(t, err)
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
+	_, js := testkit.StartJetStream(t)
 	commands, err := js.Stream(ctx, natsx.StreamCommands)
 	require.NoError(t, err)
 	cmd := func(exec string, i int) *eventv1.Command {

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
-	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -32,10 +31,7 @@ func (h heads) GetExecutionHead(_ context.Context, req *sbv1.GetExecutionHeadReq
 // asks the log before it gives up: a start the log holds succeeds, one it does not hold is
 // Unavailable, naming the execution.
 func TestStartThatHearsNoNoticeAsksTheLog(t *testing.T) {
-	nc, js, err := natsx.Connect(testkit.StartNATS(t), "t")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	require.NoError(t, natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{}))
+	nc, js := testkit.StartJetStream(t)
 	tooLarge := func() error { return status.Error(codes.ResourceExhausted, "too large") }
 	for _, found := range []bool{true, false} {
 		// No materializer runs: the start is published, and nothing commits or announces it.

@@ -11,7 +11,6 @@ import (
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
-	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/testkit"
 )
 
@@ -20,10 +19,7 @@ import (
 // that follows takes it from there (Watch.Known) instead of waiting out its time. It
 // reads no head and the final state once, at the terminal seq.
 func TestStartThatWaitsEndsOnItsOwnSubscription(t *testing.T) {
-	nc, js, err := natsx.Connect(testkit.StartNATS(t), "t")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	require.NoError(t, natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{}))
+	nc, js := testkit.StartJetStream(t)
 	l := &headLog{execs: map[string]*sbv1.ExecutionState{}}
 	s := &Service{NC: nc, JS: js, Partitions: 16, State: l, StartTimeout: 30 * time.Second, Waiters: make(chan struct{}, 1)}
 
