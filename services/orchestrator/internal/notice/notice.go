@@ -22,18 +22,11 @@ func noticeField(name protoreflect.Name) protowire.Number {
 	return (&eventv1.CommitNotice{}).ProtoReflect().Descriptor().Fields().ByName(name).Number()
 }
 
-// Progress reads only seq and terminal from a marshalled CommitNotice, skipping the
-// rest unparsed: a notice can carry up to the notice budget of events, and a waiter needs
-// none of them. As proto.Unmarshal does, the last occurrence of a field wins and a field
-// of an unexpected wire type is passed over; bytes that are not a well-formed message are
-// an error.
-func Progress(b []byte) (seq int64, terminal bool, err error) {
-	seq, terminal, _, err = Head(b)
-	return seq, terminal, err
-}
-
-// Head is Progress that also reads the notice's last_event_id: the id of the event at seq
-// ("" when the notice does not say).
+// Head reads only seq, terminal and last_event_id (the id of the event at seq, "" when
+// the notice does not say) from a marshalled CommitNotice, skipping the rest unparsed: a
+// notice can carry up to the notice budget of events, and a waiter needs none of them. As
+// proto.Unmarshal does, the last occurrence of a field wins and a field of an unexpected
+// wire type is passed over; bytes that are not a well-formed message are an error.
 func Head(b []byte) (seq int64, terminal bool, lastID string, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)

@@ -25,7 +25,7 @@ func carryingNotice(seq int64, terminal bool, events int) *eventv1.CommitNotice 
 	return n
 }
 
-func TestNoticeProgressReadsWhatUnmarshalReads(t *testing.T) {
+func TestNoticeHeadReadsWhatUnmarshalReads(t *testing.T) {
 	t.Parallel()
 	for _, n := range []*eventv1.CommitNotice{
 		{},
@@ -41,10 +41,6 @@ func TestNoticeProgressReadsWhatUnmarshalReads(t *testing.T) {
 		require.NoError(t, err)
 		var full eventv1.CommitNotice
 		require.NoError(t, proto.Unmarshal(b, &full))
-		seq, terminal, err := Progress(b)
-		require.NoError(t, err)
-		require.Equal(t, full.GetSeq(), seq)
-		require.Equal(t, full.GetTerminal(), terminal)
 		seq, terminal, lastID, err := Head(b)
 		require.NoError(t, err)
 		require.Equal(t, full.GetSeq(), seq)
@@ -58,7 +54,7 @@ func withLast(n *eventv1.CommitNotice, id string) *eventv1.CommitNotice {
 	return n
 }
 
-func TestNoticeProgressLastFieldWinsAndUnknownFieldsAreSkipped(t *testing.T) {
+func TestNoticeHeadLastFieldWinsAndUnknownFieldsAreSkipped(t *testing.T) {
 	t.Parallel()
 	b, err := proto.Marshal(&eventv1.CommitNotice{Seq: 3, Terminal: true})
 	require.NoError(t, err)
@@ -70,7 +66,7 @@ func TestNoticeProgressLastFieldWinsAndUnknownFieldsAreSkipped(t *testing.T) {
 	b = protowire.AppendVarint(b, 0)
 	var full eventv1.CommitNotice
 	require.NoError(t, proto.Unmarshal(b, &full))
-	seq, terminal, err := Progress(b)
+	seq, terminal, _, err := Head(b)
 	require.NoError(t, err)
 	require.Equal(t, int64(9), seq)
 	require.Equal(t, full.GetSeq(), seq)
@@ -78,7 +74,7 @@ func TestNoticeProgressLastFieldWinsAndUnknownFieldsAreSkipped(t *testing.T) {
 	require.Equal(t, full.GetTerminal(), terminal)
 }
 
-func TestNoticeProgressRefusesMalformedBytes(t *testing.T) {
+func TestNoticeHeadRefusesMalformedBytes(t *testing.T) {
 	t.Parallel()
 	b, err := proto.Marshal(carryingNotice(5, true, 2))
 	require.NoError(t, err)
@@ -87,15 +83,15 @@ func TestNoticeProgressRefusesMalformedBytes(t *testing.T) {
 		"bad tag":          {0x00},
 		"truncated varint": {0x18, 0xff},
 	} {
-		_, _, err := Progress(bad)
+		_, _, _, err := Head(bad)
 		require.Error(t, err, name)
 		require.Error(t, proto.Unmarshal(bad, &eventv1.CommitNotice{}), name)
 	}
 }
 
-// BenchmarkNoticeProgress compares a waiter's read of a notice carrying 20 events: the
+// BenchmarkNoticeHead compares a waiter's read of a notice carrying 20 events: the
 // whole message (what WaitExecution did) against the two fields it uses.
-func BenchmarkNoticeProgress(b *testing.B) {
+func BenchmarkNoticeHead(b *testing.B) {
 	data, err := proto.Marshal(carryingNotice(100, false, 20))
 	require.NoError(b, err)
 	b.Run("unmarshal", func(b *testing.B) {
@@ -110,7 +106,7 @@ func BenchmarkNoticeProgress(b *testing.B) {
 	b.Run("fields", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, err := Progress(data); err != nil {
+			if _, _, _, err := Head(data); err != nil {
 				b.Fatal(err)
 			}
 		}
