@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -55,7 +56,7 @@ func (k *endedKeep) keep(st *sbv1.ExecutionState, n int64) {
 	if old, ok := k.byID[id]; ok {
 		k.bytes -= old.bytes
 		delete(k.byID, id)
-		k.order = removeID(k.order, id)
+		k.order = slices.DeleteFunc(k.order, func(x string) bool { return x == id })
 	}
 	for len(k.order) > 0 && (len(k.order) >= endedKeepCount || k.bytes+n > endedKeepBytes) {
 		oldest := k.order[0]
@@ -71,15 +72,6 @@ func (k *endedKeep) keep(st *sbv1.ExecutionState, n int64) {
 // get returns the kept state of an execution, or nil.
 func (k *endedKeep) get(id string) *sbv1.ExecutionState {
 	return k.byID[id].st
-}
-
-func removeID(ids []string, id string) []string {
-	for i, x := range ids {
-		if x == id {
-			return append(ids[:i], ids[i+1:]...)
-		}
-	}
-	return ids
 }
 
 // keepEnded moves the state an execution ended in from the cache to the ended keep, when

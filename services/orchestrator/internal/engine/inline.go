@@ -48,6 +48,9 @@ type inlineRequest struct {
 	ctx   context.Context
 	exec  *orchv1.CommittingExecution
 	reply chan *orchv1.Decision
+	// size bounds the encoded size of a decision with events, set by the shard before it
+	// replies: the answer's bound then measures none of its events again.
+	size int
 }
 
 // inlineAnswerMax bounds the encoded events answered for one execution.
@@ -103,7 +106,8 @@ func (e *Engine) DecideCommitting(ctx context.Context, req *orchv1.DecideCommitt
 			e.inline.WithLabelValues(reason).Inc()
 			d = &orchv1.Decision{ExecutionId: x.GetExecutionId(), Reason: reason}
 		}
-		if size += proto.Size(d); size > inlineResponseMax && len(d.GetEvents()) > 0 {
+		n := reqs[i].answerSize(d)
+		if size += n; size > inlineResponseMax && len(d.GetEvents()) > 0 {
 			// Over what one answer carries: decided after its notice (which drops the
 			// state this decision speculated).
 			e.inline.WithLabelValues("too_large").Inc()
@@ -112,6 +116,23 @@ func (e *Engine) DecideCommitting(ctx context.Context, req *orchv1.DecideCommitt
 		resp.Decisions[i] = d
 	}
 	return resp
+}
+
+// answerBound bounds the encoded size of d, whose events' sizes add up to eventsSize: each
+// event costs its size plus a tag and a length in the answer (under 8 bytes for events
+// under inlineAnswerMax), and the rest is the decision's own fields.
+func answerBound(d *orchv1.Decision, eventsSize int) int {
+	return eventsSize + 8*len(d.GetEvents()) + proto.Size(&orchv1.Decision{ExecutionId: d.GetExecutionId(), Decided: d.GetDecided(), Reason: d.GetReason(), Trace: d.GetTrace()})
+}
+
+// answerSize bounds d's encoded size: the bound its shard measured when d is the
+// decision with events it answered r with, d's own size otherwise (a decision without
+// events is a few bytes).
+func (r *inlineRequest) answerSize(d *orchv1.Decision) int {
+	if r != nil && len(d.GetEvents()) > 0 && r.size > 0 {
+		return r.size
+	}
+	return proto.Size(d)
 }
 
 // decideInline runs on the execution's shard goroutine.
@@ -218,6 +239,7 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 		telemetry.Propagator.Inject(ctx, c)
 		out.Trace = c
 	}
+	r.size = answerBound(out, size)
 	// s.decided is left alone: it names states decided after their notices, and this
 	// answer may yet not be committed (its notice then asks for the decision).
 	e.wakeFor(events)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -161,4 +162,25 @@ func TestLargeDecisionIsTakenOnlyOnItsState(t *testing.T) {
 	s = kept()
 	s.keepLargeFor(&eventv1.CommitNotice{ExecutionId: "x", Seq: 1})
 	require.Nil(t, s.large, "a notice without its events")
+}
+
+// answerBound is never below a decision's encoded size, however many and however large
+// its events (up to the per-execution bound), so the call's bound holds without measuring
+// the events again.
+func TestAnswerBoundIsAnUpperBound(t *testing.T) {
+	for _, sizes := range [][]int{{}, {0}, {10, 20, 30}, {1 << 20, 1 << 20, 1<<20 + 7}, {127, 128, 16383, 16384, 2097151}} {
+		d := &orchv1.Decision{ExecutionId: "01a23f0c-68aa-7055-a14c-d9147bf0605a", Decided: true, Trace: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+		total := 0
+		for i, n := range sizes {
+			e := &eventv1.Event{EventId: fmt.Sprintf("e%d", i), PayloadJson: make([]byte, n)}
+			d.Events = append(d.Events, e)
+			total += proto.Size(e)
+		}
+		for range 200 { // and many small ones
+			e := &eventv1.Event{EventId: "x"}
+			d.Events = append(d.Events, e)
+			total += proto.Size(e)
+		}
+		require.GreaterOrEqual(t, answerBound(d, total), proto.Size(d), "sizes %v", sizes)
+	}
 }
