@@ -75,14 +75,12 @@ func (k *endedKeep) get(id string) *sbv1.ExecutionState {
 }
 
 // keepEnded moves the state an execution ended in from the cache to the ended keep, when
-// its terminal notice n confirms it: the notice names the state's head (a commit decided
-// inside it, whose notice carries no events), or carries the events that bring the state
-// to its seq.
+// its terminal notice n confirms it (applyCarried): the notice names the state's head (a
+// commit decided inside it, whose notice carries no events), or carries the events that
+// bring the state to its seq.
 func (s *shard) keepEnded(n *eventv1.CommitNotice, size int64) {
 	id := n.GetExecutionId()
-	if st := s.states.get(id); st != nil && st.GetSeq() == n.GetSeq() && n.GetLastEventId() != "" && st.GetLastEventId() == n.GetLastEventId() {
-		s.states.confirmed(id) // the log's head is the state's: it holds what the state speculated
-	} else if !s.states.applyCarried(n, size) {
+	if !s.states.applyCarried(n, size) {
 		return
 	}
 	if s.states.speculative(id) {

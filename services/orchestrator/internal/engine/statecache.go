@@ -137,6 +137,30 @@ func (e *cachedState) confirm(evs []*eventv1.Event, upTo int64) bool {
 	return true
 }
 
+// confirmHead confirms, and forgets, the entry's speculated events up to seq when the
+// state speculated the event lastID at exactly seq: a notice names as the log's head (seq
+// and the id of its event there) an event this state folded at that seq, so the commits
+// up to it went as the state speculated them, by the argument that lets a request to
+// decide inside a commit confirm a state (confirmed). A notice of a commit too large to
+// carry its events (a wide fan-out's start) so keeps the state, which confirm, finding
+// none of them carried, would drop. It reports whether it confirmed; an entry speculated
+// at seq with another id, or none there, confirms nothing.
+func (e *cachedState) confirmHead(seq int64, lastID string) bool {
+	if lastID == "" {
+		return false // a notice from before notices named their head
+	}
+	for k, sp := range e.spec {
+		if sp.seq == seq {
+			if sp.id != lastID {
+				return false
+			}
+			e.spec = e.spec[k+1:]
+			return true
+		}
+	}
+	return false
+}
+
 // grew counts n more bytes folded into an execution's cached state.
 func (c *stateCache) grew(id string, n int64) {
 	e := c.entries[id]
@@ -153,18 +177,19 @@ func (c *stateCache) grew(id string, n int64) {
 
 // applyCarried folds the events a commit notice carries into the execution's cached state,
 // those after its seq, or builds the state from them when they start at the execution's
-// first event; it reports whether the state now stands at the notice's seq. Events the
-// state speculated (inline.go) are confirmed against the carried ones first. A
-// state the events do not continue gap-free (a notice this replica did not receive, a
-// batch too large to be carried) is left as it is, to be advanced from the log; one the
-// fold refuses is dropped.
+// first event; it reports whether the state now stands at the notice's seq (or past it,
+// on events it speculated). Events the state speculated (inline.go) are confirmed first:
+// by the notice's head (confirmHead), or else against the carried events. A state the
+// events do not continue gap-free (a notice this replica did not receive, a batch too
+// large to be carried) is left as it is, to be advanced from the log; one the fold
+// refuses is dropped.
 //
 // size is the notice's encoded size: what the state grows by is counted as that, an upper
 // bound of its events' size read off the message rather than measured event by event.
 func (c *stateCache) applyCarried(n *eventv1.CommitNotice, size int64) bool {
 	evs := n.GetEvents()
 	e := c.entries[n.GetExecutionId()]
-	if e != nil && len(e.spec) > 0 && !e.confirm(evs, n.GetSeq()) {
+	if e != nil && len(e.spec) > 0 && !e.confirmHead(n.GetSeq(), n.GetLastEventId()) && !e.confirm(evs, n.GetSeq()) {
 		c.drop(n.GetExecutionId()) // the log committed otherwise than speculated
 		return false
 	}

@@ -160,3 +160,57 @@ func TestSpeculatedEventsAreConfirmedByNotices(t *testing.T) {
 	c.speculate("x", maxSpeculated+2, "e", 1)
 	require.Nil(t, c.get("x"), "past maxSpeculated the state is dropped")
 }
+
+// A notice that carries no events (a commit over the notice budget) but names as the
+// log's head an event the state speculated at that seq confirms the events speculated up
+// to it; one that names another event there, or a head the state did not speculate,
+// confirms nothing and the state is dropped as before.
+func TestANoticeHeadConfirmsWhatWasSpeculatedUpToIt(t *testing.T) {
+	fold := func(c *stateCache, evs ...*eventv1.Event) {
+		for _, e := range evs {
+			require.NoError(t, domain.Apply(c.get("x"), e))
+			c.speculate("x", e.GetSeq(), e.GetEventId(), int64(proto.Size(e)))
+		}
+	}
+	head := func(seq int64, lastID string) (*eventv1.CommitNotice, int64) {
+		n := &eventv1.CommitNotice{ExecutionId: "x", Tenant: "t", Seq: seq, LastEventId: lastID}
+		return n, int64(proto.Size(n))
+	}
+	enterA, skipB, skipC := ev(2, domain.EventStepEnter, "a"), ev(3, domain.EventStepSkipped, "b"), ev(4, domain.EventStepSkipped, "c")
+
+	// The head the state stands at: everything is confirmed.
+	c := newStateCache(1 << 20)
+	c.put(started(t))
+	fold(c, enterA, skipB)
+	require.True(t, c.applyCarried(head(3, skipB.GetEventId())))
+	require.False(t, c.speculative("x"))
+	require.EqualValues(t, 3, c.get("x").GetSeq())
+
+	// A head inside what was speculated (the state went on past that commit): the events
+	// up to it are confirmed, the later one stays speculated, and the state is kept.
+	c.put(started(t))
+	fold(c, enterA, skipB, skipC)
+	require.True(t, c.applyCarried(head(3, skipB.GetEventId())))
+	require.True(t, c.speculative("x"))
+	require.EqualValues(t, 4, c.get("x").GetSeq())
+	require.True(t, c.applyCarried(head(4, skipC.GetEventId())))
+	require.False(t, c.speculative("x"))
+
+	// Another event at the head's seq: the log went otherwise.
+	c.put(started(t))
+	fold(c, enterA, skipB)
+	require.False(t, c.applyCarried(head(3, "other")))
+	require.Nil(t, c.get("x"))
+
+	// A head past everything speculated, with no events carried: not confirmed.
+	c.put(started(t))
+	fold(c, enterA)
+	require.False(t, c.applyCarried(head(3, skipB.GetEventId())))
+	require.Nil(t, c.get("x"))
+
+	// A notice without a head (an older materializer's) confirms nothing by it.
+	c.put(started(t))
+	fold(c, enterA)
+	require.False(t, c.applyCarried(head(2, "")))
+	require.Nil(t, c.get("x"))
+}
