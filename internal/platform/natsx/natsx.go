@@ -159,6 +159,15 @@ func NoticeWildcard(executionID string) string {
 	return meshSubjectRoot + ".*.*." + executionID
 }
 
+// CommittedWildcard matches the notices of one execution on NOETL_COMMITTED, on any
+// partition: its start's, those of the commits that ask the orchestrator for a decision,
+// and its terminal one (the materializer sends every terminal notice there), but not the
+// notice of each step decided inside its commit (AdvancedSubject). A wait for an
+// execution's start or end reads only these.
+func CommittedWildcard(executionID string) string {
+	return prefixCommitted + "*." + executionID
+}
+
 // CancelSubject is the core NATS subject on which the materializer announces that an
 // execution's cancellation is committed, so workers stop its running commands.
 func CancelSubject(executionID string) string { return prefixCancel + executionID }

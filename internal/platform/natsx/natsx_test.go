@@ -363,3 +363,33 @@ func TestNoticeWildcardMatchesOnlyAnExecutionsNotices(t *testing.T) {
 	_, err = js.StreamNameBySubject(ctx, natsx.AdvancedSubject(id, 16))
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "announcements of advanced logs are not stored")
 }
+
+// A subscription to CommittedWildcard receives an execution's notices on NOETL_COMMITTED,
+// whatever its partition, and neither its notices on AdvancedSubject nor any other
+// execution's.
+func TestCommittedWildcardMatchesOnlyAnExecutionsCommittedNotices(t *testing.T) {
+	nc, _ := testkit.StartJetStream(t)
+	const id = "x1"
+	got := make(chan string, 16)
+	sub, err := nc.Subscribe(natsx.CommittedWildcard(id), func(m *nats.Msg) { got <- m.Subject })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, nc.Flush())
+	for _, s := range []string{natsx.AdvancedSubject(id, 16), natsx.AdvancedSubject(id, 4), natsx.CommittedSubject("x2", 16),
+		natsx.EventSubject(id, 16), natsx.CancelSubject(id)} {
+		require.NoError(t, nc.Publish(s, nil))
+	}
+	want := []string{natsx.CommittedSubject(id, 16), natsx.CommittedSubject(id, 4)}
+	for _, s := range want {
+		require.NoError(t, nc.Publish(s, nil))
+	}
+	require.NoError(t, nc.Flush())
+	for _, s := range want {
+		select {
+		case g := <-got:
+			require.Equal(t, s, g, "only the execution's notices on NOETL_COMMITTED match, in order")
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no notice on %s", s)
+		}
+	}
+}

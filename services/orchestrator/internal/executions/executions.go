@@ -228,7 +228,7 @@ func (s *Service) publishStartWatched(ctx context.Context, tenant, idempotencyKe
 	}
 	// Subscribe before publishing so the commit notice cannot be missed (its flush overlaps
 	// the look-up of a prior start).
-	watch, err := notice.Subscribe(s.NC, id)
+	watch, err := notice.SubscribeEnd(s.NC, id)
 	if err != nil {
 		prior.stop()
 		return "", false, nil, status.Errorf(codes.Unavailable, "nats: %v", err)
@@ -393,7 +393,7 @@ func (s *Service) WaitExecution(ctx context.Context, req *orchv1.WaitExecutionRe
 // its head (an execution that ended before the subscription sends no notice again), and
 // watches on (waitOn).
 func (s *Service) wait(ctx context.Context, id, tenant string, timeout time.Duration) (*orchv1.WaitExecutionResponse, error) {
-	watch, err := notice.Subscribe(s.NC, id)
+	watch, err := notice.SubscribeEnd(s.NC, id)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "nats: %v", err)
 	}

@@ -33,11 +33,27 @@ type Watch struct {
 	signal  chan struct{}
 }
 
-// Subscribe starts a Watch on the execution's notices. It returns once the server has the
-// subscription, so a notice of anything published after it cannot be missed.
+// Subscribe starts a Watch on every notice of the execution (natsx.NoticeWildcard), for a
+// waiter that needs each commit, as a variables write waits for its own. It returns once
+// the server has the subscription, so a notice of anything published after it cannot be
+// missed.
 func Subscribe(nc *nats.Conn, executionID string) (*Watch, error) {
+	return subscribe(nc, natsx.NoticeWildcard(executionID))
+}
+
+// SubscribeEnd starts a Watch on the execution's notices on NOETL_COMMITTED only
+// (natsx.CommittedWildcard): its start, the commits that ask for a decision and its end,
+// which is all a wait for the start or the end reads. The notice of a step decided inside
+// its commit, one per step, does not wake it: a chain of 200 steps woke each of its
+// waiters 200 times, on the critical path of the next step, for nothing. Its seq grows at
+// those notices only.
+func SubscribeEnd(nc *nats.Conn, executionID string) (*Watch, error) {
+	return subscribe(nc, natsx.CommittedWildcard(executionID))
+}
+
+func subscribe(nc *nats.Conn, subject string) (*Watch, error) {
 	w := &Watch{signal: make(chan struct{}, 1)}
-	sub, err := nc.Subscribe(natsx.NoticeWildcard(executionID), w.receive)
+	sub, err := nc.Subscribe(subject, w.receive)
 	if err != nil {
 		return nil, err
 	}

@@ -118,3 +118,51 @@ func TestWatchEndIsTheFirstTerminalNoticesHead(t *testing.T) {
 	require.EqualValues(t, 5, seq)
 	require.Equal(t, "e5", id)
 }
+
+// A Watch from SubscribeEnd wakes on the execution's notices on NOETL_COMMITTED (its
+// start, a commit that asks for a decision, its end) and not on the notice of a step
+// decided inside its commit, which only watchers of every step read.
+func TestSubscribeEndSkipsTheNoticesOfStepsDecidedInline(t *testing.T) {
+	nc, err := nats.Connect(testkit.StartNATS(t))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	w, err := SubscribeEnd(nc, "e1")
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	publish := func(subject string, seq int64, terminal bool) {
+		t.Helper()
+		b, err := proto.Marshal(&eventv1.CommitNotice{ExecutionId: "e1", Seq: seq, Terminal: terminal, LastEventId: fmt.Sprint("ev", seq)})
+		require.NoError(t, err)
+		require.NoError(t, nc.Publish(subject, b))
+		require.NoError(t, nc.Flush())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	publish(natsx.CommittedSubject("e1", 16), 2, false) // the start's
+	seq, terminal, err := w.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), seq)
+	require.False(t, terminal)
+
+	// Steps decided inside their commits: no wake-up, the seq stays.
+	for s := int64(6); s <= 18; s += 4 {
+		publish(natsx.AdvancedSubject("e1", 16), s, false)
+	}
+	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, _, err = w.Next(short)
+	stop()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "an advanced notice woke the wait")
+	seq, _ = w.Known()
+	require.Equal(t, int64(2), seq)
+
+	publish(natsx.CommittedSubject("e1", 16), 21, true) // the end
+	seq, terminal, err = w.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(21), seq)
+	require.True(t, terminal)
+	endSeq, endID, ok := w.End()
+	require.True(t, ok)
+	require.Equal(t, int64(21), endSeq)
+	require.Equal(t, "ev21", endID)
+}
