@@ -324,72 +324,47 @@ func TestPublishWindowedStoresAllInOrder(t *testing.T) {
 }
 
 // A subscription to NoticeWildcard receives an execution's notices on both of their
-// subjects, and none of the mesh's other messages about that execution, whatever its
-// partition; AdvancedSubject is in no stream.
-func TestNoticeWildcardMatchesOnlyAnExecutionsNotices(t *testing.T) {
+// subjects, one to CommittedWildcard those on NOETL_COMMITTED only, whatever the
+// execution's partition, and neither receives the mesh's other messages about that
+// execution or another execution's notices; AdvancedSubject is in no stream.
+func TestNoticeWildcardsMatchOnlyAnExecutionsNotices(t *testing.T) {
 	nc, js := testkit.StartJetStream(t)
 	ctx := context.Background()
 	const id = "x1"
-	got := make(chan string, 16)
-	sub, err := nc.Subscribe(natsx.NoticeWildcard(id), func(m *nats.Msg) { got <- m.Subject })
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
-	require.NoError(t, nc.Flush())
-	others := []string{natsx.EventSubject(id, 16), natsx.CommandSubject("shared", id, id, 16), natsx.CancelSubject(id), natsx.KeepSubject,
-		natsx.CommittedSubject("x2", 16), natsx.AdvancedSubject("x2", 16)}
-	for _, s := range others {
-		require.NoError(t, nc.Publish(s, nil))
-	}
-	want := []string{natsx.CommittedSubject(id, 16), natsx.AdvancedSubject(id, 4)}
-	for _, s := range want {
-		require.NoError(t, nc.Publish(s, nil))
-	}
-	require.NoError(t, nc.Flush())
-	for _, s := range want {
-		select {
-		case g := <-got:
-			require.Equal(t, s, g)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no notice on %s", s)
+	published := []string{natsx.EventSubject(id, 16), natsx.CommandSubject("shared", id, id, 16), natsx.CancelSubject(id), natsx.KeepSubject,
+		natsx.CommittedSubject("x2", 16), natsx.AdvancedSubject("x2", 16),
+		natsx.CommittedSubject(id, 16), natsx.AdvancedSubject(id, 4), natsx.CommittedSubject(id, 4), natsx.AdvancedSubject(id, 16)}
+	// received subscribes to wildcard, publishes every subject of published and then a
+	// marker it matches, and returns the subjects that arrived before the marker.
+	received := func(wildcard, marker string) []string {
+		t.Helper()
+		got := make(chan string, len(published)+1)
+		sub, err := nc.Subscribe(wildcard, func(m *nats.Msg) { got <- m.Subject + string(m.Data) })
+		require.NoError(t, err)
+		defer func() { _ = sub.Unsubscribe() }()
+		require.NoError(t, nc.Flush())
+		for _, s := range published {
+			require.NoError(t, nc.Publish(s, nil))
+		}
+		require.NoError(t, nc.Publish(marker, []byte("|marker")))
+		require.NoError(t, nc.Flush())
+		var out []string
+		for {
+			select {
+			case g := <-got:
+				if g == marker+"|marker" {
+					return out
+				}
+				out = append(out, g)
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: no marker; received %v", wildcard, out)
+			}
 		}
 	}
-	require.NoError(t, nc.Publish(natsx.CommittedSubject(id, 16), []byte("last"))) // a marker: nothing came in between
-	select {
-	case g := <-got:
-		require.Equal(t, natsx.CommittedSubject(id, 16), g, "only the execution's notices match")
-	case <-time.After(5 * time.Second):
-		t.Fatal("no marker")
-	}
-	_, err = js.StreamNameBySubject(ctx, natsx.AdvancedSubject(id, 16))
+	require.Equal(t, []string{natsx.CommittedSubject(id, 16), natsx.AdvancedSubject(id, 4), natsx.CommittedSubject(id, 4), natsx.AdvancedSubject(id, 16)},
+		received(natsx.NoticeWildcard(id), natsx.CommittedSubject(id, 16)), "the execution's notices on both subjects, in order")
+	require.Equal(t, []string{natsx.CommittedSubject(id, 16), natsx.CommittedSubject(id, 4)},
+		received(natsx.CommittedWildcard(id), natsx.CommittedSubject(id, 16)), "the execution's notices on NOETL_COMMITTED only, in order")
+	_, err := js.StreamNameBySubject(ctx, natsx.AdvancedSubject(id, 16))
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "announcements of advanced logs are not stored")
-}
-
-// A subscription to CommittedWildcard receives an execution's notices on NOETL_COMMITTED,
-// whatever its partition, and neither its notices on AdvancedSubject nor any other
-// execution's.
-func TestCommittedWildcardMatchesOnlyAnExecutionsCommittedNotices(t *testing.T) {
-	nc, _ := testkit.StartJetStream(t)
-	const id = "x1"
-	got := make(chan string, 16)
-	sub, err := nc.Subscribe(natsx.CommittedWildcard(id), func(m *nats.Msg) { got <- m.Subject })
-	require.NoError(t, err)
-	defer func() { _ = sub.Unsubscribe() }()
-	require.NoError(t, nc.Flush())
-	for _, s := range []string{natsx.AdvancedSubject(id, 16), natsx.AdvancedSubject(id, 4), natsx.CommittedSubject("x2", 16),
-		natsx.EventSubject(id, 16), natsx.CancelSubject(id)} {
-		require.NoError(t, nc.Publish(s, nil))
-	}
-	want := []string{natsx.CommittedSubject(id, 16), natsx.CommittedSubject(id, 4)}
-	for _, s := range want {
-		require.NoError(t, nc.Publish(s, nil))
-	}
-	require.NoError(t, nc.Flush())
-	for _, s := range want {
-		select {
-		case g := <-got:
-			require.Equal(t, s, g, "only the execution's notices on NOETL_COMMITTED match, in order")
-		case <-time.After(5 * time.Second):
-			t.Fatalf("no notice on %s", s)
-		}
-	}
 }
