@@ -88,8 +88,10 @@ type FunctionGrant struct {
 // functionGrants are the functions the services may call. noetl.purge_executions deletes
 // terminal executions with their events (retention): only the materializer, the log's
 // sole writer, may call it, and no role may DELETE from noetl.event itself.
+// noetl.writer_expect guards the materializer's one-round-trip commits.
 var functionGrants = []FunctionGrant{
 	{Materializer, "purge_executions(text[])"},
+	{Materializer, "writer_expect(boolean)"},
 }
 
 // FunctionGrants returns the functions of schema noetl the services' group roles may

@@ -11,6 +11,7 @@ package materializer
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"net"
 	"time"
@@ -269,5 +270,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer func() { _ = sub.Unsubscribe() }()
 	}
 	log.Info("materializer consuming", slog.String("admin", srv.AdminAddr()))
+	for _, outcome := range []string{"taken", "missed"} {
+		srv.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "noetl_materializer_one_round_trip_commits_total",
+			Help:        "Commits tried in one round trip on the heads this replica committed (taken), and those of them that found the log moved and were committed again in two (missed).",
+			ConstLabels: prometheus.Labels{"outcome": outcome},
+		}, func() float64 {
+			taken, missed := w.FastStats()
+			if outcome == "missed" {
+				return float64(missed)
+			}
+			return float64(taken)
+		}))
+	}
 	return srv.Run(ctx, 10*time.Second, parts.Run, parts.RunLag, parts.RunPurge)
 }

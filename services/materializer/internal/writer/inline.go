@@ -88,7 +88,7 @@ const decideRest = 5 * time.Second
 // committed); by a call now for the executions early did not ask about. It returns evs and
 // bodies extended with the answered events (in execution order, each execution's in the
 // order answered), marking the executions decided so their notices ask for nothing more.
-func (w *Writer) decideInline(ctx context.Context, early *earlyAsk, evs []*eventv1.Event, bodies [][]byte, distinct []int, res *Result,
+func (w *Writer) decideInline(ctx context.Context, early *earlyAsk, asked map[string]bool, evs []*eventv1.Event, bodies [][]byte, distinct []int, res *Result,
 	execs []string, state map[string]*execState, commitTime time.Time) ([]*eventv1.Event, [][]byte) {
 	// The committed events per execution, in seq order (distinct is grouped by execution
 	// in arrival order), and whether any needs a decision.
@@ -102,7 +102,6 @@ func (w *Writer) decideInline(ctx context.Context, early *earlyAsk, evs []*event
 		committing[id] = append(committing[id], evs[i])
 		needs[id] = needs[id] || domain.NeedsDecision(evs[i].GetType())
 	}
-	asked := map[string]bool{}
 	if early != nil {
 		resp, err := early.wait()
 		if err != nil || len(resp.GetDecisions()) != len(early.req.Executions) {
@@ -150,6 +149,7 @@ func (w *Writer) decideInline(ctx context.Context, early *earlyAsk, evs []*event
 		return evs, bodies
 	}
 	for k, d := range resp.GetDecisions() {
+		asked[req.Executions[k].GetExecutionId()] = true
 		evs, bodies = w.take(req.Executions[k], d, evs, bodies, distinct, res, state)
 	}
 	return evs, bodies
@@ -225,6 +225,7 @@ type head struct {
 	seq    int64
 	id     string
 	tenant string
+	status int16 // the execution's status after its last commit
 }
 
 // maxHeads bounds the heads a writer remembers; past it they are forgotten together.
@@ -251,7 +252,7 @@ func (w *Writer) noteHeads(execs []string, state map[string]*execState, lastIDs 
 			delete(w.heads, id) // nothing more to decide, or not known
 			continue
 		}
-		w.heads[id] = head{seq: s.seq, id: last, tenant: s.tenant}
+		w.heads[id] = head{seq: s.seq, id: last, tenant: s.tenant, status: s.after}
 	}
 }
 

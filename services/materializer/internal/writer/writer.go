@@ -96,6 +96,9 @@ type Writer struct {
 	// decide once the batch is committed (orchestrator DecisionService), and the answer is
 	// committed in the same transaction (inline.go).
 	Decide Decider
+	// fastTaken and fastMissed count the commits tried in one round trip and those of
+	// them that found the log moved (fast.go).
+	fastTaken, fastMissed atomic.Uint64
 	// decideRestUntil is when (Unix nanoseconds) the decider may be asked again after a
 	// failed call.
 	decideRestUntil atomic.Int64
@@ -184,9 +187,31 @@ type execState struct {
 // an unknown execution or another tenant, or of a command's second outcome (the first
 // probe also looks up each outcome's rival), and each execution's next seqs.
 //
+// When the writer's heads say what the first round trip would find (the executions' last
+// commits were this writer's), the transaction goes in one round trip, guarded, and falls
+// back to two if the log moved (fast.go).
+//
 // bodies, when not nil, holds each event as published (index-aligned with evs): an event
 // published without seq and commit time is stored as those bytes, not marshalled again.
 func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte, cursors ...Cursor) (*Result, error) {
+	asked := map[string]bool{}
+	res, err := w.commit(ctx, evs, bodies, true, asked, cursors)
+	if errors.Is(err, errMoved) {
+		// The one round trip found the log elsewhere than the heads said, and wrote
+		// nothing: commit the batch as the log stands (fast.go). The executions asked
+		// about are not asked again: the orchestrator speculated on the answer, so it is
+		// their notices' to decide, as for an early answer the lock does not find.
+		w.fastMissed.Add(1)
+		res, err = w.commit(ctx, evs, bodies, false, asked, cursors)
+	}
+	return res, err
+}
+
+// commit is Commit, in one round trip when mayFast and the writer's heads predict the
+// first round trip (fast.go); it then returns errMoved, having written nothing, when the
+// log is not where they said. asked holds the executions the decider was asked about (by
+// an earlier attempt too), which are not asked again.
+func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]byte, mayFast bool, asked map[string]bool, cursors []Cursor) (*Result, error) {
 	now := time.Now
 	if w.Now != nil {
 		now = w.Now
@@ -246,83 +271,19 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 	}()
 
-	// Round trip 1: start the executions, lock them, probe the log.
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	open = true
-	settle := !settled(conn)
-	execs0 := 1
-	if settle {
-		b.Queue(sqlSettings) // the session's from this commit on (a rollback undoes them)
-		execs0++
-	}
-	started := w.queueStarts(b, evs, distinct, commitTime)
-	if w.Decide != nil {
-		b.Queue(sqlLockLast, execs)
-	} else {
-		b.Queue(sqlLock, execs)
-	}
-	// The probe asks for each distinct event's id and then for the rival outcome of each
-	// worker's outcome event (domain.OutcomeRival): rivalOf[k] is the input index whose
-	// rival probe k-len(distinct) is.
-	probeExec, probeID := make([]string, len(distinct)), make([]string, len(distinct))
-	var rivalOf []int
-	for k, i := range distinct {
-		probeExec[k], probeID[k] = evs[i].GetExecutionId(), evs[i].GetEventId()
-	}
-	for _, i := range distinct {
-		if r := domain.OutcomeRival(evs[i]); r != "" {
-			probeExec, probeID, rivalOf = append(probeExec, evs[i].GetExecutionId()), append(probeID, r), append(rivalOf, i)
-		}
-	}
-	b.Queue(sqlLogged, probeExec, probeID)
 	state := make(map[string]*execState, len(execs))
 	logged := map[int]bool{}      // input indices
 	rivalLogged := map[int]bool{} // input indices whose rival outcome is in the log
-	err = w.run(ctx, conn, b, func(br pgx.BatchResults) error {
-		for range execs0 + started {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
+	// One round trip when the heads predict what the first would find (fast.go): the state
+	// is the heads', the batch holds nothing logged, and the transaction's guards check both.
+	fast := mayFast && w.predict(conn, evs, distinct, execs, state)
+	var b *pgx.Batch
+	settle := false
+	if !fast {
+		open = true // the first statement opens the transaction
+		if err := w.lockAndProbe(ctx, conn, evs, distinct, execs, commitTime, state, logged, rivalLogged, &settle); err != nil {
+			return nil, err
 		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			s := &execState{known: true}
-			var id string
-			if err := rows.Scan(&id, &s.tenant, &s.lastSeq, &s.status, &s.lastID); err != nil {
-				rows.Close()
-				return err
-			}
-			state[id] = s
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows, err = br.Query()
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var k int64
-			if err := rows.Scan(&k); err != nil {
-				rows.Close()
-				return err
-			}
-			if k <= int64(len(distinct)) {
-				logged[distinct[k-1]] = true
-			} else {
-				rivalLogged[rivalOf[k-1-int64(len(distinct))]] = true
-			}
-		}
-		rows.Close()
-		return rows.Err()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("append events: %w", err)
 	}
 
 	// Classify, execution by execution in arrival order. committedIDs holds the
@@ -381,7 +342,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	// The decisions the batch causes, committed with it (inline.go).
 	nIn := len(evs)
 	if w.Decide != nil {
-		evs, bodies = w.decideInline(ctx, early, evs, bodies, distinct, res, execs, state, commitTime)
+		evs, bodies = w.decideInline(ctx, early, asked, evs, bodies, distinct, res, execs, state, commitTime)
 		if len(evs) > nIn {
 			seqs = append(seqs, make([]int64, len(evs)-nIn)...)
 			for i := nIn; i < len(evs); i++ {
@@ -410,13 +371,31 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 
 	// Round trip 2: insert, project, commit; a large batch is inserted with COPY before
 	// it, which costs Postgres about a quarter less than an INSERT and two round trips more.
+	// In the fast path the same round trip opens the transaction and runs the guards first
+	// (a batch to COPY has them run on their own before it).
 	b = &pgx.Batch{}
+	if fast {
+		b.Queue("BEGIN")
+		open = true
+		w.queueGuards(b, evs, distinct, execs, state)
+	}
+	guards := b.Len()
 	copyRows, err := w.queueWrites(b, evs, bodies, distinct, res.Outcomes, seqs, execs, state, commitTime)
 	if err != nil {
 		return nil, err
 	}
+	if fast && len(copyRows) > 0 {
+		g := &pgx.Batch{QueuedQueries: b.QueuedQueries[:guards]}
+		b.QueuedQueries = b.QueuedQueries[guards:]
+		if err := w.run(ctx, conn, g, execAll(g.Len())); err != nil {
+			return nil, w.moved(err, execs)
+		}
+	}
 	if len(copyRows) > 0 {
 		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"noetl", "event"}, eventColumns, pgx.CopyFromRows(copyRows)); err != nil {
+			if fast {
+				return nil, w.moved(err, execs) // an event logged already
+			}
 			return nil, fmt.Errorf("append events: %w", err)
 		}
 	}
@@ -432,15 +411,10 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		b.Queue("COMMIT")
 	}
 	if b.Len() > 0 {
-		err = w.run(ctx, conn, b, func(br pgx.BatchResults) error {
-			for range b.Len() {
-				if _, err := br.Exec(); err != nil {
-					return err
-				}
+		if err := w.run(ctx, conn, b, execAll(b.Len())); err != nil {
+			if fast {
+				return nil, w.moved(err, execs)
 			}
-			return nil
-		})
-		if err != nil {
 			return nil, fmt.Errorf("append events: %w", err)
 		}
 	}
@@ -468,9 +442,7 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 			}
 		}
 	}
-	if w.Decide != nil {
-		w.noteHeads(execs, state, lastIDs)
-	}
+	w.noteHeads(execs, state, lastIDs)
 	// The committed events ride in their execution's notice (in seq order: distinct is
 	// grouped by execution in arrival order), within NoticeEventsBudget; not in the notice
 	// of a commit that carried its own decision, whose readers need only its seq.
@@ -508,6 +480,90 @@ func (w *Writer) Commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	res.Decided = len(evs) - nIn
 	res.Outcomes = res.Outcomes[:nIn] // index-aligned with the input
 	return res, nil
+}
+
+// lockAndProbe is a commit's first round trip: it opens the transaction, starts the
+// executions the batch starts, locks the batch's executions (in id order) into state, and
+// finds which of the batch's events (logged) and which of their rival outcomes
+// (rivalLogged) are already in the log. settle is set when the round trip also gave the
+// connection's session the writer's settings.
+func (w *Writer) lockAndProbe(ctx context.Context, conn *pgxpool.Conn, evs []*eventv1.Event, distinct []int, execs []string, commitTime time.Time,
+	state map[string]*execState, logged, rivalLogged map[int]bool, settle *bool) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	*settle = !settled(conn)
+	execs0 := 1
+	if *settle {
+		b.Queue(sqlSettings) // the session's from this commit on (a rollback undoes them)
+		execs0++
+	}
+	started := w.queueStarts(b, evs, distinct, commitTime)
+	if w.Decide != nil {
+		b.Queue(sqlLockLast, execs)
+	} else {
+		b.Queue(sqlLock, execs)
+	}
+	// The probe asks for each distinct event's id and then for the rival outcome of each
+	// worker's outcome event (domain.OutcomeRival): rivalOf[k] is the input index whose
+	// rival probe k-len(distinct) is.
+	probeExec, probeID := make([]string, len(distinct)), make([]string, len(distinct))
+	var rivalOf []int
+	for k, i := range distinct {
+		probeExec[k], probeID[k] = evs[i].GetExecutionId(), evs[i].GetEventId()
+	}
+	for _, i := range distinct {
+		if r := domain.OutcomeRival(evs[i]); r != "" {
+			probeExec, probeID, rivalOf = append(probeExec, evs[i].GetExecutionId()), append(probeID, r), append(rivalOf, i)
+		}
+	}
+	b.Queue(sqlLogged, probeExec, probeID)
+	err := w.run(ctx, conn, b, func(br pgx.BatchResults) error {
+		for range execs0 + started {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			s := &execState{known: true}
+			var id string
+			if err := rows.Scan(&id, &s.tenant, &s.lastSeq, &s.status, &s.lastID); err != nil {
+				rows.Close()
+				return err
+			}
+			state[id] = s
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k int64
+			if err := rows.Scan(&k); err != nil {
+				rows.Close()
+				return err
+			}
+			if k <= int64(len(distinct)) {
+				logged[distinct[k-1]] = true
+			} else {
+				rivalLogged[rivalOf[k-1-int64(len(distinct))]] = true
+			}
+		}
+		rows.Close()
+		return rows.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("append events: %w", err)
+	}
+	return nil
+
 }
 
 // NoticeEventsBudget bounds the encoded size of the events a commit notice carries; an
