@@ -17,6 +17,7 @@ import (
 	"time"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
+	"github.com/noetl/noetl/internal/decisionlink"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/config"
@@ -99,6 +100,10 @@ type Config struct {
 	// step; writer/inline.go). Empty, or without InternalSecret, every decision follows
 	// its commit notice instead.
 	OrchestratorAddr string
+	// DecisionLink, when an orchestrator serves on it in this process (an in-process
+	// mesh), is asked for those decisions by a call instead of over OrchestratorAddr, which
+	// stays the way when none serves (decisionlink).
+	DecisionLink *decisionlink.Link `json:"-"`
 
 	// AdminListener, when set, is used instead of AdminAddr (in-process meshes).
 	AdminListener net.Listener `json:"-"`
@@ -245,6 +250,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		d := decider.New(orchv1.NewDecisionServiceClient(conn))
 		defer d.Close()
 		w.Decide = d
+		if cfg.DecisionLink != nil {
+			w.Decide = &decider.Linked{Link: cfg.DecisionLink, Remote: d}
+		}
 	}
 	parts := partition.New(partition.Config{Partitions: cfg.Partitions, BatchSize: cfg.BatchSize, Committers: cfg.Committers, Group: cfg.Consumer, MaxLag: cfg.MaxLag,
 		StallAfter: cfg.StallAfter, LagPoll: cfg.LagPoll, RenewEvery: cfg.LeaseTTL / 3, Gate: cfg.Gate, Static: cfg.OwnPartitions, PurgeEvery: cfg.PurgeEvery},

@@ -19,6 +19,7 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
+	"github.com/noetl/noetl/internal/decisionlink"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/app"
 	"github.com/noetl/noetl/internal/platform/auth"
@@ -102,6 +103,10 @@ type Config struct {
 	StreamReplicas int
 	// Trace chooses where spans go.
 	Trace telemetry.Config
+
+	// DecisionLink, when set, serves the engine's decisions to a materializer in this
+	// process by a call (an in-process mesh; decisionlink) besides DecisionService.
+	DecisionLink *decisionlink.Link `json:"-"`
 
 	// GRPCListener and AdminListener, when set, are used instead of the addresses
 	// (in-process meshes).
@@ -327,6 +332,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	srv.AddCheck("nats", natsx.Check(nc))
 	eng := engine.New(engine.Config{Results: results, Partitions: cfg.Partitions, Shards: cfg.Shards, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, Tracer: tel.Tracer(), Limits: limits}, log, js, state, cat, srv.Registry)
 	orchv1.RegisterDecisionServiceServer(srv.GRPC, &engine.DecisionServer{Engine: eng})
+	if cfg.DecisionLink != nil {
+		defer cfg.DecisionLink.Serve(eng)()
+	}
 	execs.Finals = eng // the states it decided ends on, for the waits (engine/final.go)
 	if cfg.Ready != nil {
 		cfg.Ready(srv.GRPCAddr())

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/noetl/noetl/internal/decisionlink"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/natsembed"
@@ -281,6 +282,9 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	m.AdminAddrs = map[string]string{"statebuilder": lis[3].Addr().String(), "resultstore": lis[4].Addr().String(), "materializer": lis[5].Addr().String(),
 		"orchestrator": lis[6].Addr().String(), "worker": lis[7].Addr().String(), "gateway": lis[8].Addr().String(), "worker-system": lis[9].Addr().String()}
 	m.MaterializerAdminAddr = m.AdminAddrs["materializer"]
+	// The materializer asks the orchestrator of this process for its decisions by a call,
+	// and over orAddr only while that orchestrator does not serve (decisionlink).
+	link := &decisionlink.Link{}
 	run("statebuilder", func(ctx context.Context) error {
 		return statebuilder.Run(ctx, statebuilder.Config{PostgresURL: pgURLs.Statebuilder, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[0], AdminListener: lis[3]}, log)
 	})
@@ -288,11 +292,11 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return resultstore.Run(ctx, resultstore.Config{PostgresURL: pgURLs.Resultstore, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[2], AdminListener: lis[4], FlightListener: flightLis}, log)
 	})
 	run("materializer", func(ctx context.Context) error {
-		return materializer.Run(ctx, materializer.Config{PostgresURL: pgURLs.Materializer, InternalSecret: cfg.InternalSecret, OrchestratorAddr: inlineDecider(cfg, orAddr), NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
+		return materializer.Run(ctx, materializer.Config{PostgresURL: pgURLs.Materializer, InternalSecret: cfg.InternalSecret, OrchestratorAddr: inlineDecider(cfg, orAddr), DecisionLink: link, NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
 			MaxLag: cfg.MaterializerMaxLag, StallAfter: cfg.MaterializerStallAfter, LagPoll: cfg.LagPoll, Gate: m.gate.wait, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
-		return orchestrator.Run(ctx, orchestrator.Config{PostgresURL: pgURLs.Orchestrator, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, SystemPlaybooks: cfg.SystemPlaybooks, Retention: cfg.Retention, TenantRetention: cfg.TenantRetention, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{DecisionLink: link, PostgresURL: pgURLs.Orchestrator, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, SystemPlaybooks: cfg.SystemPlaybooks, Retention: cfg.Retention, TenantRetention: cfg.TenantRetention, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	for pool, admin := range map[string]net.Listener{"shared": lis[7], "system": lis[9]} {
 		wcfg := worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: pool, Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Shell: cfg.Shell, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: admin}

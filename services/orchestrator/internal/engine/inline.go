@@ -73,7 +73,14 @@ func (e *Engine) setShards(shards []*shard) {
 // DecideCommitting decides, for each execution of req, on its state after the committing
 // events, on the execution's shard (so it is ordered with that execution's notices).
 func (e *Engine) DecideCommitting(ctx context.Context, req *orchv1.DecideCommittingRequest) *orchv1.DecideCommittingResponse {
-	resp := &orchv1.DecideCommittingResponse{Decisions: make([]*orchv1.Decision, len(req.GetExecutions()))}
+	return e.AskCommitting(ctx, req)()
+}
+
+// AskCommitting is DecideCommitting in two halves: it hands req's executions to their
+// shards now, in the caller's goroutine, and returns what waits for their decisions (a
+// caller in the same process, decisionlink, starts no goroutine to ask). The wait must be
+// called.
+func (e *Engine) AskCommitting(ctx context.Context, req *orchv1.DecideCommittingRequest) (wait func() *orchv1.DecideCommittingResponse) {
 	reqs := make([]*inlineRequest, len(req.GetExecutions()))
 	e.shardsMu.RLock()
 	shards := e.shards
@@ -89,6 +96,13 @@ func (e *Engine) DecideCommitting(ctx context.Context, req *orchv1.DecideCommitt
 		}
 	}
 	e.shardsMu.RUnlock()
+	return func() *orchv1.DecideCommittingResponse { return e.collect(ctx, req, reqs, shards != nil) }
+}
+
+// collect waits for the decisions of the executions AskCommitting handed to their shards
+// (reqs, nil where none was) and makes them one answer within inlineResponseMax.
+func (e *Engine) collect(ctx context.Context, req *orchv1.DecideCommittingRequest, reqs []*inlineRequest, running bool) *orchv1.DecideCommittingResponse {
+	resp := &orchv1.DecideCommittingResponse{Decisions: make([]*orchv1.Decision, len(req.GetExecutions()))}
 	size := 0
 	for i, x := range req.GetExecutions() {
 		var d *orchv1.Decision
@@ -100,7 +114,7 @@ func (e *Engine) DecideCommitting(ctx context.Context, req *orchv1.DecideCommitt
 		}
 		if d == nil {
 			reason := "not_running"
-			if shards != nil {
+			if running {
 				reason = "expired"
 			}
 			e.inline.WithLabelValues(reason).Inc()
