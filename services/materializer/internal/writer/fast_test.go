@@ -9,12 +9,9 @@ import (
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
-	"github.com/noetl/noetl/internal/platform/pgxext"
-	"github.com/noetl/noetl/internal/testkit"
 )
 
-// logOf is an execution's log as (seq, event id) pairs in seq order, and its projected
-// last seq.
+// logOf is the event ids of an execution's log in seq order, and its projected last seq.
 func logOf(t *testing.T, w *Writer, exec string) ([]string, int64) {
 	t.Helper()
 	rows, err := w.DB.Query(context.Background(), `SELECT event_id FROM noetl.event WHERE execution_id = $1 ORDER BY seq`, exec)
@@ -37,10 +34,7 @@ func logOf(t *testing.T, w *Writer, exec string) ([]string, int64) {
 // committed as the log stands.
 func TestOneRoundTripCommitsAsTwoWouldAndFallsBackWhenTheLogMoved(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
+	w := newWriter(t)
 	commit := func(evs ...*eventv1.Event) *Result {
 		t.Helper()
 		res, err := w.Commit(ctx, evs, nil)
@@ -68,8 +62,8 @@ func TestOneRoundTripCommitsAsTwoWouldAndFallsBackWhenTheLogMoved(t *testing.T) 
 
 	// Another writer appends: the head this writer holds is stale, the guard refuses it,
 	// nothing of the first try is written, and the batch lands after the other's event.
-	other := &Writer{DB: db}
-	_, err = other.Commit(ctx, []*eventv1.Event{ev("a", "b1", domain.EventStepSkipped)}, nil)
+	other := &Writer{DB: w.DB}
+	_, err := other.Commit(ctx, []*eventv1.Event{ev("a", "b1", domain.EventStepSkipped)}, nil)
 	require.NoError(t, err)
 	res = commit(ev("a", "a4", domain.EventStepEnter))
 	stats(2, 1)
@@ -136,11 +130,8 @@ func TestOneRoundTripCommitsAsTwoWouldAndFallsBackWhenTheLogMoved(t *testing.T) 
 // meets the log's key and the batch is found duplicate by the retry, not failed.
 func TestOneRoundTripCopiesLargeBatchesAndFallsBackOnTheirRedelivery(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
-	_, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a0", domain.EventPlaybookStarted)}, nil)
+	w := newWriter(t)
+	_, err := w.Commit(ctx, []*eventv1.Event{ev("a", "a0", domain.EventPlaybookStarted)}, nil)
 	require.NoError(t, err)
 	_, err = w.Commit(ctx, []*eventv1.Event{ev("a", "a00", domain.EventStepEnter)}, nil)
 	require.NoError(t, err)

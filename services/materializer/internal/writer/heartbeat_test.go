@@ -8,8 +8,6 @@ import (
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
-	"github.com/noetl/noetl/internal/platform/pgxext"
-	"github.com/noetl/noetl/internal/testkit"
 )
 
 // A batch of heartbeats alone is committed but asks for no decision: a heartbeat only
@@ -17,11 +15,8 @@ import (
 // the batch, the notice asks for one.
 func TestHeartbeatsAloneNeedNoDecision(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
-	_, err = w.Commit(ctx, []*eventv1.Event{ev("h", "h1", domain.EventPlaybookStarted)}, nil)
+	w := newWriter(t)
+	_, err := w.Commit(ctx, []*eventv1.Event{ev("h", "h1", domain.EventPlaybookStarted)}, nil)
 	require.NoError(t, err)
 
 	res, err := w.Commit(ctx, []*eventv1.Event{ev("h", domain.HeartbeatEventID("c1", "5.1", 1), domain.EventCommandHeartbeat), ev("h", domain.HeartbeatEventID("c1", "5.1", 2), domain.EventCommandHeartbeat)}, nil)
@@ -42,11 +37,8 @@ func TestHeartbeatsAloneNeedNoDecision(t *testing.T) {
 // duplicates, while the same delivery publishing a beat again is one event.
 func TestAReplacementDeliverysHeartbeatsAreCommitted(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
-	_, err = w.Commit(ctx, []*eventv1.Event{ev("r", "r1", domain.EventPlaybookStarted)}, nil)
+	w := newWriter(t)
+	_, err := w.Commit(ctx, []*eventv1.Event{ev("r", "r1", domain.EventPlaybookStarted)}, nil)
 	require.NoError(t, err)
 	beat := func(delivery string, n int32) *eventv1.Event {
 		return ev("r", domain.HeartbeatEventID("c1", delivery, n), domain.EventCommandHeartbeat)

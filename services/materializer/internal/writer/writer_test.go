@@ -25,12 +25,19 @@ func ev(exec, id, typ string) *eventv1.Event {
 	return e
 }
 
-func TestCommitDedupesSequencesAndRejects(t *testing.T) {
-	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
+// newWriter is a writer, without a decider, on a private migrated Postgres.
+func newWriter(t *testing.T) *Writer {
+	t.Helper()
+	db, err := pgxext.Open(context.Background(), testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
+	return &Writer{DB: db}
+}
+
+func TestCommitDedupesSequencesAndRejects(t *testing.T) {
+	ctx := context.Background()
+	w := newWriter(t)
+	db := w.DB
 
 	wrongTenant := ev("a", "a3", domain.EventStepEnter)
 	wrongTenant.Tenant = "t2"
@@ -88,10 +95,8 @@ func TestCommitDedupesSequencesAndRejects(t *testing.T) {
 // terminal event is a duplicate, and a timer scheduled before the end is retired with it.
 func TestCommitTerminalInsideBatchAndTimers(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
+	w := newWriter(t)
+	db := w.DB
 
 	timer := func(exec, id, typ, timerID string) *eventv1.Event {
 		e := ev(exec, id, typ)
@@ -130,11 +135,9 @@ func TestCommitTerminalInsideBatchAndTimers(t *testing.T) {
 // in its own transaction (never back), and stores events as published when given.
 func TestCommitMovesTheCursorAndKeepsBodies(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
-	_, err = db.Exec(ctx, `INSERT INTO noetl.materializer_partition (consumer, partition) VALUES ('g', 3)`)
+	w := newWriter(t)
+	db := w.DB
+	_, err := db.Exec(ctx, `INSERT INTO noetl.materializer_partition (consumer, partition) VALUES ('g', 3)`)
 	require.NoError(t, err)
 	cursor := func() int64 {
 		var seq int64
@@ -168,10 +171,8 @@ func TestCommitMovesTheCursorAndKeepsBodies(t *testing.T) {
 // are gap-free per execution in arrival order, and a redelivery is all duplicates.
 func TestCommitLargeBatch(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
+	w := newWriter(t)
+	db := w.DB
 	batch := func() []*eventv1.Event {
 		evs := []*eventv1.Event{ev("e", "e0", domain.EventPlaybookStarted), ev("f", "f0", domain.EventPlaybookStarted)}
 		for i := range 2 * copyMin {
@@ -214,10 +215,8 @@ func TestCommitLargeBatch(t *testing.T) {
 // duplicates; call events that precede every terminal event are all kept.
 func TestCommitKeepsOneOutcomePerCommand(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
+	w := newWriter(t)
+	db := w.DB
 	out := func(exec, cmd, typ, result string) *eventv1.Event {
 		e := ev(exec, domain.EventID(cmd, typ), typ)
 		e.Step, e.CommandId, e.Attempt = "s", cmd, 1
@@ -276,10 +275,9 @@ func TestCommitKeepsOneOutcomePerCommand(t *testing.T) {
 
 func TestCommitProjectsTheLabelsOfAStart(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
+	w := newWriter(t)
+	db := w.DB
+	var err error
 	labelled := ev("l", "l1", domain.EventPlaybookStarted)
 	labelled.PayloadJson = []byte(`{"path":"p","version":1,"workload":{},"labels":{"team":"data","env":"prod"}}`)
 	_, err = w.Commit(ctx, []*eventv1.Event{labelled, ev("u", "u1", domain.EventPlaybookStarted)}, nil)
@@ -296,10 +294,8 @@ func TestCommitProjectsTheLabelsOfAStart(t *testing.T) {
 // duplicates, and nothing for one over NoticeEventsBudget.
 func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 	ctx := context.Background()
-	db, err := pgxext.Open(ctx, testkit.StartMigratedPostgres(t), 4)
-	require.NoError(t, err)
-	t.Cleanup(db.Close)
-	w := &Writer{DB: db}
+	w := newWriter(t)
+	db := w.DB
 
 	res, err := w.Commit(ctx, []*eventv1.Event{
 		ev("a", "a1", domain.EventPlaybookStarted),
