@@ -31,9 +31,10 @@ import (
 //   - Nothing of a decision reaches a worker or a reader before it is committed: the
 //     answer is rows of this transaction, forwarded after the commit like any other.
 //   - A decision is on the state the log holds: the request names the seq and the id of
-//     the last event each execution had under the lock, and carries the events being
-//     committed with the seqs and commit time they get here; the orchestrator refuses an
-//     execution its state does not match.
+//     the last event each execution had under the lock (in a one-round-trip commit, the
+//     head its guards then find under the lock, or nothing is written: fast.go), and
+//     carries the events being committed with the seqs and commit time they get here; the
+//     orchestrator refuses an execution its state does not match.
 //   - An execution the orchestrator does not decide, or any failure of the call, commits
 //     the batch alone, and its commit notice asks for the decision (NeedsDecision), as
 //     without a decider. A failed call also rests the decider for decideRest, so a stuck
