@@ -22,7 +22,9 @@
 // the delay the refusal names or a backoff with jitter, for at most --retry-for and
 // --retry-attempts, and, on a mesh the bench started, cpu_s_per_1k_steps (CPU seconds per
 // 1,000 steps or tasks, by process; cpu_scope says which, cpu_not_measured what is
-// missing). The other workloads have these where they apply and steps_reason where not.
+// missing) and commits, commits_one_round_trip and commits_one_round_trip_missed (the
+// materializer's transactions in the measured phase; commits_scope). The other workloads
+// have these where they apply and steps_reason where not.
 // docs/operations.md ("Benchmarks") has the details.
 package main
 
@@ -229,6 +231,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	meshMode := "gateway " + gateway
 	var meter *cpuMeter
 	var pm *procMesh
+	materializerAdmin := "" // the materializer's /metrics, for commitPathFields
 	switch {
 	case gateway != "" && procsMode:
 		return errors.New("--procs starts its own mesh: it cannot be combined with --gateway")
@@ -245,6 +248,11 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		}
 		defer p.Stop()
 		gateway, key, pm, meshMode = p.GRPCAddr, p.AdminKey, p, "procs"
+		for _, sp := range p.procs {
+			if sp.name == "materializer" {
+				materializerAdmin = sp.admin
+			}
+		}
 		m := procsCPUMeter(p)
 		meter = &m
 	case gateway == "":
@@ -264,6 +272,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		}
 		defer m.Stop()
 		gateway, key, meshMode = m.GRPCAddr, m.AdminKey, "in-process"
+		materializerAdmin = m.MaterializerAdminAddr
 		cm := inprocCPUMeter(m.PostgresDir)
 		meter = &cm
 	}
@@ -322,6 +331,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	if meter != nil {
 		cpuBefore = meter.read()
 	}
+	commitsBefore := commitPath(materializerAdmin)
 	sh := &shed{}
 	o, err := measure(ctx, exe, reg.GetPlaybook().GetPath(), count, sh)
 	if err != nil {
@@ -331,6 +341,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	if meter != nil {
 		cpuAfter = meter.read()
 	}
+	commitsAfter := commitPath(materializerAdmin)
 	stopSamples()
 	stopProfile()
 	read, scope := chainStepLatencies, chainLatencyScope
@@ -347,6 +358,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	out["mesh"] = meshMode
 	out["peak_rss_mb"] = peakRSSMB()
 	cpuFields(out, meter, cpuBefore, cpuAfter, o.completed()*perExec)
+	commitPathFields(out, materializerAdmin != "", commitsBefore, commitsAfter)
 	if pm != nil {
 		// The bench process holds the client alone: the mesh's peak is its processes'.
 		by := map[string]float64{"bench": round1(peakRSSMB())}
