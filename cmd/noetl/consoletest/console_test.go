@@ -471,6 +471,10 @@ func TestConsole(t *testing.T) {
 		shots.take(t, b, "08-run-form", "the run form: the workload as JSON, checked as it is typed")
 		do(t, b, chromedp.Click(chromedp.CSS("#start")))
 		until(t, b, "the new execution's page", `location.hash.startsWith('#/executions/') && !!document.querySelector('#exec-status')`)
+		// The tab the test clicks later, as the page first drew it: live updates redraw the
+		// tabs, and must keep their buttons (a button replaced between a press and its
+		// release loses the click).
+		require.True(t, eval[bool](t, b, `(window.firstTimelineTab = document.querySelector('[data-tab="timeline"]')) !== null`))
 		run = strings.TrimPrefix(eval[string](t, b, `location.hash`), "#/executions/")
 		run, _, _ = strings.Cut(run, "?")
 	})
@@ -480,6 +484,8 @@ func TestConsole(t *testing.T) {
 		// The page follows the execution live until it completes.
 		until(t, b, "the end of the run", `document.querySelector('#exec-status').dataset.status === 'completed' && document.querySelector('[data-step="end"]')?.dataset.status === 'completed'`)
 		require.Equal(t, 7, eval[int](t, b, `document.querySelectorAll('svg.graph .node').length`), "nodes")
+		require.True(t, eval[bool](t, b, `window.firstTimelineTab === document.querySelector('[data-tab="timeline"]') && window.firstTimelineTab.isConnected`),
+			"the live updates kept the tab buttons the page first drew")
 		require.Equal(t, 8, eval[int](t, b, `document.querySelectorAll('svg.graph .edge').length`), "edges")
 		statuses := eval[map[string]string](t, b, `Object.fromEntries([...document.querySelectorAll('svg.graph .node')].map((n) => [n.dataset.step, n.dataset.status]))`)
 		require.Equal(t, map[string]string{"start": "completed", "fan": "completed", "side": "completed", "rare": "skipped", "join": "completed", "table": "completed", "end": "completed"}, statuses)

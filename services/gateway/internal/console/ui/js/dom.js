@@ -175,9 +175,33 @@ export function throttle(fn, wait) {
 
 /** tabs builds a tab bar; onPick(id) runs when a tab is chosen. */
 export function tabs(items, active, onPick) {
-  return h('nav', {class: 'tabs', role: 'tablist'}, items.map(([id, label]) =>
+  const nav = h('nav', {class: 'tabs', role: 'tablist'}, items.map(([id, label]) =>
     h('button', {type: 'button', role: 'tab', class: ['tab', id === active && 'active'], 'aria-selected': String(id === active), dataset: {tab: id},
-      onclick: () => onPick(id)}, label)));
+      onclick: () => nav.onPick(id)}, label)));
+  nav.onPick = onPick;
+  return nav;
+}
+
+/**
+ * tabsIn draws tabs into el. When el already holds the same tabs, in the same order, it
+ * keeps their buttons and changes only their labels, which one is active and what a pick
+ * does: a live page redraws its tabs on every update, and a button replaced between a
+ * press and its release would lose the click.
+ */
+export function tabsIn(el, items, active, onPick) {
+  const nav = el.firstElementChild;
+  const buttons = nav && nav.matches('nav.tabs') ? [...nav.children] : [];
+  if (buttons.length !== items.length || buttons.some((b, i) => b.dataset.tab !== items[i][0])) {
+    mount(el, tabs(items, active, onPick));
+    return;
+  }
+  nav.onPick = onPick;
+  items.forEach(([id, label], i) => {
+    const b = buttons[i];
+    if (b.textContent !== label) b.textContent = label;
+    b.classList.toggle('active', id === active);
+    b.setAttribute('aria-selected', String(id === active));
+  });
 }
 
 /** empty is the message of a list with nothing in it. */

@@ -3,7 +3,7 @@
 // stream: every committed event updates the graph, the timeline and the log, and each command
 // that ends with logs reloads the step logs.
 
-import {h, mount, badge, execStatus, stepStatus, when, fullTime, duration, ms, tabs, spinner, empty, throttle, copyButton, bytes, count, download} from '../dom.js';
+import {h, mount, badge, execStatus, stepStatus, when, fullTime, duration, ms, tabsIn, spinner, empty, throttle, copyButton, bytes, count, download} from '../dom.js';
 import {api, fetchFile, watch, resultId, iterationOf, TERMINAL} from '../api.js';
 import {errorBox, notice, confirmDialog, card, labelChips} from '../ui.js';
 import {drawGraph, legend, zoomable} from '../graph.js';
@@ -183,13 +183,13 @@ export async function render(root, route, app) {
 
   function drawTabs() {
     const n = events.length;
-    mount(tabBar, tabs([['graph', 'Graph'], ['timeline', 'Timeline'], ['events', `Events (${count(n)}${truncated ? '+' : ''})`], ['results', 'Results'],
+    tabsIn(tabBar, [['graph', 'Graph'], ['timeline', 'Timeline'], ['events', `Events (${count(n)}${truncated ? '+' : ''})`], ['results', 'Results'],
       ['logs', logs ? `Logs (${count(logs.length)}${logsTruncated ? '+' : ''})` : 'Logs']], tab, (t) => {
       tab = t;
       app.replace(app.link(['executions', id], {tab: t, step: selected, filter: tab === 'events' ? eventFilter : ''}));
       drawTabs();
       drawBody();
-    }));
+    });
   }
 
   function drawBody() {
