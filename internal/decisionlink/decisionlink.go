@@ -15,7 +15,7 @@
 //     speculated on, and the materializer sets seqs and commit times on those it
 //     commits.
 //   - A link answers only while an orchestrator serves on it. Before one does and after
-//     it stops, Decide returns ErrNotServed and the caller asks over the network, as a
+//     it stops, Ask's wait returns ErrNotServed and the caller asks over the network, as a
 //     materializer in a process of its own always does.
 //   - The link is not a network surface: DecisionService admits only the materializer's
 //     signed principal, and the link is reachable only from code in the same process,
@@ -32,7 +32,7 @@ import (
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 )
 
-// ErrNotServed is returned by Decide while no orchestrator serves on the link.
+// ErrNotServed is what Ask's wait returns while no orchestrator serves on the link.
 var ErrNotServed = errors.New("decisionlink: no orchestrator serves in this process")
 
 // Decider decides the executions of a commit (the orchestrator's engine): it takes req
@@ -84,9 +84,4 @@ func (l *Link) Ask(ctx context.Context, req *orchv1.DecideCommittingRequest) (wa
 	return func() (*orchv1.DecideCommittingResponse, error) {
 		return proto.CloneOf(answer()), nil
 	}
-}
-
-// Decide is Ask and its wait.
-func (l *Link) Decide(ctx context.Context, req *orchv1.DecideCommittingRequest) (*orchv1.DecideCommittingResponse, error) {
-	return l.Ask(ctx, req)()
 }

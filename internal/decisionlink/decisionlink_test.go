@@ -36,38 +36,38 @@ func request() *orchv1.DecideCommittingRequest {
 func TestALinkAnswersOnlyWhileServed(t *testing.T) {
 	ctx := context.Background()
 	var nilLink *Link
-	_, err := nilLink.Decide(ctx, request())
+	_, err := nilLink.Ask(ctx, request())()
 	require.ErrorIs(t, err, ErrNotServed)
 	require.False(t, nilLink.Served())
 
 	l := &Link{}
-	_, err = l.Decide(ctx, request())
+	_, err = l.Ask(ctx, request())()
 	require.ErrorIs(t, err, ErrNotServed)
 
 	first, second := &keeper{}, &keeper{}
 	stopFirst := l.Serve(first)
 	require.True(t, l.Served())
-	resp, err := l.Decide(ctx, request())
+	resp, err := l.Ask(ctx, request())()
 	require.NoError(t, err)
 	require.True(t, resp.GetDecisions()[0].GetDecided())
 	require.Len(t, first.asked, 1)
 
 	stopSecond := l.Serve(second)
 	stopFirst() // an earlier server's stop leaves the later one serving
-	_, err = l.Decide(ctx, request())
+	_, err = l.Ask(ctx, request())()
 	require.NoError(t, err)
 	require.Len(t, second.asked, 1)
 	require.Len(t, first.asked, 1)
 
 	stopSecond()
 	require.False(t, l.Served())
-	_, err = l.Decide(ctx, request())
+	_, err = l.Ask(ctx, request())()
 	require.ErrorIs(t, err, ErrNotServed)
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	l.Serve(first)
-	_, err = l.Decide(cancelled, request())
+	_, err = l.Ask(cancelled, request())()
 	require.ErrorIs(t, err, context.Canceled)
 	require.Len(t, first.asked, 1, "a call already ended is not decided")
 }
@@ -78,7 +78,7 @@ func TestALinkSharesNoMessage(t *testing.T) {
 	l := &Link{}
 	l.Serve(k)
 	req := request()
-	resp, err := l.Decide(context.Background(), req)
+	resp, err := l.Ask(context.Background(), req)()
 	require.NoError(t, err)
 
 	req.Executions[0].Events[0].Seq = 7

@@ -19,18 +19,15 @@ type Linked struct {
 }
 
 // DecideCommitting asks what the executions of req decide (the writer's Decider).
+// opts apply only when the call goes over the network.
 func (l *Linked) DecideCommitting(ctx context.Context, req *orchv1.DecideCommittingRequest, opts ...grpc.CallOption) (*orchv1.DecideCommittingResponse, error) {
-	if l.Link.Served() {
-		resp, err := l.Link.Decide(ctx, req)
-		if !errors.Is(err, decisionlink.ErrNotServed) {
-			return resp, err
-		}
+	if !l.Link.Served() {
+		return l.Remote.DecideCommitting(ctx, req, opts...)
 	}
-	return l.Remote.DecideCommitting(ctx, req, opts...)
+	return l.Ask(ctx, req)()
 }
 
-// Ask asks as DecideCommitting does and returns what waits for the answer (see
-// Stream.Ask). Over the link the executions are handed to the orchestrator's shards in the
+// Ask asks and returns what waits for the answer (see Stream.Ask). Over the link the executions are handed to the orchestrator's shards in the
 // caller's goroutine, and the wait collects their decisions: no goroutine in between.
 func (l *Linked) Ask(ctx context.Context, req *orchv1.DecideCommittingRequest) (wait func() (*orchv1.DecideCommittingResponse, error)) {
 	if !l.Link.Served() {
@@ -39,7 +36,7 @@ func (l *Linked) Ask(ctx context.Context, req *orchv1.DecideCommittingRequest) (
 	local := l.Link.Ask(ctx, req)
 	return func() (*orchv1.DecideCommittingResponse, error) {
 		resp, err := local()
-		if errors.Is(err, decisionlink.ErrNotServed) {
+		if errors.Is(err, decisionlink.ErrNotServed) { // the orchestrator stopped meanwhile
 			return l.Remote.DecideCommitting(ctx, req)
 		}
 		return resp, err
