@@ -11,10 +11,12 @@ package materializer
 import (
 	"context"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/decisionlink"
@@ -59,6 +61,9 @@ const (
 type Config struct {
 	AdminAddr string
 	NATSURL   string
+	// NATSInProcess is the embedded NATS server of the same process (noetl dev), connected
+	// to without a socket; NATSURL then only names it.
+	NATSInProcess nats.InProcessConnProvider
 	// PostgresURL connects as the materializer's own login role, a member of noetl_materializer
 	// (`noetl migrate` creates it). The materializer refuses to start as a role that holds
 	// other privileges, or on a schema older than it needs.
@@ -213,7 +218,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := schema.Check(ctx, db, schema.Materializer); err != nil {
 		return err
 	}
-	nc, js, err := natsx.Connect(cfg.NATSURL, "materializer")
+	nc, js, err := natsx.Connect(cfg.NATSURL, "materializer", natsx.InProcess(cfg.NATSInProcess)...)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
@@ -50,6 +51,9 @@ type Config struct {
 	GRPCAddr  string
 	AdminAddr string
 	NATSURL   string
+	// NATSInProcess is the embedded NATS server of the same process (noetl dev), connected
+	// to without a socket; NATSURL then only names it.
+	NATSInProcess nats.InProcessConnProvider
 	// PostgresURL connects as the orchestrator's own login role, a member of noetl_orchestrator
 	// (`noetl migrate` creates it). The orchestrator refuses to start as a role that holds
 	// other privileges, or on a schema older than it needs.
@@ -251,7 +255,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			log.Info("sealed plaintext credentials", slog.Int("count", n))
 		}
 	}
-	nc, js, err := natsx.Connect(cfg.NATSURL, "orchestrator")
+	nc, js, err := natsx.Connect(cfg.NATSURL, "orchestrator", natsx.InProcess(cfg.NATSInProcess)...)
 	if err != nil {
 		return err
 	}

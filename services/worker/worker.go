@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
@@ -44,12 +45,15 @@ import (
 
 // Config is the worker's configuration.
 type Config struct {
-	AdminAddr   string
-	NATSURL     string
-	Pool        string
-	Concurrency int
-	Partitions  int
-	Python      string
+	AdminAddr string
+	NATSURL   string
+	// NATSInProcess is the embedded NATS server of the same process (noetl dev), connected
+	// to without a socket; NATSURL then only names it.
+	NATSInProcess nats.InProcessConnProvider
+	Pool          string
+	Concurrency   int
+	Partitions    int
+	Python        string
 	// ToolEnv names the worker's environment variables python and shell tools also see.
 	ToolEnv string
 	// ScriptDir is the directory a python tool's script: paths are read from (empty: file
@@ -238,7 +242,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer tel.Close(log)
-	nc, js, err := natsx.Connect(cfg.NATSURL, "worker-"+cfg.Pool)
+	nc, js, err := natsx.Connect(cfg.NATSURL, "worker-"+cfg.Pool, natsx.InProcess(cfg.NATSInProcess)...)
 	if err != nil {
 		return err
 	}

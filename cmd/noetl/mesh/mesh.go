@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -292,14 +293,14 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 		return resultstore.Run(ctx, resultstore.Config{PostgresURL: pgURLs.Resultstore, InternalSecret: cfg.InternalSecret, Trace: cfg.Trace, GRPCListener: lis[2], AdminListener: lis[4], FlightListener: flightLis}, log)
 	})
 	run("materializer", func(ctx context.Context) error {
-		return materializer.Run(ctx, materializer.Config{PostgresURL: pgURLs.Materializer, InternalSecret: cfg.InternalSecret, OrchestratorAddr: inlineDecider(cfg, orAddr), DecisionLink: link, NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
+		return materializer.Run(ctx, materializer.Config{NATSInProcess: m.inProcessNATS(), PostgresURL: pgURLs.Materializer, InternalSecret: cfg.InternalSecret, OrchestratorAddr: inlineDecider(cfg, orAddr), DecisionLink: link, NATSURL: cfg.NATSURL, StreamReplicas: 1, Partitions: cfg.Partitions, Trace: cfg.Trace,
 			MaxLag: cfg.MaterializerMaxLag, StallAfter: cfg.MaterializerStallAfter, LagPoll: cfg.LagPoll, Gate: m.gate.wait, AdminListener: lis[5]}, log)
 	})
 	run("orchestrator", func(ctx context.Context) error {
-		return orchestrator.Run(ctx, orchestrator.Config{DecisionLink: link, PostgresURL: pgURLs.Orchestrator, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, SystemPlaybooks: cfg.SystemPlaybooks, Retention: cfg.Retention, TenantRetention: cfg.TenantRetention, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
+		return orchestrator.Run(ctx, orchestrator.Config{NATSInProcess: m.inProcessNATS(), DecisionLink: link, PostgresURL: pgURLs.Orchestrator, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, BootstrapAPIKey: m.AdminKey, NATSURL: cfg.NATSURL, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, Partitions: cfg.Partitions, EncryptionKey: cfg.EncryptionKey, ReconcileEvery: cfg.ReconcileEvery, StaleAfter: cfg.StaleAfter, MaxStepEntries: cfg.MaxStepEntries, MaxEvents: cfg.MaxEvents, TenantLimits: cfg.TenantLimits, SystemPlaybooks: cfg.SystemPlaybooks, Retention: cfg.Retention, TenantRetention: cfg.TenantRetention, Trace: cfg.Trace, GRPCListener: lis[1], AdminListener: lis[6]}, log)
 	})
 	for pool, admin := range map[string]net.Listener{"shared": lis[7], "system": lis[9]} {
-		wcfg := worker.Config{NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: pool, Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Shell: cfg.Shell, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: admin}
+		wcfg := worker.Config{NATSInProcess: m.inProcessNATS(), NATSURL: cfg.NATSURL, StreamReplicas: 1, InternalSecret: cfg.InternalSecret, Pool: pool, Partitions: cfg.Partitions, Concurrency: cfg.WorkerConcurrency, OrchestratorAddr: orAddr, StatebuilderAddr: sbAddr, ResultstoreAddr: rsAddr, FlightAddr: m.FlightAddr, HTTPEgress: cmp.Or(cfg.HTTPEgress, worker.HTTPEgressLoopback), Shell: cfg.Shell, Trace: cfg.Trace, LagPoll: cfg.LagPoll, AdminListener: admin}
 		if cfg.Worker != nil {
 			cfg.Worker(&wcfg)
 		}
@@ -571,4 +572,13 @@ func inlineDecider(cfg Config, orAddr string) string {
 		return ""
 	}
 	return orAddr
+}
+
+// inProcessNATS is the embedded NATS server the services connect to without a socket, or
+// nil with an external NATS (Config.NATSURL).
+func (m *Mesh) inProcessNATS() nats.InProcessConnProvider {
+	if m.nats == nil {
+		return nil
+	}
+	return m.nats.NATS()
 }

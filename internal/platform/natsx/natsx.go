@@ -290,12 +290,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 
 // Connect dials NATS with reconnects enabled and returns the connection and a JetStream
 // handle.
-func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(url,
+func Connect(url, name string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-	)
+		nats.ReconnectWait(250 * time.Millisecond),
+	}, opts...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to nats %s: %w", url, err)
 	}
@@ -305,6 +305,14 @@ func Connect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return nc, js, nil
+}
+
+// InProcess is the option of Connect that connects to srv without a socket, none for nil.
+func InProcess(srv nats.InProcessConnProvider) []nats.Option {
+	if srv == nil {
+		return nil
+	}
+	return []nats.Option{nats.InProcessServer(srv)}
 }
 
 // Message is one message to publish with its deduplication id.
