@@ -22,7 +22,9 @@
 // the delay the refusal names or a backoff with jitter, for at most --retry-for and
 // --retry-attempts, and, on a mesh the bench started, cpu_s_per_1k_steps (CPU seconds per
 // 1,000 steps or tasks, by process; cpu_scope says which, cpu_not_measured what is
-// missing) and commits, commits_one_round_trip and commits_one_round_trip_missed (the
+// missing), gomaxprocs (the Go scheduler's processors in the bench's process: the in-process
+// mesh runs on one core fewer than the machine has, as noetl dev does beside its private
+// Postgres, mesh.LeaveCoreToPostgres) and commits, commits_one_round_trip and commits_one_round_trip_missed (the
 // materializer's transactions in the measured phase; commits_scope). The other workloads
 // have these where they apply and steps_reason where not.
 // docs/operations.md ("Benchmarks") has the details.
@@ -38,6 +40,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -265,6 +268,10 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		if err := os.Chmod(dir, 0o755); err != nil {
 			return err
 		}
+		// As noetl dev does beside its private Postgres (mesh.LeaveCoreToPostgres).
+		if os.Getenv("NOETL_PG_URL") == "" {
+			mesh.LeaveCoreToPostgres()
+		}
 		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: os.Getenv("NOETL_PG_URL"), NATSSync: natsSync, Gateway: gatewayLimits,
 			Log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 		if err != nil {
@@ -356,6 +363,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	}
 	out := stepLine(workload, perExec, o, lat, scope, sh)
 	out["mesh"] = meshMode
+	out["gomaxprocs"] = runtime.GOMAXPROCS(0) // the bench's, and the in-process mesh's
 	out["peak_rss_mb"] = peakRSSMB()
 	cpuFields(out, meter, cpuBefore, cpuAfter, o.completed()*perExec)
 	commitPathFields(out, materializerAdmin != "", commitsBefore, commitsAfter)

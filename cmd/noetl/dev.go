@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -53,6 +54,11 @@ func devCmd() *cobra.Command {
 			}
 			// The OpenAPI document's info.version is this CLI's release.
 			cfg.Gateway = func(g *gateway.Config) { g.Version = version }
+			// Beside its own Postgres the mesh leaves that server a core (mesh/procs.go).
+			procs, leftCore := runtime.GOMAXPROCS(0), false
+			if cfg.PostgresURL == "" {
+				procs, leftCore = mesh.LeaveCoreToPostgres()
+			}
 			m, err := mesh.Start(ctx, cfg)
 			if err != nil {
 				return err
@@ -77,6 +83,9 @@ func devCmd() *cobra.Command {
 				fmt.Printf("         fsync on every write (NOETL_NATS_SYNC_INTERVAL=always): an OS crash or power loss loses no acknowledged message\n")
 			} else {
 				fmt.Printf("         fsync every %s (NOETL_NATS_SYNC_INTERVAL): an OS crash or power loss can lose messages acknowledged since the last one; a crash of noetl dev loses nothing\n", natsSyncPeriod(cfg.NATSSync))
+			}
+			if leftCore {
+				fmt.Printf("  go:    the mesh schedules on %d of %d cores, one left to its Postgres (GOMAXPROCS overrides)\n", procs, runtime.NumCPU())
 			}
 			fmt.Printf("  admin (/livez, /readyz, /metrics):\n")
 			for _, name := range slices.Sorted(maps.Keys(m.AdminAddrs)) {
