@@ -15,11 +15,11 @@ import (
 // With a processor for each core, a hand-off to a goroutine wakes a parked thread on the
 // other core (a futex call, and on a virtual machine the wake-up of a halted vCPU), whose
 // scheduler then spins for work while Postgres waits for that core. Measured on the 2-core
-// development machine (bench, interleaved runs, medians), one processor instead of two:
-// a chain step 1.19 -> 0.82 ms and the mesh's CPU per 1,000 steps 1.03 -> 0.63 s;
-// concurrent 50x10 876 -> 918 steps/s; a 1,000-wide fan-out 6,929 -> 8,214 tasks/s; but
-// 1,000 executions of 5 steps at once, which keep more than one core busy in the mesh,
-// 2,111 -> 1,913 steps/s.
+// development machine (bench, interleaved runs, medians), one processor instead of two: a
+// chain of 200 steps 1.40 -> 0.75 ms per step (the mesh's CPU per 1,000 steps 1.20 ->
+// 0.50 s); 50 executions of 10 steps 925 -> 1,207 steps/s; a 1,000-wide fan-out 8,044 ->
+// 10,599 tasks/s; but 1,000 executions of 5 steps at once, which keep more than a core
+// busy in the mesh, 2,860 -> 2,323 steps/s.
 func LeaveCoreToPostgres() (procs int, changed bool) {
 	n := runtime.GOMAXPROCS(0)
 	if os.Getenv("GOMAXPROCS") != "" || n <= 1 {
