@@ -289,7 +289,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.Stre
 }
 
 // Connect dials NATS with reconnects enabled and returns the connection and a JetStream
-// handle.
+// handle; opts follow its own (InProcess, for a server embedded in the same process).
 func Connect(url, name string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{
 		nats.Name(name),
