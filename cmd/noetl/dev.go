@@ -85,7 +85,7 @@ func devCmd() *cobra.Command {
 				fmt.Printf("         fsync every %s (NOETL_NATS_SYNC_INTERVAL): an OS crash or power loss can lose messages acknowledged since the last one; a crash of noetl dev loses nothing\n", natsSyncPeriod(cfg.NATSSync))
 			}
 			if leftCore {
-				fmt.Printf("  go:    the mesh schedules on %d of %d cores, one left to its Postgres (GOMAXPROCS overrides)\n", procs, runtime.NumCPU())
+				fmt.Printf("  go:    the mesh schedules on %d processors instead of %d, one core left to its Postgres (GOMAXPROCS overrides)\n", procs, procs+1)
 			}
 			fmt.Printf("  admin (/livez, /readyz, /metrics):\n")
 			for _, name := range slices.Sorted(maps.Keys(m.AdminAddrs)) {
