@@ -391,3 +391,13 @@ func TestActiveDecisionEqualsTheUnfilteredOne(t *testing.T) {
 		}
 	})
 }
+
+// requireSameActive checks that an ActiveIndex's answer is the walk's.
+func requireSameActive(t require.TestingT, want, got *Active) {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
+	require.Equal(t, want.names, got.names, "active steps")
+	require.Equal(t, want.reused, got.reused, "reused steps")
+	require.Same(t, want.st, got.st, "the state")
+}

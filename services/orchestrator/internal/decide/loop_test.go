@@ -22,6 +22,9 @@ type sim struct {
 	c   *Compiled
 	st  *sbv1.ExecutionState
 	log []*eventv1.Event
+	// idx is kept as the engine keeps its cached states' (every folded event noted), and
+	// checked against the walk before every decision.
+	idx ActiveIndex
 }
 
 func newSim(t testing.TB, src string, workload string) *sim {
@@ -38,6 +41,7 @@ func (s *sim) apply(evs ...*eventv1.Event) {
 		ev = proto.Clone(ev).(*eventv1.Event)
 		ev.Seq = s.st.GetSeq() + 1
 		require.NoError(s.t, domain.Apply(s.st, ev))
+		s.idx.Folded(s.st, ev)
 		s.log = append(s.log, ev)
 	}
 }
@@ -45,6 +49,7 @@ func (s *sim) apply(evs ...*eventv1.Event) {
 // decide runs one decision, applies it, and returns the commands it issued.
 func (s *sim) decide() []*eventv1.Event {
 	requireSameAsUnfiltered(s.t, s.c, s.st, Inputs{})
+	requireSameActive(s.t, ActiveOf(s.st), s.idx.Of(s.st))
 	evs, err := Decide(s.c, s.st)
 	require.NoError(s.t, err)
 	s.apply(evs...)

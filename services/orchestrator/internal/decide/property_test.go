@@ -73,11 +73,18 @@ func TestFoldAndDecideProperties(t *testing.T) {
 
 		st := domain.NewState("x")
 		var log []*eventv1.Event
+		// The index of active steps is kept as the engine keeps it, noting every folded
+		// event but one (the index must then walk the state again rather than trust itself).
+		var idx ActiveIndex
+		unnoted := rapid.IntRange(0, 40).Draw(t, "unnoted event")
 		apply := func(ev *eventv1.Event) {
 			ev = proto.Clone(ev).(*eventv1.Event)
 			ev.Seq = st.GetSeq() + 1
 			if err := domain.Apply(st, ev); err != nil {
 				t.Fatalf("apply %s: %v", ev.GetType(), err)
+			}
+			if ev.GetSeq() != int64(unnoted) {
+				idx.Folded(st, ev)
 			}
 			log = append(log, ev)
 		}
@@ -101,6 +108,7 @@ func TestFoldAndDecideProperties(t *testing.T) {
 				in.LoopResults[n.EnterEventID] = ref
 			}
 			requireSameAsUnfiltered(t, c, st, in)
+			requireSameActive(t, ActiveOf(st), idx.Of(st))
 			evs, err := DecideWith(c, st, in)
 			if err != nil {
 				t.Fatalf("decide: %v", err)

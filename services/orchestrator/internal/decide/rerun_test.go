@@ -47,11 +47,13 @@ func TestRerunFromAStepEntersItFirstAndNeverTheReusedSteps(t *testing.T) {
 	require.NoError(t, err)
 	st := domain.NewState("rerun-1")
 	var log []string
+	var idx ActiveIndex
 	apply := func(evs ...*eventv1.Event) {
 		for _, ev := range evs {
 			ev = proto.Clone(ev).(*eventv1.Event)
 			ev.Seq = st.GetSeq() + 1
 			require.NoError(t, domain.Apply(st, ev))
+			idx.Folded(st, ev)
 			log = append(log, ev.GetType()+":"+ev.GetStep())
 		}
 	}
@@ -60,6 +62,7 @@ func TestRerunFromAStepEntersItFirstAndNeverTheReusedSteps(t *testing.T) {
 	require.True(t, proto.Equal(ref, st.GetSteps()["b"].GetResultRef()), "the reused reference is the original's")
 	require.True(t, st.GetSteps()["start"].GetReused())
 	for range 10 {
+		requireSameActive(t, ActiveOf(st), idx.Of(st)) // the first decision's reused steps need a walk
 		evs, err := Decide(c, st)
 		require.NoError(t, err)
 		if len(evs) == 0 {

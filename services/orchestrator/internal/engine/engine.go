@@ -394,7 +394,7 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 	}
 	events := s.takeLarge(st)
 	if events == nil {
-		if events, err = e.decideOn(ctx, st); err != nil {
+		if events, err = e.decideOn(ctx, st, activeOf(s, st)); err != nil {
 			return 0, err
 		}
 	}
@@ -429,10 +429,11 @@ func (e *Engine) drive(ctx context.Context, s *shard, executionID string, minSeq
 	return st.GetSeq(), nil
 }
 
-// decideOn decides on st: it loads what the decision needs besides the state (the compiled
-// playbook, loop collections, loop results and claim rows held by reference), decides, and
-// moves large collections and render contexts to the resultstore. It publishes nothing.
-func (e *Engine) decideOn(ctx context.Context, st *sbv1.ExecutionState) ([]*eventv1.Event, error) {
+// decideOn decides on st, whose active steps are active (activeOf): it loads what the
+// decision needs besides the state (the compiled playbook, loop collections, loop results
+// and claim rows held by reference), decides, and moves large collections and render
+// contexts to the resultstore. It publishes nothing.
+func (e *Engine) decideOn(ctx context.Context, st *sbv1.ExecutionState, active *decide.Active) ([]*eventv1.Event, error) {
 	cp, err := e.catalog.Compiled(ctx, st.GetTenant(), st.GetPlaybookPath(), st.GetPlaybookVersion())
 	if err != nil {
 		if errors.Is(err, catalog.ErrNotFound) {
@@ -440,7 +441,6 @@ func (e *Engine) decideOn(ctx context.Context, st *sbv1.ExecutionState) ([]*even
 		}
 		return nil, err
 	}
-	active := decide.ActiveOf(st) // one walk of the state's steps, for the Needed* lists and the decision
 	in, err := e.collectionsFor(ctx, st.GetTenant(), active.NeededCollections())
 	if err != nil {
 		return nil, err

@@ -192,6 +192,7 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 			s.states.drop(id)
 			return no("fold")
 		}
+		s.states.folded(st, ev)
 		s.states.speculate(id, ev.GetSeq(), ev.GetEventId(), int64(proto.Size(ev)))
 	}
 	if st.GetTenant() != x.GetTenant() {
@@ -211,7 +212,7 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 	ctx, span := e.cfg.Tracer.Start(parent, "decide", trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(telemetry.AttrTenant.String(x.GetTenant()), telemetry.AttrExecutionID.String(id), telemetry.AttrSeq.Int64(st.GetSeq())))
 	defer span.End()
-	events, err := e.decideOn(ctx, st)
+	events, err := e.decideOn(ctx, st, activeOf(s, st))
 	if err != nil {
 		telemetry.ErrorStatus(span, err)
 		out.Decided = false
@@ -245,6 +246,7 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 			out.Decided = false
 			return no("fold")
 		}
+		s.states.folded(st, c)
 		s.states.speculate(id, c.GetSeq(), c.GetEventId(), sizes[i])
 	}
 	out.Events = events

@@ -71,13 +71,16 @@ func TestInlineDecisionRefusals(t *testing.T) {
 	d = e.decideInline(ctx, s, &inlineRequest{ctx: gone, exec: &orchv1.CommittingExecution{ExecutionId: "x", Events: []*eventv1.Event{outcome}}})
 	require.Equal(t, "expired", d.GetReason())
 
-	// A committing terminal event is decided with nothing to follow it, and speculated.
+	// A committing terminal event is decided with nothing to follow it, and speculated; the
+	// state's index of active steps noted it.
 	st = started(t)
 	s.states.put(st)
+	activeOf(s, st)
 	d = ask(&orchv1.CommittingExecution{ExecutionId: "x", Tenant: "t", SeqBefore: 1, LastEventId: "playbook.started", Events: []*eventv1.Event{ev(2, domain.EventPlaybookCompleted, "")}})
 	require.True(t, d.GetDecided())
 	require.Empty(t, d.GetEvents())
 	require.True(t, s.states.speculative("x"))
+	require.True(t, s.states.entries["x"].active.Tracks(st))
 }
 
 // A commit whose decision was taken inside it sends the orchestrator no notice: the next

@@ -6,6 +6,7 @@ import (
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 )
 
 // stateCache holds the execution states one shard decided on, each advanced by the events
@@ -30,6 +31,9 @@ type cachedState struct {
 	// seq order: each is confirmed, and forgotten, by the commit notice that carries it or
 	// by the next request to decide inside a commit, which names the head they lead to.
 	spec []specEvent
+	// active follows st's active steps as events are folded into it (folded), so that a
+	// decision on a long execution does not walk all its steps.
+	active decide.ActiveIndex
 }
 
 // specEvent is an event folded before its commit: its seq and id.
@@ -63,6 +67,25 @@ func (c *stateCache) put(st *sbv1.ExecutionState) {
 	}
 	c.entries[st.GetExecutionId()] = &cachedState{st: st, bytes: n}
 	c.bytes += n
+}
+
+// folded notes that ev was folded into st, the cached state of its execution (nothing
+// when st is not the one cached).
+func (c *stateCache) folded(st *sbv1.ExecutionState, ev *eventv1.Event) {
+	if e := c.entries[st.GetExecutionId()]; e != nil && e.st == st {
+		e.active.Folded(st, ev)
+	}
+}
+
+// activeOf is st's decide.Active: from the index of its cache entry when st is the cached
+// state, else from a walk of its steps.
+func activeOf(s *shard, st *sbv1.ExecutionState) *decide.Active {
+	if s != nil {
+		if e := s.states.entries[st.GetExecutionId()]; e != nil && e.st == st {
+			return e.active.Of(st)
+		}
+	}
+	return decide.ActiveOf(st)
 }
 
 // take forgets an execution's state and returns it with its counted size (nil, 0 when
@@ -222,6 +245,7 @@ func (c *stateCache) applyCarried(n *eventv1.CommitNotice, size int64) bool {
 			c.drop(n.GetExecutionId())
 			return false
 		}
+		c.folded(st, ev)
 	}
 	c.grew(n.GetExecutionId(), size)
 	return true

@@ -9,6 +9,7 @@ import (
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	sbv1 "github.com/noetl/noetl/gen/go/noetl/statebuilder/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/services/orchestrator/internal/decide"
 )
 
 // carried is a commit notice of execution x up to the last of evs, carrying them, and its
@@ -66,6 +67,34 @@ func TestNoticeEventsAdvanceTheCachedState(t *testing.T) {
 	// Nor does a notice without its events (a batch over the notice budget).
 	require.False(t, c.applyCarried(&eventv1.CommitNotice{ExecutionId: "x", Seq: 5}, 0))
 	require.NotNil(t, c.get("x"), "kept, to be advanced from the log")
+}
+
+// The cached state's active steps follow the events folded into it: after the first
+// decision's walk, a decision reads them from the index (no walk of every step), and they
+// are those a walk finds.
+func TestTheCachedStateKeepsItsActiveSteps(t *testing.T) {
+	s := &shard{states: newStateCache(1 << 20)}
+	st := started(t)
+	s.states.put(st)
+	e := s.states.entries["x"]
+	require.False(t, e.active.Tracks(st), "nothing noted yet")
+	require.Empty(t, activeOf(s, st).NeededCollections(), "the first decision walks the state")
+	require.True(t, e.active.Tracks(st))
+
+	require.True(t, s.states.applyCarried(carried(ev(2, domain.EventStepEnter, "a"), ev(3, domain.EventStepSkipped, "b"))))
+	require.True(t, e.active.Tracks(st), "the notice's events were noted")
+	require.Equal(t, decide.ActiveOf(st), activeOf(s, st))
+
+	// A fold the cache did not see (the state advanced from the log): the next decision walks.
+	require.NoError(t, domain.Apply(st, ev(4, domain.EventStepSkipped, "c")))
+	require.False(t, e.active.Tracks(st))
+	require.Equal(t, decide.ActiveOf(st), activeOf(s, st))
+	require.True(t, e.active.Tracks(st))
+
+	// A state that is not the cached one is walked.
+	other := started(t)
+	require.Equal(t, decide.ActiveOf(other), activeOf(s, other))
+	require.Equal(t, decide.ActiveOf(other), activeOf(nil, other))
 }
 
 // A fold error drops the state, which is then read afresh.
