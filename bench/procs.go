@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,6 +52,9 @@ type procMesh struct {
 	// GRPCAddr and HTTPAddr are the gateway's gRPC and REST addresses; AdminKey the
 	// bootstrap admin API key.
 	GRPCAddr, HTTPAddr, AdminKey string
+	// Procs is the GOMAXPROCS each service process was given (procsChartCPU), nil when
+	// they were left to the runtime.
+	Procs map[string]int
 
 	dir   string
 	pg    *pgembed.Cluster
@@ -183,6 +187,11 @@ func startProcMeshWith(ctx context.Context, log *slog.Logger, opt procMeshOption
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	pgFor := map[string]string{"statebuilder": urls.Statebuilder, "resultstore": urls.Resultstore, "materializer": urls.Materializer, "orchestrator": urls.Orchestrator}
+	if *procsChartCPU {
+		if p.Procs, err = chartProcs(root, runtime.NumCPU()); err != nil {
+			return nil, err
+		}
+	}
 	for _, s := range procServices {
 		admin, err := freeAddr()
 		if err != nil {
@@ -193,9 +202,12 @@ func startProcMeshWith(ctx context.Context, log *slog.Logger, opt procMeshOption
 			return nil, err
 		}
 		cmd := exec.Command(filepath.Join(bin, s), "--admin", admin)
-		cmd.Env = env
+		cmd.Env = append([]string{}, env...)
 		if u := pgFor[s]; u != "" {
-			cmd.Env = append(append([]string{}, env...), "NOETL_PG_URL="+u)
+			cmd.Env = append(cmd.Env, "NOETL_PG_URL="+u)
+		}
+		if e := serviceProcsEnv(p.Procs, s); e != "" {
+			cmd.Env = append(cmd.Env, e)
 		}
 		cmd.Stdout, cmd.Stderr = logf, logf
 		// The service dies with the bench process should the bench be killed.
@@ -539,6 +551,9 @@ func (m procMeter) report(out map[string]any, first, end memReading) {
 	}
 	out["by_process_mb"] = by
 	out["other_peak_rss_mb_end"] = others
+	if m.p.Procs != nil && os.Getenv("GOMAXPROCS") == "" {
+		out["gomaxprocs_by_process"] = m.p.Procs // each service's, from the chart's CPU limits
+	}
 	out["memory_scope"] = "each service runs as its own OS process (built from ./services); rss_mb_at_10k and rss_mb_end are the peak resident set (VmHWM, /proc/<pid>/status) of the orchestrator plus the statebuilder process when the log passed 10,000 events and at the end, current_rss_mb their VmRSS then, rss_mb_samples their VmRSS every second; by_process_mb gives each process's rss, peak_rss and heap_inuse (go_memstats_heap_inuse_bytes from its /metrics) at 10k events and at the end, \"bench\" being the bench process (the client alone) and \"nats\" the NATS server's process (bench/chaos/natsnode); other_peak_rss_mb_end is the other processes' peak at the end, for context (Postgres not included)"
 }
 

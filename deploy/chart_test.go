@@ -99,6 +99,7 @@ var cases = []testCase{
 			nested([]any{map[string]any{"host": "noetl.example.com"}}, "gateway", "ingress", "hosts"),
 			nested(true, "serviceMonitor", "enabled"),
 			nested(false, "statebuilder", "autoscaling", "enabled"),
+			nested([]any{map[string]any{"name": "GOMAXPROCS", "value": "3"}}, "orchestrator", "extraEnv"),
 		),
 		pools: []string{"shared", "system"},
 	},
@@ -588,6 +589,24 @@ func checkWorkloads(t *testing.T, r *rendered, tc testCase, readme map[string]bo
 			lim, ok := c.Resources.Limits[res]
 			require.True(t, ok && !lim.IsZero(), "%s: no %s limit", name, res)
 			require.LessOrEqual(t, req.Cmp(lim), 0, "%s: %s request above its limit", name, res)
+		}
+
+		// The Go scheduler's processors: the container's CPU limit rounded up (the
+		// downward API), unless extraEnv sets GOMAXPROCS, once either way.
+		var procs []corev1.EnvVar
+		for _, e := range c.Env {
+			if e.Name == "GOMAXPROCS" {
+				procs = append(procs, e)
+			}
+		}
+		require.Len(t, procs, 1, "%s: GOMAXPROCS", name)
+		if tc.name == "options" && comp == "orchestrator" {
+			require.Equal(t, "3", procs[0].Value, "%s: extraEnv's GOMAXPROCS", name)
+		} else {
+			ref := procs[0].ValueFrom.ResourceFieldRef
+			require.NotNil(t, ref, "%s: GOMAXPROCS is not the CPU limit", name)
+			require.Equal(t, "limits.cpu", ref.Resource, name)
+			require.Equal(t, "1", ref.Divisor.String(), "%s: whole CPUs, rounded up", name)
 		}
 
 		// Environment: every name documented; secrets only by reference and only where
@@ -1377,7 +1396,7 @@ func readmeEnv(t *testing.T) map[string]bool {
 	if end := strings.Index(section, "\n## "); end >= 0 {
 		section = section[:end]
 	}
-	name := regexp.MustCompile("`(NOETL_[A-Z0-9_<>]+)`")
+	name := regexp.MustCompile("`(NOETL_[A-Z0-9_<>]+|GOMAXPROCS)`")
 	env := map[string]bool{}
 	for _, line := range strings.Split(section, "\n") {
 		cells := strings.Split(line, "|")

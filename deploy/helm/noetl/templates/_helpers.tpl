@@ -327,6 +327,19 @@ spec:
           command: [{{ .component | quote }}]
           env:
             {{- .env | nindent 12 }}
+            {{- /* The Go scheduler's processors from the container's CPU limit, rounded up:
+            the runtime's own reading of a cgroup limit never goes below 2, so a 1-CPU service
+            would run 2 processors and wake a parked thread on another core at every hand-off
+            (docs/operations.md, Sizing). extraEnv may set GOMAXPROCS instead. */}}
+            {{- $ownProcs := false }}
+            {{- range $v.extraEnv }}{{ if eq .name "GOMAXPROCS" }}{{ $ownProcs = true }}{{ end }}{{ end }}
+            {{- if and (not $ownProcs) (dig "limits" "cpu" "" ($v.resources | default dict)) }}
+            - name: GOMAXPROCS
+              valueFrom:
+                resourceFieldRef:
+                  resource: limits.cpu
+                  divisor: "1"
+            {{- end }}
             {{- with $v.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
