@@ -94,20 +94,39 @@ type cpuMeter struct {
 	missing map[string]string
 }
 
-// read is each process's CPU seconds so far; a process that cannot be read is left out.
-func (m cpuMeter) read() map[string]float64 {
+// before is each process's CPU seconds at the start of a measured phase, after for its
+// end; a process that cannot be read is left out. A tree's reading walks /proc, a few
+// milliseconds of the bench process's own CPU: before walks the trees first and after
+// last, so the bench process's reading (the in-process mesh's figure) leaves the walks out.
+func (m cpuMeter) before() map[string]float64 {
 	out := map[string]float64{}
+	m.readTrees(out)
+	m.readPids(out)
+	return out
+}
+
+// after: see before.
+func (m cpuMeter) after() map[string]float64 {
+	out := map[string]float64{}
+	m.readPids(out)
+	m.readTrees(out)
+	return out
+}
+
+func (m cpuMeter) readPids(out map[string]float64) {
 	for name, pid := range m.pids {
 		if st, err := readStat(pid); err == nil {
 			out[name] = st.cpu
 		}
 	}
+}
+
+func (m cpuMeter) readTrees(out map[string]float64) {
 	for name, pid := range m.trees {
 		if v, err := treeCPU(pid); err == nil {
 			out[name] = v
 		}
 	}
-	return out
 }
 
 // perKSteps is the CPU seconds each process spent between two readings, per 1,000 steps.

@@ -90,7 +90,7 @@ func runFloodProcs(ctx context.Context) error {
 	}
 	before := read()
 	cpu := procsCPUMeter(p)
-	cpuBefore := cpu.read()
+	cpuBefore := cpu.before()
 
 	var send func(ctx context.Context) (int, error)
 	var client *http.Client
@@ -194,7 +194,7 @@ func runFloodProcs(ctx context.Context) error {
 		}
 		settling = append(settling, read())
 	}
-	cpuAfter := cpu.read()
+	cpuAfter := cpu.after()
 	settled := settling[len(settling)-1]
 	out := map[string]any{
 		"workload": "flood", "transport": *floodTransport, "starts": *floodStarts, "concurrency": *floodConcurrency,

@@ -212,7 +212,7 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 
 	var cpuBefore, cpuAfter map[string]float64
 	if cpu != nil {
-		cpuBefore = cpu.read()
+		cpuBefore = cpu.before()
 	}
 	loadStart := loadavg()
 	start := time.Now()
@@ -272,7 +272,7 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 	}
 	wall := time.Since(start)
 	if cpu != nil {
-		cpuAfter = cpu.read()
+		cpuAfter = cpu.after()
 	}
 	end := m.read(final.GetLastSeq())
 	loadEnd := loadavg()

@@ -316,8 +316,18 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	if err := once(ctx, exe, reg.GetPlaybook().GetPath()); err != nil {
 		return err
 	}
-	// The profile covers the measured phase alone, as cpu_s_per_1k_steps does: not the
-	// read-back of the logs for the latencies after it.
+	sctx, stopSamples := context.WithCancel(ctx)
+	defer stopSamples()
+	go samples.run(sctx)
+	// The readings of the materializer's /metrics and of the processes' CPU bracket the
+	// measured phase from outside, and the profile covers that phase alone, as
+	// cpu_s_per_1k_steps does: not the readings (a /metrics answer is compressed by the
+	// mesh's own process), nor the read-back of the logs for the latencies after it.
+	commitsBefore := commitPath(materializerAdmin)
+	var cpuBefore map[string]float64
+	if meter != nil {
+		cpuBefore = meter.before()
+	}
 	stopProfile := func() {}
 	if profile != "" {
 		f, err := os.Create(profile)
@@ -332,26 +342,18 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		stopProfile = func() { stopped.Do(pprof.StopCPUProfile) }
 		defer stopProfile()
 	}
-	sctx, stopSamples := context.WithCancel(ctx)
-	defer stopSamples()
-	go samples.run(sctx)
-	var cpuBefore map[string]float64
-	if meter != nil {
-		cpuBefore = meter.read()
-	}
-	commitsBefore := commitPath(materializerAdmin)
 	sh := &shed{}
 	o, err := measure(ctx, exe, reg.GetPlaybook().GetPath(), count, sh)
 	if err != nil {
 		return err
 	}
+	stopProfile()
 	var cpuAfter map[string]float64
 	if meter != nil {
-		cpuAfter = meter.read()
+		cpuAfter = meter.after()
 	}
 	commitsAfter := commitPath(materializerAdmin)
 	stopSamples()
-	stopProfile()
 	read, scope := chainStepLatencies, chainLatencyScope
 	if workload == "fanout" {
 		read, scope = fanoutTaskLatencies, fanoutLatencyScope

@@ -193,7 +193,7 @@ func runPayload(ctx context.Context) error {
 		var ids []string
 		ok, maxEvent := true, 0
 		cpu := inprocCPUMeter(m.PostgresDir)
-		cpuBefore := cpu.read()
+		cpuBefore := cpu.before()
 		for range *benchRuns {
 			began := time.Now()
 			x, err := runToEnd(ctx, exe, path, map[string]any{"mb": size})
@@ -217,7 +217,7 @@ func runPayload(ctx context.Context) error {
 			}
 			maxEvent = max(maxEvent, largest)
 		}
-		cpuAfter := cpu.read()
+		cpuAfter := cpu.after()
 		stopSampling()
 		<-done
 		lat, err := latencies(ctx, exe, ids, &shed{}, chainStepLatencies)
