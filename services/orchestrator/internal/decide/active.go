@@ -66,8 +66,9 @@ func activeFor(st *sbv1.ExecutionState, in Inputs) *Active {
 
 // ActiveIndex keeps the Active of one state current as events are folded into it, so that
 // a decision on a long execution pays for the steps its new events touched rather than a
-// walk of every step: in a chain of 5,000 steps that walk was a fifth of the
-// orchestrator's CPU, and it grew with every step.
+// walk of every step, which grew with every step: at the playbook limit of 5,000 steps
+// about 80 µs per decision, against 0.2 µs from the index (BenchmarkActiveOfLongChain,
+// BenchmarkActiveIndexLongChain).
 //
 // It rests on the fold's own shape: domain.Apply changes only the step its event names,
 // except a rerun's playbook.started, which seeds the steps it reuses. So after each event
