@@ -69,12 +69,3 @@ func cpuCores(q string) (float64, error) {
 	}
 	return f, nil
 }
-
-// serviceProcsEnv is the GOMAXPROCS a service process of the mesh gets in its environment
-// ("" to leave it to the runtime).
-func serviceProcsEnv(procs map[string]int, service string) string {
-	if procs == nil || os.Getenv("GOMAXPROCS") != "" {
-		return ""
-	}
-	return "GOMAXPROCS=" + strconv.Itoa(procs[service])
-}

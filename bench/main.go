@@ -367,7 +367,7 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	out := stepLine(workload, perExec, o, lat, scope, sh)
 	out["mesh"] = meshMode
 	out["gomaxprocs"] = runtime.GOMAXPROCS(0) // the bench's, and the in-process mesh's
-	if pm != nil && pm.Procs != nil && os.Getenv("GOMAXPROCS") == "" {
+	if pm != nil && pm.Procs != nil {
 		out["gomaxprocs_by_process"] = pm.Procs // each service's, from the chart's CPU limits
 	}
 	out["peak_rss_mb"] = peakRSSMB()

@@ -53,7 +53,7 @@ type procMesh struct {
 	// bootstrap admin API key.
 	GRPCAddr, HTTPAddr, AdminKey string
 	// Procs is the GOMAXPROCS each service process was given (procsChartCPU), nil when
-	// they were left to the runtime.
+	// they were left to the runtime or to GOMAXPROCS in the bench's environment.
 	Procs map[string]int
 
 	dir   string
@@ -187,7 +187,7 @@ func startProcMeshWith(ctx context.Context, log *slog.Logger, opt procMeshOption
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	pgFor := map[string]string{"statebuilder": urls.Statebuilder, "resultstore": urls.Resultstore, "materializer": urls.Materializer, "orchestrator": urls.Orchestrator}
-	if *procsChartCPU {
+	if *procsChartCPU && os.Getenv("GOMAXPROCS") == "" { // GOMAXPROCS in the environment sets every service's
 		if p.Procs, err = chartProcs(root, runtime.NumCPU()); err != nil {
 			return nil, err
 		}
@@ -206,8 +206,8 @@ func startProcMeshWith(ctx context.Context, log *slog.Logger, opt procMeshOption
 		if u := pgFor[s]; u != "" {
 			cmd.Env = append(cmd.Env, "NOETL_PG_URL="+u)
 		}
-		if e := serviceProcsEnv(p.Procs, s); e != "" {
-			cmd.Env = append(cmd.Env, e)
+		if p.Procs != nil {
+			cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(p.Procs[s]))
 		}
 		cmd.Stdout, cmd.Stderr = logf, logf
 		// The service dies with the bench process should the bench be killed.
@@ -551,7 +551,7 @@ func (m procMeter) report(out map[string]any, first, end memReading) {
 	}
 	out["by_process_mb"] = by
 	out["other_peak_rss_mb_end"] = others
-	if m.p.Procs != nil && os.Getenv("GOMAXPROCS") == "" {
+	if m.p.Procs != nil {
 		out["gomaxprocs_by_process"] = m.p.Procs // each service's, from the chart's CPU limits
 	}
 	out["memory_scope"] = "each service runs as its own OS process (built from ./services); rss_mb_at_10k and rss_mb_end are the peak resident set (VmHWM, /proc/<pid>/status) of the orchestrator plus the statebuilder process when the log passed 10,000 events and at the end, current_rss_mb their VmRSS then, rss_mb_samples their VmRSS every second; by_process_mb gives each process's rss, peak_rss and heap_inuse (go_memstats_heap_inuse_bytes from its /metrics) at 10k events and at the end, \"bench\" being the bench process (the client alone) and \"nats\" the NATS server's process (bench/chaos/natsnode); other_peak_rss_mb_end is the other processes' peak at the end, for context (Postgres not included)"

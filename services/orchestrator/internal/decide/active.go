@@ -90,7 +90,8 @@ type ActiveIndex struct {
 	seq     int64
 	active  map[string]struct{}
 	touched []string
-	// stale is set when a noted event may have changed steps other than its own.
+	// stale is set when a noted event may have changed steps other than its own, or past
+	// maxTouched events noted since the last Of.
 	stale bool
 }
 
@@ -105,8 +106,17 @@ func (x *ActiveIndex) Folded(st *sbv1.ExecutionState, ev *eventv1.Event) {
 		x.stale = true // a rerun's start seeds the steps it reuses
 		return
 	}
+	if len(x.touched) >= maxTouched {
+		// Many events and no decision (heartbeats of a long body, say): a walk at the next
+		// decision costs less than remembering them, and keeps the index bounded.
+		x.stale, x.touched = true, x.touched[:0]
+		return
+	}
 	x.touched = append(x.touched, ev.GetStep())
 }
+
+// maxTouched bounds the steps an ActiveIndex notes between two decisions.
+const maxTouched = 1024
 
 // Tracks reports whether Of(st) would answer from the index, without walking st: every
 // event folded into st since the last Of was noted.

@@ -401,3 +401,19 @@ func requireSameActive(t require.TestingT, want, got *Active) {
 	require.Equal(t, want.reused, got.reused, "reused steps")
 	require.Same(t, want.st, got.st, "the state")
 }
+
+// An index that noted more than maxTouched events since the last decision gives them up
+// and walks: it stays bounded, and its answer stays the walk's.
+func TestActiveIndexIsBounded(t *testing.T) {
+	st := longChainState(10)
+	var x ActiveIndex
+	x.Of(st)
+	for range maxTouched + 1 {
+		st.Seq++
+		x.Folded(st, &eventv1.Event{Seq: st.Seq, Step: "s9", Type: domain.EventCommandHeartbeat})
+	}
+	require.False(t, x.Tracks(st))
+	require.LessOrEqual(t, cap(x.touched), 2*maxTouched)
+	requireSameActive(t, ActiveOf(st), x.Of(st))
+	require.True(t, x.Tracks(st))
+}
