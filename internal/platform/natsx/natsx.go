@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -194,7 +195,18 @@ type StreamConfig struct {
 	// notice carries up to 64 KiB of events; past the bound the oldest notices go first,
 	// as a notice lost, which the reconciler covers.
 	CommittedMaxBytes int64
+	// DeclareWithin bounds how long EnsureStreams retries a JetStream that answers late or
+	// not yet (zero: DefaultDeclareWithin).
+	DeclareWithin time.Duration
 }
+
+// DefaultDeclareWithin is how long EnsureStreams retries by default: long enough for a
+// loaded server or a cluster electing its leader, short enough that a service whose
+// JetStream is truly missing stops at start-up and says so.
+const DefaultDeclareWithin = time.Minute
+
+// declareAttempt bounds one declaration's calls, as the JetStream client's default does.
+const declareAttempt = 5 * time.Second
 
 // DefaultCommittedMaxBytes is NOETL_COMMITTED's default size bound.
 const DefaultCommittedMaxBytes = 1 << 30
@@ -253,12 +265,53 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 			Replicas:    cfg.Replicas,
 		},
 	}
+	if cfg.DeclareWithin <= 0 {
+		cfg.DeclareWithin = DefaultDeclareWithin
+	}
 	for _, sc := range streams {
-		if err := ensureStream(ctx, js, sc); err != nil {
+		if err := retryTransient(ctx, cfg.DeclareWithin, func(ctx context.Context) error { return ensureStream(ctx, js, sc) }); err != nil {
 			return fmt.Errorf("declare stream %s: %w", sc.Name, err)
 		}
 	}
 	return nil
+}
+
+// retryTransient runs op until it succeeds, fails for good, or within has passed, with
+// exponential backoff and jitter between attempts (cenkalti/backoff, which the worker
+// already uses for the same job). Each attempt has declareAttempt to answer. A JetStream
+// that does not answer in time, has no responders yet, or is electing its leader is
+// transient: on a loaded machine or a starting cluster a single five-second call may miss,
+// and a service should not stop for it. Anything else (a conflicting configuration, a
+// refused permission) is returned at once.
+func retryTransient(ctx context.Context, within time.Duration, op func(context.Context) error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = 2 * time.Second
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		actx, cancel := context.WithTimeout(ctx, declareAttempt)
+		defer cancel()
+		err := op(actx)
+		if err != nil && (ctx.Err() != nil || !transient(err)) {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		return struct{}{}, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(within))
+	if err != nil && ctx.Err() == nil && transient(err) {
+		return fmt.Errorf("JetStream did not answer within %s (is JetStream enabled and its cluster up?): %w", within, err)
+	}
+	return err
+}
+
+// transient reports whether a JetStream API error may pass by itself: no answer in time,
+// nobody answering yet (the client reports that as JetStream not enabled), or the server's
+// 503 (a cluster without a leader).
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)
 }
 
 // ensureStream creates a stream, or updates it only when its configuration differs:

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -367,4 +368,91 @@ func TestNoticeWildcardsMatchOnlyAnExecutionsNotices(t *testing.T) {
 		received(natsx.CommittedWildcard(id), natsx.CommittedSubject(id, 16)), "the execution's notices on NOETL_COMMITTED only, in order")
 	_, err := js.StreamNameBySubject(ctx, natsx.AdvancedSubject(id, 16))
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "announcements of advanced logs are not stored")
+}
+
+// TestEnsureStreamsWaitsForALateJetStream declares the streams on a server whose JetStream
+// is off, as a cluster's is before it elects a leader: the first attempt finds nobody to
+// answer, and the declaration goes on until JetStream is enabled rather than stopping the
+// service that asked.
+func TestEnsureStreamsWaitsForALateJetStream(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	nc, js, err := natsx.Connect(s.ClientURL(), t.Name())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	before := inMsgs(t, s)
+
+	done := make(chan error, 1)
+	go func() {
+		done <- natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{DeclareWithin: time.Minute})
+	}()
+	// The first attempt's request reached a server with no JetStream to answer it.
+	testkit.WaitFor(t, 10*time.Second, func() error {
+		if n := inMsgs(t, s); n == before {
+			return fmt.Errorf("no JetStream request yet (%d messages in)", n)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the declaration ended before JetStream was there: %v", err)
+	default:
+	}
+	require.NoError(t, s.EnableJetStream(&server.JetStreamConfig{StoreDir: t.TempDir()}))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the declaration did not finish once JetStream was enabled")
+	}
+	for _, name := range []string{natsx.StreamEvents, natsx.StreamCommands, natsx.StreamCommitted} {
+		_, err := js.Stream(context.Background(), name)
+		require.NoError(t, err, name)
+	}
+}
+
+// TestEnsureStreamsGivesUpWithinItsBound stops, naming the stream and the cause, when
+// JetStream never answers within the declaration's bound.
+func TestEnsureStreamsGivesUpWithinItsBound(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	nc, js, err := natsx.Connect(s.ClientURL(), t.Name())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	before := inMsgs(t, s)
+	err = natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{DeclareWithin: 500 * time.Millisecond})
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+	require.ErrorContains(t, err, "declare stream "+natsx.StreamEvents+": JetStream did not answer within 500ms")
+	require.Greater(t, inMsgs(t, s)-before, int64(1), "it tried more than once")
+}
+
+// TestEnsureStreamsStopsAtOnceOnAConflict returns a configuration the server refuses at
+// once: retrying would not change the answer.
+func TestEnsureStreamsStopsAtOnceOnAConflict(t *testing.T) {
+	nc, js := testkit.StartJetStream(t)
+	// Another stream already holds the events' subjects.
+	require.NoError(t, js.DeleteStream(context.Background(), natsx.StreamEvents))
+	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "SQUATTER", Subjects: []string{"noetl.events.>"}})
+	require.NoError(t, err)
+	creates, err := nc.SubscribeSync("$JS.API.STREAM.CREATE." + natsx.StreamEvents)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	err = natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{DeclareWithin: time.Hour})
+	require.ErrorContains(t, err, "declare stream "+natsx.StreamEvents)
+	n, _, err := creates.Pending()
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "a refused configuration is asked for once, not retried")
+}
+
+func inMsgs(t *testing.T, s *server.Server) int64 {
+	t.Helper()
+	v, err := s.Varz(nil)
+	require.NoError(t, err)
+	return v.InMsgs
 }
