@@ -269,21 +269,28 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, cfg StreamConfig
 		cfg.DeclareWithin = DefaultDeclareWithin
 	}
 	for _, sc := range streams {
-		if err := retryTransient(ctx, cfg.DeclareWithin, func(ctx context.Context) error { return ensureStream(ctx, js, sc) }); err != nil {
+		if err := declare(ctx, cfg.DeclareWithin, func(ctx context.Context) error { return ensureStream(ctx, js, sc) }); err != nil {
 			return fmt.Errorf("declare stream %s: %w", sc.Name, err)
 		}
 	}
 	return nil
 }
 
-// retryTransient runs op until it succeeds, fails for good, or within has passed, with
+// Declare runs a start-up declaration against JetStream (a durable consumer, as
+// EnsureStreams does for the streams), retrying an answer that comes late or not yet for up
+// to DefaultDeclareWithin; see declare.
+func Declare(ctx context.Context, op func(context.Context) error) error {
+	return declare(ctx, DefaultDeclareWithin, op)
+}
+
+// declare runs op until it succeeds, fails for good, or within has passed, with
 // exponential backoff and jitter between attempts (cenkalti/backoff, which the worker
 // already uses for the same job). Each attempt has declareAttempt to answer. A JetStream
 // that does not answer in time, has no responders yet, or is electing its leader is
 // transient: on a loaded machine or a starting cluster a single five-second call may miss,
 // and a service should not stop for it. Anything else (a conflicting configuration, a
 // refused permission) is returned at once.
-func retryTransient(ctx context.Context, within time.Duration, op func(context.Context) error) error {
+func declare(ctx context.Context, within time.Duration, op func(context.Context) error) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 100 * time.Millisecond
 	b.MaxInterval = 2 * time.Second

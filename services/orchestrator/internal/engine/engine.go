@@ -178,13 +178,17 @@ const stateCacheBytes = 256 << 20
 
 // Run consumes commit notices until ctx ends.
 func (e *Engine) Run(ctx context.Context) error {
-	cons, err := e.js.CreateOrUpdateConsumer(ctx, natsx.StreamCommitted, jetstream.ConsumerConfig{
-		Durable:       e.cfg.Consumer,
-		FilterSubject: natsx.CommittedAll,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxAckPending: 4096,
-		DeliverPolicy: jetstream.DeliverNewPolicy,
+	var cons jetstream.Consumer
+	err := natsx.Declare(ctx, func(ctx context.Context) (err error) {
+		cons, err = e.js.CreateOrUpdateConsumer(ctx, natsx.StreamCommitted, jetstream.ConsumerConfig{
+			Durable:       e.cfg.Consumer,
+			FilterSubject: natsx.CommittedAll,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       30 * time.Second,
+			MaxAckPending: 4096,
+			DeliverPolicy: jetstream.DeliverNewPolicy,
+		})
+		return err
 	})
 	if err != nil {
 		return err

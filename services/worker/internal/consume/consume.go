@@ -80,13 +80,17 @@ func DurableName(pool string) string { return "worker-" + pool }
 // ends; then it stops claiming, hands back the messages claimed but not started, and
 // waits for the running commands (see Config.DrainTimeout) before it returns.
 func (c *Consumer) Run(ctx context.Context) error {
-	cons, err := c.JS.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{
-		Durable:       DurableName(c.Pool),
-		FilterSubject: natsx.PoolSubjects(c.Pool),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       60 * time.Second,
-		MaxDeliver:    -1,
-		MaxAckPending: 8 * c.Concurrency,
+	var cons jetstream.Consumer
+	err := natsx.Declare(ctx, func(ctx context.Context) (err error) {
+		cons, err = c.JS.CreateOrUpdateConsumer(ctx, natsx.StreamCommands, jetstream.ConsumerConfig{
+			Durable:       DurableName(c.Pool),
+			FilterSubject: natsx.PoolSubjects(c.Pool),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       60 * time.Second,
+			MaxDeliver:    -1,
+			MaxAckPending: 8 * c.Concurrency,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("commands consumer: %w", err)
