@@ -238,6 +238,13 @@ func Start(ctx context.Context, cfg Config) (_ *Mesh, err error) {
 	if m.PostgresURLs, err = PrepareDatabase(ctx, cfg.PostgresURL, log); err != nil {
 		return nil, err
 	}
+	if m.pg != nil {
+		// The private cluster runs beside the services: they connect through its socket,
+		// whose round trip is a third of loopback TCP's (pgembed.SocketURL).
+		if m.PostgresURLs, err = m.PostgresURLs.Through(m.pg.SocketURL()); err != nil {
+			return nil, err
+		}
+	}
 	pgURLs := m.PostgresURLs
 
 	var lis [10]net.Listener

@@ -19,6 +19,37 @@ type PostgresURLs struct {
 	Orchestrator, Materializer, Statebuilder, Resultstore string
 }
 
+// Through returns the URLs with the host and port of local (a URL naming a unix socket
+// directory in its host parameter, such as pgembed.SocketURL): the same roles, passwords
+// and database, reached through local's socket.
+func (u PostgresURLs) Through(local string) (PostgresURLs, error) {
+	l, err := url.Parse(local)
+	if err != nil {
+		return PostgresURLs{}, fmt.Errorf("mesh: local Postgres URL: %w", err)
+	}
+	through := func(s string) (string, error) {
+		r, err := url.Parse(s)
+		if err != nil {
+			return "", fmt.Errorf("mesh: Postgres URL: %w", err)
+		}
+		q := r.Query()
+		q.Set("host", l.Query().Get("host"))
+		q.Set("port", l.Query().Get("port"))
+		r.Host, r.RawQuery = "", q.Encode()
+		return r.String(), nil
+	}
+	var out PostgresURLs
+	for _, p := range []struct{ in, out *string }{
+		{&u.Orchestrator, &out.Orchestrator}, {&u.Materializer, &out.Materializer},
+		{&u.Statebuilder, &out.Statebuilder}, {&u.Resultstore, &out.Resultstore},
+	} {
+		if *p.out, err = through(*p.in); err != nil {
+			return PostgresURLs{}, err
+		}
+	}
+	return out, nil
+}
+
 // PrepareDatabase is the migrate step of a mesh (`noetl dev`, the tests, the benchmarks),
 // run once before the services start: on the database of adminURL (a role that owns the
 // schema and may create roles, such as the private cluster's superuser) it applies the

@@ -88,6 +88,10 @@ func TestStartCreateQueryStopRestart(t *testing.T) {
 	require.True(t, strings.HasSuffix(c.URL(), "/postgres?sslmode=disable"), c.URL())
 	require.Equal(t, 200, queryInt(t, c.URL(), "SELECT current_setting('max_connections')::int"))
 	require.Equal(t, 0, queryInt(t, c.URL(), "SELECT CASE WHEN current_setting('fsync')='off' THEN 0 ELSE 1 END"))
+	// A client of the socket URL arrives through the unix socket (no client address), one of
+	// URL through TCP.
+	require.Equal(t, 1, queryInt(t, c.SocketURL(), "SELECT CASE WHEN inet_client_addr() IS NULL THEN 1 ELSE 0 END"))
+	require.Equal(t, 0, queryInt(t, c.URL(), "SELECT CASE WHEN inet_client_addr() IS NULL THEN 1 ELSE 0 END"))
 
 	url, err := c.CreateDatabase(context.Background(), "app")
 	require.NoError(t, err)
@@ -166,6 +170,7 @@ func TestLongDirUsesShortSocketDir(t *testing.T) {
 	require.True(t, c.tmpSock)
 	require.Less(t, len(c.sockDir), maxSocketDirLen)
 	require.Equal(t, 1, queryInt(t, c.URL(), "SELECT 1"))
+	require.Equal(t, 1, queryInt(t, c.SocketURL(), "SELECT CASE WHEN inet_client_addr() IS NULL THEN 1 ELSE 0 END"))
 	sock := c.sockDir
 	require.NoError(t, c.Stop())
 	_, err := os.Stat(sock)

@@ -26,7 +26,7 @@ func ev(exec, id, typ string) *eventv1.Event {
 }
 
 // newWriter is a writer, without a decider, on a private migrated Postgres.
-func newWriter(t *testing.T) *Writer {
+func newWriter(t testing.TB) *Writer {
 	t.Helper()
 	db, err := pgxext.Open(context.Background(), testkit.StartMigratedPostgres(t), 4)
 	require.NoError(t, err)

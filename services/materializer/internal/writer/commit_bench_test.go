@@ -1,0 +1,47 @@
+package writer
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/domain"
+)
+
+// BenchmarkCommitChainStep commits what one step of a chain commits: the previous
+// command's outcome with the decision it causes (the step's exit, the next step's entry and
+// its command), in one transaction on the writer's heads (one round trip), against a
+// private Postgres. It measures the commit's wall time, the part of a chain step's latency
+// that Postgres takes.
+func BenchmarkCommitChainStep(b *testing.B) {
+	chainSteps(b, newWriter(b))
+}
+
+func chainSteps(b *testing.B, w *Writer) {
+	ctx := context.Background()
+	if _, err := w.Commit(ctx, []*eventv1.Event{ev("a", "start", domain.EventPlaybookStarted)}, nil); err != nil {
+		b.Fatal(err)
+	}
+	prev := "start"
+	b.ResetTimer()
+	for i := range b.N {
+		done := ev("a", fmt.Sprintf("done-%d", i), domain.EventCommandCompleted)
+		done.CommandId = prev + "-cmd"
+		done.EventId = domain.EventID(done.CommandId, domain.EventCommandCompleted)
+		done.PayloadJson = []byte(`{"result":{"ok":true},"start_time":"2026-12-06T15:00:00Z"}`)
+		exit := ev("a", fmt.Sprintf("exit-%d", i), domain.EventStepExit)
+		exit.PayloadJson = []byte(`{"fired":["next"]}`)
+		enter := ev("a", fmt.Sprintf("enter-%d", i), domain.EventStepEnter)
+		next := issued("a", fmt.Sprintf("issued-%d", i))
+		prev = next.GetEventId()
+		next.CommandId = prev + "-cmd"
+		if _, err := w.Commit(ctx, []*eventv1.Event{done, exit, enter, next}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if taken, missed := w.FastStats(); missed != 0 || taken < uint64(b.N) {
+		b.Fatalf("one-round-trip commits: %d taken, %d missed of %d", taken, missed, b.N)
+	}
+}
