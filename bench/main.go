@@ -22,8 +22,8 @@
 // the delay the refusal names or a backoff with jitter, for at most --retry-for and
 // --retry-attempts, and, on a mesh the bench started, cpu_s_per_1k_steps (CPU seconds per
 // 1,000 steps or tasks, by process; cpu_scope says which, cpu_not_measured what is
-// missing) and commits, commits_one_round_trip and commits_one_round_trip_missed (the
-// materializer's transactions in the measured phase; commits_scope). Each has gomaxprocs,
+// missing) and commits, commits_one_round_trip, commits_one_round_trip_missed and
+// commits_head_start (the materializer's transactions in the measured phase; commits_scope). Each has gomaxprocs,
 // the Go scheduler's processors in the bench's process: the in-process mesh runs on one
 // fewer than the machine's cores, as noetl dev does beside its private Postgres
 // (mesh.LeaveCoreToPostgres). The other workloads have these where they apply and

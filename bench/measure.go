@@ -265,14 +265,16 @@ func start(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key stri
 	}
 }
 
-// The materializer's metrics read before and after the measured phase: its commits, and
-// those of them tried in one round trip and those of these that found the log moved
-// (services/materializer/internal/writer/fast.go).
+// The materializer's metrics read before and after the measured phase: its commits, those
+// of them tried in one round trip and those of these that found the log moved
+// (services/materializer/internal/writer/fast.go), and those whose head ran while their
+// decision was taken (headstart.go).
 const (
 	metricCommits        = "noetl_materializer_commit_seconds_count"
 	metricOneTripTaken   = `noetl_materializer_one_round_trip_commits_total{outcome="taken"}`
 	metricOneTripMissed  = `noetl_materializer_one_round_trip_commits_total{outcome="missed"}`
-	commitPathScopeField = "commits, commits_one_round_trip and commits_one_round_trip_missed count the materializer's transactions during the measured phase (warm-up excluded), from its /metrics: all of them, those sent in one round trip on its heads, and those of these that found the log moved and went again in two"
+	metricHeadStarts     = "noetl_materializer_head_start_commits_total"
+	commitPathScopeField = "commits, commits_one_round_trip, commits_one_round_trip_missed and commits_head_start count the materializer's transactions during the measured phase (warm-up excluded), from its /metrics: all of them, those sent in one round trip on its heads, those of these that found the log moved and went again in two, and those whose head (BEGIN, guards, the batch's own rows) ran in Postgres while their decision was taken"
 )
 
 // commitPath reads the materializer's commit counters from its admin address (nil when
@@ -281,7 +283,7 @@ func commitPath(admin string) map[string]float64 {
 	if admin == "" {
 		return nil
 	}
-	return metricsOf(admin, metricCommits, metricOneTripTaken, metricOneTripMissed)
+	return metricsOf(admin, metricCommits, metricOneTripTaken, metricOneTripMissed, metricHeadStarts)
 }
 
 // commitPathFields adds the measured phase's commit counts (commitPathScopeField) when the
@@ -293,5 +295,6 @@ func commitPathFields(out map[string]any, read bool, before, after map[string]fl
 	out["commits"] = int64(after[metricCommits] - before[metricCommits])
 	out["commits_one_round_trip"] = int64(after[metricOneTripTaken] - before[metricOneTripTaken])
 	out["commits_one_round_trip_missed"] = int64(after[metricOneTripMissed] - before[metricOneTripMissed])
+	out["commits_head_start"] = int64(after[metricHeadStarts] - before[metricHeadStarts])
 	out["commits_scope"] = commitPathScopeField
 }

@@ -296,5 +296,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return float64(taken)
 		}))
 	}
+	srv.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "noetl_materializer_head_start_commits_total",
+		Help: "One-round-trip commits whose head (BEGIN, guards, the batch's own rows) ran in Postgres while their decision was taken.",
+	}, func() float64 { return float64(w.HeadStarts()) }))
 	return srv.Run(ctx, 10*time.Second, parts.Run, parts.RunLag, parts.RunPurge)
 }

@@ -45,3 +45,42 @@ func chainSteps(b *testing.B, w *Writer) {
 		b.Fatalf("one-round-trip commits: %d taken, %d missed of %d", taken, missed, b.N)
 	}
 }
+
+// BenchmarkCommitDecidedSteps commits, per operation, the outcomes of execs executions'
+// steps with the decisions they cause (an in-process decider), in one transaction on the
+// writer's heads, with and without the head start (headstart.go).
+func BenchmarkCommitDecidedSteps(b *testing.B) {
+	for _, execs := range []int{1, 8} {
+		for _, head := range []bool{false, true} {
+			b.Run(fmt.Sprintf("execs=%d/head=%v", execs, head), func(b *testing.B) {
+				ctx := context.Background()
+				w := newWriter(b)
+				w.Decide, w.noHeadStart = &decider{answer: next}, !head
+				var starts []*eventv1.Event
+				for k := range execs {
+					starts = append(starts, ev(fmt.Sprintf("x%d", k), fmt.Sprintf("x%d-start", k), domain.EventPlaybookStarted))
+				}
+				if _, err := w.Commit(ctx, starts, nil); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					var evs []*eventv1.Event
+					for k := range execs {
+						e := ev(fmt.Sprintf("x%d", k), fmt.Sprintf("x%d-done-%d", k, i), domain.EventCommandCompleted)
+						e.CommandId = e.EventId + "-cmd"
+						e.PayloadJson = []byte(`{"result":{"ok":true}}`)
+						evs = append(evs, e)
+					}
+					if _, err := w.Commit(ctx, evs, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				if head && w.HeadStarts() < uint64(b.N) {
+					b.Fatalf("%d head starts in %d commits", w.HeadStarts(), b.N)
+				}
+			})
+		}
+	}
+}

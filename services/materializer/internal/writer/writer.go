@@ -99,6 +99,11 @@ type Writer struct {
 	// fastTaken and fastMissed count the commits tried in one round trip and those of
 	// them that found the log moved (fast.go).
 	fastTaken, fastMissed atomic.Uint64
+	// headStarts counts the one-round-trip commits whose head ran while their decision
+	// was taken (headstart.go).
+	headStarts atomic.Uint64
+	// noHeadStart turns head starts off (for benchmarks comparing them).
+	noHeadStart bool
 	// decideRestUntil is when (Unix nanoseconds) the decider may be asked again after a
 	// failed call.
 	decideRestUntil atomic.Int64
@@ -339,8 +344,37 @@ func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 	}
 
-	// The decisions the batch causes, committed with it (inline.go).
+	// While the decision the batch causes is taken, Postgres runs the head of a
+	// one-round-trip commit: its BEGIN, guards and the batch's own rows (headstart.go).
 	nIn := len(evs)
+	var head *headStart
+	if fast && early != nil && len(execs) == 1 && !w.noHeadStart && !failpoint.Active() && ownRows(res.Outcomes, distinct, nIn) < copyMin {
+		hb := &pgx.Batch{}
+		w.queueGuards(hb, evs, distinct, execs, state)
+		var own eventRows
+		for _, i := range distinct {
+			if res.Outcomes[i] == Committed {
+				if err := own.add(evs[i], bodies, i, seqs[i]); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if len(own.ex) > 0 {
+			own.queue(hb, commitTime)
+		}
+		if head, err = startHead(ctx, conn, hb); err != nil {
+			return nil, err
+		}
+		open = true // the BEGIN is sent
+		defer func() {
+			if head != nil { // ended early: the transaction stays open for the rollback
+				_ = head.sync(nil)
+			}
+		}()
+		w.headStarts.Add(1)
+	}
+
+	// The decisions the batch causes, committed with it (inline.go).
 	if w.Decide != nil {
 		evs, bodies = w.decideInline(ctx, early, asked, evs, bodies, distinct, res, execs, state, commitTime)
 		if len(evs) > nIn {
@@ -374,17 +408,29 @@ func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	// In the fast path the same round trip opens the transaction and runs the guards first
 	// (a batch to COPY has them run on their own before it).
 	b = &pgx.Batch{}
-	if fast {
+	inserted := 0
+	if head != nil {
+		inserted = nIn // the head inserted the batch's own rows
+	} else if fast {
 		b.Queue("BEGIN")
 		open = true
 		w.queueGuards(b, evs, distinct, execs, state)
 	}
 	guards := b.Len()
-	copyRows, err := w.queueWrites(b, evs, bodies, distinct, res.Outcomes, seqs, execs, state, commitTime)
+	copyRows, err := w.queueWrites(b, evs, bodies, distinct, res.Outcomes, seqs, execs, state, commitTime, inserted)
 	if err != nil {
 		return nil, err
 	}
-	if fast && len(copyRows) > 0 {
+	if head != nil && len(copyRows) > 0 {
+		// Rows enough to copy: the head is read first, and the rest goes the usual way
+		// inside the open transaction.
+		err := head.sync(nil)
+		head = nil
+		if err != nil {
+			return nil, w.moved(err, execs)
+		}
+	}
+	if fast && guards > 0 && len(copyRows) > 0 {
 		g := &pgx.Batch{QueuedQueries: b.QueuedQueries[:guards]}
 		b.QueuedQueries = b.QueuedQueries[guards:]
 		if err := w.run(ctx, conn, g, execAll(g.Len())); err != nil {
@@ -410,7 +456,13 @@ func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	if !split {
 		b.Queue("COMMIT")
 	}
-	if b.Len() > 0 {
+	if head != nil {
+		err := head.sync(b)
+		head = nil
+		if err != nil {
+			return nil, w.moved(err, execs)
+		}
+	} else if b.Len() > 0 {
 		if err := w.run(ctx, conn, b, execAll(b.Len())); err != nil {
 			if fast {
 				return nil, w.moved(err, execs)
@@ -642,12 +694,12 @@ func (w *Writer) queueStarts(b *pgx.Batch, evs []*eventv1.Event, distinct []int,
 }
 
 // queueWrites queues the insert of the committed events, or returns them as rows to COPY
-// when there are copyMin or more, and queues the projection updates.
+// when there are copyMin or more, and queues the projection updates. The first inserted
+// events of evs are not inserted again (a head start inserted them, headstart.go), though
+// their timers are projected.
 func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte, distinct []int, outcomes []Outcome, seqs []int64,
-	execs []string, state map[string]*execState, at time.Time) ([][]any, error) {
-	var ex, ev, tn, ty, st, cmd []string
-	var seq []int64
-	var body [][]byte
+	execs []string, state map[string]*execState, at time.Time, inserted int) ([][]any, error) {
+	var rows eventRows
 	var tEx, tID, tTn, tStep, fEx, fID, retired []string
 	var tDue []time.Time
 	for _, i := range distinct {
@@ -655,20 +707,11 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 		if outcomes[i] != Committed {
 			continue
 		}
-		// seq and commit time live in columns; the stored body is the event as published.
-		var bb []byte
-		if bodies != nil && bodies[i] != nil && e.GetSeq() == 0 && e.GetCommitTime() == nil {
-			bb = bodies[i]
-		} else {
-			e.Seq, e.CommitTime = 0, nil // restored when committed
-			var err error
-			if bb, err = proto.Marshal(e); err != nil {
+		if i >= inserted {
+			if err := rows.add(e, bodies, i, seqs[i]); err != nil {
 				return nil, err
 			}
 		}
-		ex, seq, ev, tn, ty, st, cmd = append(ex, e.GetExecutionId()), append(seq, seqs[i]), append(ev, e.GetEventId()),
-			append(tn, e.GetTenant()), append(ty, e.GetType()), append(st, e.GetStep()), append(cmd, e.GetCommandId())
-		body = append(body, bb)
 		switch e.GetType() {
 		case domain.EventTimerScheduled, domain.EventTimerFired:
 			var p domain.TimerPayload
@@ -685,14 +728,14 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 		}
 	}
 	var copyRows [][]any
-	switch {
-	case len(ex) >= copyMin:
-		copyRows = make([][]any, len(ex))
-		for k := range ex {
-			copyRows[k] = []any{ex[k], seq[k], ev[k], tn[k], ty[k], st[k], cmd[k], at, body[k]}
+	switch r := &rows; {
+	case len(r.ex) >= copyMin:
+		copyRows = make([][]any, len(r.ex))
+		for k := range r.ex {
+			copyRows[k] = []any{r.ex[k], r.seq[k], r.ev[k], r.tn[k], r.ty[k], r.st[k], r.cmd[k], at, r.body[k]}
 		}
-	case len(ex) > 0:
-		b.Queue(sqlInsert, ex, seq, ev, tn, ty, st, cmd, at, body)
+	case len(r.ex) > 0:
+		r.queue(b, at)
 	}
 	// The projection: each execution's counters after the batch.
 	var pEx []string
@@ -723,6 +766,38 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 		b.Queue(sqlTimerRetired, retired)
 	}
 	return copyRows, nil
+}
+
+// eventRows are the columns of events to insert into the log.
+type eventRows struct {
+	ex, ev, tn, ty, st, cmd []string
+	seq                     []int64
+	body                    [][]byte
+}
+
+// add adds evs[i], committed at seq. Its seq and commit time live in columns; the stored
+// body is the event as published (bodies[i], when not nil and the event was published
+// without them), else the event marshalled without them.
+func (r *eventRows) add(e *eventv1.Event, bodies [][]byte, i int, seq int64) error {
+	var bb []byte
+	if bodies != nil && bodies[i] != nil && e.GetSeq() == 0 && e.GetCommitTime() == nil {
+		bb = bodies[i]
+	} else {
+		e.Seq, e.CommitTime = 0, nil // restored when committed
+		var err error
+		if bb, err = proto.Marshal(e); err != nil {
+			return err
+		}
+	}
+	r.ex, r.seq, r.ev = append(r.ex, e.GetExecutionId()), append(r.seq, seq), append(r.ev, e.GetEventId())
+	r.tn, r.ty, r.st, r.cmd = append(r.tn, e.GetTenant()), append(r.ty, e.GetType()), append(r.st, e.GetStep()), append(r.cmd, e.GetCommandId())
+	r.body = append(r.body, bb)
+	return nil
+}
+
+// queue queues the insert of the rows, committed at at.
+func (r *eventRows) queue(b *pgx.Batch, at time.Time) {
+	b.Queue(sqlInsert, r.ex, r.seq, r.ev, r.tn, r.ty, r.st, r.cmd, at, r.body)
 }
 
 // stopsCommands reports whether ev, committed, stops the execution's running commands:
