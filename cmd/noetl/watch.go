@@ -136,11 +136,15 @@ func (p *progress) apply(ev *apiv1.Event) {
 		p.width = max(p.width, len(name))
 	}
 	var status string
-	switch ev.GetType() {
+	typ, entry := ev.GetType(), payload
+	if e, ok := payload["enter"].(map[string]any); ok && typ == domain.EventCommandIssued {
+		typ, entry = domain.EventStepEnter, e // a step of one command, entered by its command
+	}
+	switch typ {
 	case domain.EventStepEnter:
 		s.items, s.iters = 0, 0
 		status = "running"
-		if loop, ok := payload["loop"].(map[string]any); ok {
+		if loop, ok := entry["loop"].(map[string]any); ok {
 			items, _ := loop["items"].([]any)
 			s.items = len(items)
 			status = fmt.Sprintf("running, %d items", s.items)
@@ -148,7 +152,7 @@ func (p *progress) apply(ev *apiv1.Event) {
 				status = "completed"
 			}
 		}
-		if epoch, _ := payload["epoch"].(float64); epoch > 1 {
+		if epoch, _ := entry["epoch"].(float64); epoch > 1 {
 			status += fmt.Sprintf(" (pass %d)", int(epoch))
 		}
 	case domain.EventCommandCompleted:

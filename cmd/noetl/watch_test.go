@@ -38,8 +38,8 @@ func TestProgressPrintsOneLinePerStepTransition(t *testing.T) {
 	}
 	run := []*apiv1.Event{
 		ev("playbook.started", "", 0, nil, 0),
-		ev("step.enter", "start", 10, map[string]any{"epoch": 1}, 0),
-		ev("command.issued", "start", 11, nil, 1),
+		// A step of one command is entered by its command.issued; a loop by a step.enter.
+		ev("command.issued", "start", 10, map[string]any{"enter": map[string]any{"epoch": 1}}, 1),
 		ev("command.completed", "start", 250, nil, 1),
 		ev("step.exit", "start", 260, nil, 0),
 		ev("step.enter", "fetch", 270, map[string]any{"epoch": 1, "loop": map[string]any{"items": []any{1, 2, 3}}}, 0),

@@ -60,9 +60,14 @@ type CursorIssue struct {
 // loop.spec.frame.max_bytes (CursorIssue.Refused).
 const CursorRowTooLarge = "cursor_row_too_large"
 
-// IssuedPayload is the payload of command.issued (only cursor commands carry one).
+// IssuedPayload is the payload of command.issued: a cursor command's place in its cursor,
+// or the entry of a plain step that its first command of an epoch makes.
 type IssuedPayload struct {
 	Cursor *CursorIssue `json:"cursor,omitempty"`
+	// Enter is set on the command.issued that enters a step of one command (no loop, no
+	// cursor) in a new epoch: the step's entry and its command are one event. Logs written
+	// before it carry a step.enter before the command.issued, and fold alike.
+	Enter *EnterPayload `json:"enter,omitempty"`
 }
 
 // CursorMaxFrameRows is the most rows one claim may return (playbook.CursorMaxRows): a

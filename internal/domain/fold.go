@@ -165,41 +165,11 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 			return err
 		}
 	case EventStepEnter:
-		s := step()
-		var p EnterPayload
-		if len(ev.GetPayloadJson()) > 0 {
-			if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
-				return fmt.Errorf("step.enter payload: %w", err)
-			}
+		p, err := EntryOf(ev)
+		if err != nil {
+			return err
 		}
-		if s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
-			st.Running++
-		}
-		s.Status = eventv1.StepStatus_STEP_STATUS_RUNNING
-		s.Epoch = p.Epoch
-		// The new epoch has issued no command yet (command.issued sets them).
-		s.CommandId, s.Attempt, s.Started = "", 0, false
-		s.EnterEventId = ev.GetEventId()
-		s.Routed = false
-		s.Error = nil
-		s.Loop = nil
-		s.Retry = nil
-		s.Cursor = nil
-		if p.Cursor != nil {
-			s.Cursor = newCursorState(p.Cursor)
-		}
-		if p.Loop != nil {
-			s.Loop = newLoopState(p.Loop)
-			s.Loop.EnterSeq = ev.GetSeq()
-			if s.Loop.Total == 0 {
-				// An empty collection completes the step at once.
-				st.Running--
-				s.Status = eventv1.StepStatus_STEP_STATUS_COMPLETED
-				s.ResultJson = []byte("[]")
-				s.ResultRef = nil
-				s.DoneEventId = ev.GetEventId()
-			}
-		}
+		enter(st, step(), ev, *p)
 	case EventStepSkipped:
 		s := step()
 		if s.Status == eventv1.StepStatus_STEP_STATUS_RUNNING {
@@ -231,6 +201,15 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		}
 	case EventCommandIssued:
 		s := step()
+		// A plain step's entry travels in its first command.issued (logs written before
+		// carry a step.enter before it).
+		p, err := EntryOf(ev)
+		if err != nil {
+			return err
+		}
+		if p != nil {
+			enter(st, s, ev, *p)
+		}
 		s.Retry = nil
 		if s.Loop != nil {
 			if ev.GetIteration().GetEpoch() == s.Epoch {
@@ -583,4 +562,71 @@ func joinResults(parts [][]byte) []byte {
 		b = append(b, p...)
 	}
 	return append(b, ']')
+}
+
+// enter applies the entry of step s in a new epoch, described by p: by a step.enter or by
+// the command.issued that enters a plain step (IssuedPayload.Enter), ev either.
+func enter(st *sbv1.ExecutionState, s *sbv1.StepState, ev *eventv1.Event, p EnterPayload) {
+	if s.Status != eventv1.StepStatus_STEP_STATUS_RUNNING {
+		st.Running++
+	}
+	s.Status = eventv1.StepStatus_STEP_STATUS_RUNNING
+	s.Epoch = p.Epoch
+	// The new epoch has issued no command yet (command.issued sets them).
+	s.CommandId, s.Attempt, s.Started = "", 0, false
+	s.EnterEventId = ev.GetEventId()
+	s.Routed = false
+	s.Error = nil
+	s.Loop = nil
+	s.Retry = nil
+	s.Cursor = nil
+	if p.Cursor != nil {
+		s.Cursor = newCursorState(p.Cursor)
+	}
+	if p.Loop != nil {
+		s.Loop = newLoopState(p.Loop)
+		s.Loop.EnterSeq = ev.GetSeq()
+		if s.Loop.Total == 0 {
+			// An empty collection completes the step at once.
+			st.Running--
+			s.Status = eventv1.StepStatus_STEP_STATUS_COMPLETED
+			s.ResultJson = []byte("[]")
+			s.ResultRef = nil
+			s.DoneEventId = ev.GetEventId()
+		}
+	}
+}
+
+// EntryOf returns the entry ev makes of its step in a new epoch, or nil when it makes none:
+// a step.enter's payload, or the entry a command.issued carries for a step of one command
+// (IssuedPayload.Enter). Readers that mark where a step starts use it, so that logs with
+// either form read alike.
+func EntryOf(ev *eventv1.Event) (*EnterPayload, error) {
+	switch ev.GetType() {
+	case EventStepEnter:
+		var p EnterPayload
+		if len(ev.GetPayloadJson()) > 0 {
+			if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+				return nil, fmt.Errorf("step.enter payload: %w", err)
+			}
+		}
+		return &p, nil
+	case EventCommandIssued:
+		if len(ev.GetPayloadJson()) == 0 {
+			return nil, nil
+		}
+		var p IssuedPayload
+		if err := json.Unmarshal(ev.GetPayloadJson(), &p); err != nil {
+			return nil, fmt.Errorf("command.issued payload: %w", err)
+		}
+		return p.Enter, nil
+	}
+	return nil, nil
+}
+
+// Enters reports whether ev enters its step in a new epoch (EntryOf, its payload unread
+// when malformed).
+func Enters(ev *eventv1.Event) bool {
+	p, err := EntryOf(ev)
+	return err == nil && p != nil
 }

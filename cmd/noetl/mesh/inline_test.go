@@ -33,7 +33,7 @@ func TestOneCommitPerStep(t *testing.T) {
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, inline.exec.GetStatus())
 	got := commits(inline)
 	require.Len(t, got, 4, "%v", got)
-	require.Equal(t, []string{domain.EventPlaybookStarted + ":", domain.EventStepEnter + ":start", domain.EventCommandIssued + ":start"}, got[0])
+	require.Equal(t, []string{domain.EventPlaybookStarted + ":", domain.EventCommandIssued + ":start"}, got[0], "the first step entered by its command")
 	steps := []string{"start", "double", "end"}
 	for i, step := range steps {
 		require.Equal(t, domain.EventCommandCompleted+":"+step, got[i+1][0], "commit %d opens with %s's outcome: %v", i+1, step, got[i+1])

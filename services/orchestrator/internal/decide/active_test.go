@@ -166,7 +166,7 @@ func TestRoutedStepsADecisionNeedsAreRead(t *testing.T) {
 		runAll(t, s, func(string) string { return `{}` })
 		var epochs []int32
 		for _, ev := range s.log {
-			if ev.GetType() == domain.EventStepEnter && ev.GetStep() == "fetch" {
+			if domain.Enters(ev) && ev.GetStep() == "fetch" {
 				epochs = append(epochs, ev.GetIteration().GetEpoch())
 			}
 		}
@@ -210,7 +210,7 @@ func TestRoutedStepsADecisionNeedsAreRead(t *testing.T) {
 		require.NoError(t, err)
 		var entered []string
 		for _, ev := range evs {
-			if ev.GetType() == domain.EventStepEnter {
+			if domain.Enters(ev) {
 				entered = append(entered, ev.GetStep())
 			}
 		}

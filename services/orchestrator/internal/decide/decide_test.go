@@ -49,7 +49,7 @@ func TestDecideGoldenThreeStepRun(t *testing.T) {
 			ev = proto.Clone(ev).(*eventv1.Event)
 			ev.Seq = st.GetSeq() + 1
 			require.NoError(t, domain.Apply(st, ev))
-			log = append(log, ev.GetType()+":"+ev.GetStep())
+			log = append(log, label(ev))
 		}
 	}
 	apply(&eventv1.Event{EventId: domain.EventID("exec-1", domain.EventPlaybookStarted), ExecutionId: "exec-1", Tenant: "t", Type: domain.EventPlaybookStarted, PayloadJson: []byte(`{"path":"t/three","version":1,"workload":{"x":1}}`)})
@@ -75,7 +75,7 @@ func TestDecideGoldenThreeStepRun(t *testing.T) {
 	want := []string{"playbook.started:"}
 	prev := ""
 	for _, s := range []string{"start", "middle", "end"} {
-		want = append(want, "step.enter:"+s, "command.issued:"+s)
+		want = append(want, "command.issued+enter:"+s) // a step of one command: one event enters it
 		if prev != "" {
 			want = append(want, "step.exit:"+prev)
 		}

@@ -74,9 +74,10 @@ func TestCycleEndsFailedAtThePlaybooksLimitOfEntries(t *testing.T) {
 	var p domain.TerminalPayload
 	require.NoError(t, json.Unmarshal(last.GetPayloadJson(), &p))
 	require.Equal(t, []string{"a"}, p.FailedSteps)
-	// playbook.started; start, a three times and b twice, six events each (enter, issued,
-	// started, done, completed, exit); b's last run, never routed (five); the terminal.
-	require.Len(t, s.log, 1+6*6+5+1)
+	// playbook.started; start, a three times and b twice, five events each (issued with
+	// the entry, started, done, completed, exit); b's last run, never routed (four); the
+	// terminal.
+	require.Len(t, s.log, 1+6*5+4+1)
 }
 
 func TestOperatorLimitsAreCeilings(t *testing.T) {

@@ -75,12 +75,23 @@ func (s *sim) complete(cmd *eventv1.Event) {
 	s.apply(mk(domain.EventCommandStarted), done, mk(domain.EventCommandCompleted))
 }
 
+// types is the log as labels.
 func (s *sim) types() []string {
 	var out []string
 	for _, ev := range s.log {
-		out = append(out, ev.GetType()+":"+ev.GetStep())
+		out = append(out, label(ev))
 	}
 	return out
+}
+
+// label is ev as type:step, a command.issued that enters its step as
+// "command.issued+enter:step".
+func label(ev *eventv1.Event) string {
+	typ := ev.GetType()
+	if typ == domain.EventCommandIssued && domain.Enters(ev) {
+		typ += "+enter"
+	}
+	return typ + ":" + ev.GetStep()
 }
 
 const loopBook = `
@@ -138,7 +149,7 @@ func TestEmptyLoopCompletesAtOnce(t *testing.T) {
 	cmds := s.decide()
 	require.Len(t, cmds, 1)
 	require.Equal(t, "after", cmds[0].GetStep())
-	require.Equal(t, []string{"playbook.started:", "step.enter:start", "step.enter:after", "command.issued:after", "step.exit:start"}, s.types())
+	require.Equal(t, []string{"playbook.started:", "step.enter:start", "command.issued+enter:after", "step.exit:start"}, s.types())
 	require.JSONEq(t, `[]`, string(s.st.GetSteps()["start"].GetResultJson()))
 }
 

@@ -39,23 +39,34 @@ func (s *sim) pending() []string {
 	return out
 }
 
+// count counts the log's events of typ of step; step.enter counts the step's entries,
+// whichever event made them (domain.Enters).
 func (s *sim) count(typ, step string) int {
 	n := 0
 	for _, ev := range s.log {
-		if ev.GetType() == typ && ev.GetStep() == step {
+		if is(ev, typ) && ev.GetStep() == step {
 			n++
 		}
 	}
 	return n
 }
 
+// seq is the seq of the log's first event of typ of step, as count reads typ.
 func (s *sim) seq(typ, step string) int64 {
 	for _, ev := range s.log {
-		if ev.GetType() == typ && ev.GetStep() == step {
+		if is(ev, typ) && ev.GetStep() == step {
 			return ev.GetSeq()
 		}
 	}
 	return -1
+}
+
+// is reports whether ev is of typ, an entry of its step counting as a step.enter.
+func is(ev *eventv1.Event, typ string) bool {
+	if typ == domain.EventStepEnter {
+		return domain.Enters(ev)
+	}
+	return ev.GetType() == typ
 }
 
 const diamond = `

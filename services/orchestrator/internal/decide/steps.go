@@ -5,6 +5,7 @@ import (
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
+	"github.com/noetl/noetl/internal/playbook"
 )
 
 // Entering and exiting steps, and the execution context writes they carry.
@@ -46,8 +47,10 @@ func (d *decider) updateCtx(vals map[string]any, id, step string) {
 	d.commands = nil // their scopes hold the old ctx
 }
 
-// enter emits step.enter and command.issued for a step, or step.skipped when its legacy
-// when guard is false.
+// enter emits a step's entry, or step.skipped when its legacy when guard is false. A step
+// of one command is entered by its command.issued, whose payload carries the entry
+// (domain.IssuedPayload.Enter): one event where a loop's or a cursor's entry is a step.enter
+// followed by the commands it issues.
 func (d *decider) enter(name, cause string) error {
 	ps := d.c.Playbook.Step(name)
 	if ps == nil {
@@ -72,13 +75,14 @@ func (d *decider) enter(name, cause string) error {
 		return d.enterCursor(ps, epoch, enterID, cause) // cursor.go
 	}
 	enter := domain.EnterPayload{Epoch: epoch}
-	if ps.Loop != nil {
-		items, err := d.collection(ps)
-		if err != nil {
-			return err
-		}
-		enter.Loop = &domain.LoopPayload{Items: items, Iterator: ps.Loop.Iterator}
+	if ps.Loop == nil {
+		return d.enterPlain(ps, epoch, enter, cause)
 	}
+	items, err := d.collection(ps)
+	if err != nil {
+		return err
+	}
+	enter.Loop = &domain.LoopPayload{Items: items, Iterator: ps.Loop.Iterator}
 	payload, err := json.Marshal(enter)
 	if err != nil {
 		return err
@@ -87,34 +91,45 @@ func (d *decider) enter(name, cause string) error {
 	d.entered[name] = true
 	d.status[name] = eventv1.StepStatus_STEP_STATUS_RUNNING
 	delete(d.fired, name)
-	if enter.Loop != nil {
-		if len(enter.Loop.Items) == 0 {
-			// An empty collection completes the loop at once: route it in this pass.
-			d.status[name] = eventv1.StepStatus_STEP_STATUS_COMPLETED
-			return d.routeFinished(name, eventv1.StepStatus_STEP_STATUS_COMPLETED, enterID, domain.StepResult{Status: "completed", Result: []byte("[]")})
-		}
-		d.running++
-		limit, err := d.maxInFlight(ps)
-		if err != nil {
-			return err
-		}
-		for i := 0; i < len(enter.Loop.Items) && i < limit; i++ {
-			if err := d.issueIteration(ps, epoch, int32(i), enter.Loop.Items[i], len(enter.Loop.Items), enterID); err != nil {
-				return err
-			}
-		}
-		return nil
+	if len(enter.Loop.Items) == 0 {
+		// An empty collection completes the loop at once: route it in this pass.
+		d.status[name] = eventv1.StepStatus_STEP_STATUS_COMPLETED
+		return d.routeFinished(name, eventv1.StepStatus_STEP_STATUS_COMPLETED, enterID, domain.StepResult{Status: "completed", Result: []byte("[]")})
 	}
 	d.running++
+	limit, err := d.maxInFlight(ps)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < len(enter.Loop.Items) && i < limit; i++ {
+		if err := d.issueIteration(ps, epoch, int32(i), enter.Loop.Items[i], len(enter.Loop.Items), enterID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
+// enterPlain enters a step of one command in epoch: its command.issued, carrying the entry.
+// Its id derives from the command's, which derives from the execution, the step and the
+// epoch, so an entry decided twice is one event in the log, as a step.enter was.
+func (d *decider) enterPlain(ps *playbook.Step, epoch int32, enter domain.EnterPayload, cause string) error {
+	name := ps.Name
 	iter := &eventv1.Iteration{Epoch: epoch, Index: -1}
-	cmdID := domain.CommandID(exec, name, epoch, -1, 1)
+	cmdID := domain.CommandID(d.st.GetExecutionId(), name, epoch, -1, 1)
 	cmd, err := d.command(ps, cmdID, iter, 1, nil)
+	if err != nil {
+		return err
+	}
+	payload, err := json.Marshal(domain.IssuedPayload{Enter: &enter})
 	if err != nil {
 		return err
 	}
 	issuedID := domain.EventID(cmdID, domain.EventCommandIssued)
 	cmd.IssuedEventId = issuedID
-	d.emit(&eventv1.Event{EventId: issuedID, Type: domain.EventCommandIssued, Step: name, CommandId: cmdID, Attempt: 1, CauseEventId: enterID, Iteration: iter, Command: cmd})
+	d.emit(&eventv1.Event{EventId: issuedID, Type: domain.EventCommandIssued, Step: name, CommandId: cmdID, Attempt: 1, CauseEventId: cause, PayloadJson: payload, Iteration: iter, Command: cmd})
+	d.entered[name] = true
+	d.status[name] = eventv1.StepStatus_STEP_STATUS_RUNNING
+	delete(d.fired, name)
+	d.running++
 	return nil
 }

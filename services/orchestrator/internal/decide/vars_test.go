@@ -61,9 +61,10 @@ func TestVarsReachTheScopeAndConditions(t *testing.T) {
 	require.NoError(t, err)
 	var entered []string
 	for _, ev := range evs {
-		switch ev.GetType() {
-		case domain.EventStepEnter:
+		if domain.Enters(ev) {
 			entered = append(entered, ev.GetStep())
+		}
+		switch ev.GetType() {
 		case domain.EventCommandIssued:
 			require.NoError(t, json.Unmarshal(ev.GetCommand().GetContextJson(), &sc))
 			require.JSONEq(t, `{"mode":"fast"}`, string(sc.Variables))

@@ -92,13 +92,16 @@ func (s *Service) RerunExecution(ctx context.Context, req *orchv1.RerunExecution
 	return &orchv1.RerunExecutionResponse{ExecutionId: id, Version: cp.Version, ReusedSteps: reused}, nil
 }
 
-// rerunSeed folds the log of execution id up to (not including) its first step.enter of
-// step from and returns what a rerun from there reuses: every step completed or skipped in
+// rerunSeed folds the log of execution id up to (not including) its first entry of step
+// from and returns what a rerun from there reuses: every step completed or skipped in
 // that state, in name order, and its ctx. A completed step that the state had not routed
 // yet (the decision entering from routes it in the same output) gets its fired arcs, and a
 // loop its assembled list of results, from its step.exit further on.
 func (s *Service) rerunSeed(ctx context.Context, tenant, id, from string) (*domain.StartedPayload, error) {
-	first, err := s.State.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: id, Tenant: tenant, Step: from, Types: []string{domain.EventStepEnter}, PageSize: 1})
+	// The step's first entry is its first step.enter or, for a step of one command entered
+	// by its command.issued (domain.IssuedPayload.Enter), its first command.issued: no
+	// command of a step precedes its entry.
+	first, err := s.State.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: id, Tenant: tenant, Step: from, Types: []string{domain.EventStepEnter, domain.EventCommandIssued}, PageSize: 1})
 	if err != nil {
 		return nil, err
 	}

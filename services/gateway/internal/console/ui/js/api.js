@@ -281,6 +281,14 @@ export function iterationOf(e) {
   return e.iteration ? (e.iteration.index ?? 0) : -1;
 }
 
+/**
+ * enters reports whether an event enters its step in a new epoch: a step.enter, or the
+ * command.issued of a step of one command, which carries the entry (payload.enter).
+ */
+export function enters(e) {
+  return e.type === 'step.enter' || (e.type === 'command.issued' && !!(e.payload && e.payload.enter));
+}
+
 /** resultId is the id of a result URI, its last element, as GET /v1/results/{id} takes. */
 export function resultId(uri) {
   return String(uri || '').split('/').pop();

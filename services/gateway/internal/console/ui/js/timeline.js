@@ -5,7 +5,7 @@
 // under it. The slowest step is marked.
 
 import {h, svg, ms, short, duration, stepStatus} from './dom.js';
-import {iterationOf} from './api.js';
+import {iterationOf, enters} from './api.js';
 
 const ROW = 26;
 const BAR = 14;
@@ -62,6 +62,7 @@ export function model(events, execution) {
       }
       case 'command.issued': {
         const r = rowOf(e.step, epoch, t);
+        if (enters(e)) r.start = t; // a step of one command: its command enters it
         const c = {id: e.commandId, index, attempt: e.attempt || 1, issued: t, started: NaN, end: NaN, status: 'running'};
         commands.set(e.commandId, c);
         if (index >= 0) {

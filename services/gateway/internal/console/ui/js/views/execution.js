@@ -4,7 +4,7 @@
 // that ends with logs reloads the step logs.
 
 import {h, mount, badge, execStatus, stepStatus, when, fullTime, duration, ms, tabsIn, spinner, empty, throttle, copyButton, bytes, count, download} from '../dom.js';
-import {api, fetchFile, watch, resultId, iterationOf, TERMINAL} from '../api.js';
+import {api, fetchFile, watch, resultId, iterationOf, enters, TERMINAL} from '../api.js';
 import {errorBox, notice, confirmDialog, card, labelChips} from '../ui.js';
 import {drawGraph, legend, zoomable} from '../graph.js';
 import {model, drawTimeline, legendTimeline} from '../timeline.js';
@@ -82,7 +82,7 @@ export async function render(root, route, app) {
     const latest = {};
     for (const e of events) {
       const epoch = (e.iteration && e.iteration.epoch) || 1;
-      if (e.type === 'step.enter') {
+      if (enters(e)) {
         latest[e.step] = epoch;
         const lp = e.payload && e.payload.loop;
         if (lp) loops[e.step] = {total: Array.isArray(lp.items) && lp.items.length ? lp.items.length : Number(lp.total) || 0, done: 0, failed: 0, seen: new Map(), epoch};
