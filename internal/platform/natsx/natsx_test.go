@@ -375,14 +375,7 @@ func TestNoticeWildcardsMatchOnlyAnExecutionsNotices(t *testing.T) {
 // answer, and the declaration goes on until JetStream is enabled rather than stopping the
 // service that asked.
 func TestEnsureStreamsWaitsForALateJetStream(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true})
-	require.NoError(t, err)
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	nc, js, err := natsx.Connect(s.ClientURL(), t.Name())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	s, js := withoutJetStream(t)
 	before := inMsgs(t, s)
 
 	done := make(chan error, 1)
@@ -417,16 +410,9 @@ func TestEnsureStreamsWaitsForALateJetStream(t *testing.T) {
 // TestEnsureStreamsGivesUpWithinItsBound stops, naming the stream and the cause, when
 // JetStream never answers within the declaration's bound.
 func TestEnsureStreamsGivesUpWithinItsBound(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true})
-	require.NoError(t, err)
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	nc, js, err := natsx.Connect(s.ClientURL(), t.Name())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
+	s, js := withoutJetStream(t)
 	before := inMsgs(t, s)
-	err = natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{DeclareWithin: 500 * time.Millisecond})
+	err := natsx.EnsureStreams(context.Background(), js, natsx.StreamConfig{DeclareWithin: 500 * time.Millisecond})
 	require.ErrorIs(t, err, nats.ErrNoResponders)
 	require.ErrorContains(t, err, "declare stream "+natsx.StreamEvents+": JetStream did not answer within 500ms")
 	require.Greater(t, inMsgs(t, s)-before, int64(1), "it tried more than once")
@@ -450,6 +436,21 @@ func TestEnsureStreamsStopsAtOnceOnAConflict(t *testing.T) {
 	require.Equal(t, 1, n, "a refused configuration is asked for once, not retried")
 }
 
+// withoutJetStream starts a NATS server with JetStream off and connects to it.
+func withoutJetStream(t *testing.T) (*server.Server, jetstream.JetStream) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true})
+	require.NoError(t, err)
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	nc, js, err := natsx.Connect(s.ClientURL(), t.Name())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return s, js
+}
+
+// inMsgs is the number of messages the server has received.
 func inMsgs(t *testing.T, s *server.Server) int64 {
 	t.Helper()
 	v, err := s.Varz(nil)
