@@ -36,6 +36,7 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/authn"
 	"github.com/noetl/noetl/services/gateway/internal/compat"
+	"github.com/noetl/noetl/services/gateway/internal/connlimit"
 	"github.com/noetl/noetl/services/gateway/internal/console"
 	"github.com/noetl/noetl/services/gateway/internal/limit"
 	"github.com/noetl/noetl/services/gateway/internal/openapi"
@@ -58,7 +59,7 @@ type Config struct {
 	// it a new REST connection closes the one idle the longest, or waits for one to end,
 	// and a new gRPC connection waits to be accepted. Together they bound what clients hold
 	// in the gateway (a goroutine and its buffers per connection, about 80 KiB) and make
-	// sure it is given back once they go quiet (see reclaim). Zero means the default.
+	// sure it is given back once they go quiet (package connlimit). Zero means the default.
 	IdleTimeout time.Duration
 	MaxConns    int
 
@@ -237,7 +238,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	grpcConns := newConnLimit(grpcLis, cfg.MaxConns)
+	grpcConns := connlimit.New(grpcLis, cfg.MaxConns)
 	grpcLis = grpcConns
 	adminLis, err := app.Listen(cfg.AdminListener, cfg.AdminAddr)
 	if err != nil {
@@ -247,7 +248,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	restConns := newConnLimit(httpLis, cfg.MaxConns)
+	restConns := connlimit.New(httpLis, cfg.MaxConns)
 	httpLis = restConns
 	// The chain: errors shaped at the edge (outermost, so it sees every error), then
 	// authentication and authorization (with the throttle of failed attempts), then the
@@ -399,7 +400,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer func() { stopReclaim(); <-reclaimDone }()
 	go func() {
 		defer close(reclaimDone)
-		reclaim(rctx, reclaimEvery, reclaimConns, log, restConns, grpcConns)
+		connlimit.Reclaim(rctx, log, restConns, grpcConns)
 	}()
 	return srv.Run(ctx, 10*time.Second, serveHTTP)
 }

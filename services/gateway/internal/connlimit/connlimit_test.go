@@ -1,4 +1,4 @@
-package gateway
+package connlimit
 
 import (
 	"bufio"
@@ -23,10 +23,10 @@ import (
 // served; the new one, not idle, is left alone.
 // limitedServer serves "ok" on a listener of at most max connections, and returns it with
 // a function that dials it and one that sends a request on a connection.
-func limitedServer(t *testing.T, max int) (l *connLimit, dial func() net.Conn, get func(net.Conn)) {
+func limitedServer(t *testing.T, max int) (l *Listener, dial func() net.Conn, get func(net.Conn)) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	l = newConnLimit(lis, max)
+	l = New(lis, max)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }), ConnState: l.ConnState, ReadHeaderTimeout: time.Minute}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()

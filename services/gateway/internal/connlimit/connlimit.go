@@ -1,4 +1,10 @@
-package gateway
+// Package connlimit bounds the client connections of a listener and gives their memory
+// back once they close. Invariant: a Listener hands its server at most its maximum of
+// connections open at once; past it, Accept closes the connection idle the longest (when
+// the http.Server reports idle connections through ConnState) or waits until one ends or
+// goes idle. Reclaim returns the memory of a flood of closed connections to the operating
+// system.
+package connlimit
 
 import (
 	"container/list"
@@ -13,13 +19,13 @@ import (
 	"time"
 )
 
-// connLimit bounds the connections of a listener: at most max are open at once. While max
+// Listener bounds the connections of a listener: at most max are open at once. While max
 // are open, Accept closes the connection idle the longest (a keep-alive connection between
 // requests, which holds a goroutine and its buffers and serves no one) to make room, or,
 // with none idle, waits until one ends or goes idle. Its ConnState method, set as the
 // http.Server's ConnState, tells it which connections are idle; without it (the gRPC
 // listener) no connection is idle and Accept waits.
-type connLimit struct {
+type Listener struct {
 	net.Listener
 	slots chan struct{}
 	// wentIdle is signalled when a connection goes idle, for an Accept waiting for room.
@@ -34,14 +40,15 @@ type connLimit struct {
 	idle list.List // of *limitedConn, idle the longest at the back
 }
 
-func newConnLimit(l net.Listener, max int) *connLimit {
-	return &connLimit{Listener: l, slots: make(chan struct{}, max), wentIdle: make(chan struct{}, 1), done: make(chan struct{})}
+// New returns l bounded to max connections open at once.
+func New(l net.Listener, max int) *Listener {
+	return &Listener{Listener: l, slots: make(chan struct{}, max), wentIdle: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // Accept implements net.Listener. It makes room once a connection has come (so that an
 // idle connection is closed only for a client that is there), holding that one connection
 // while it waits.
-func (l *connLimit) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
@@ -60,23 +67,23 @@ func (l *connLimit) Accept() (net.Conn, error) {
 }
 
 // open returns how many connections are open.
-func (l *connLimit) open() int { return int(l.conns.Load()) }
+func (l *Listener) open() int { return int(l.conns.Load()) }
 
 // highWaterMark returns the most connections open at once since resetHighWater.
-func (l *connLimit) highWaterMark() int { return int(l.highWater.Load()) }
+func (l *Listener) highWaterMark() int { return int(l.highWater.Load()) }
 
 // resetHighWater starts the high-water mark again from the connections open now.
-func (l *connLimit) resetHighWater() { l.highWater.Store(l.conns.Load()) }
+func (l *Listener) resetHighWater() { l.highWater.Store(l.conns.Load()) }
 
 // Close implements net.Listener.
-func (l *connLimit) Close() error {
+func (l *Listener) Close() error {
 	l.close.Do(func() { close(l.done) })
 	return l.Listener.Close()
 }
 
 // room takes a slot for the next connection: a free one, or the slot of the connection
 // idle the longest, closed for it, or the first that frees up or whose connection goes idle.
-func (l *connLimit) room() error {
+func (l *Listener) room() error {
 	for {
 		select {
 		case l.slots <- struct{}{}:
@@ -97,7 +104,7 @@ func (l *connLimit) room() error {
 }
 
 // shedIdle closes the connection idle the longest; false when none is idle.
-func (l *connLimit) shedIdle() bool {
+func (l *Listener) shedIdle() bool {
 	l.mu.Lock()
 	e := l.idle.Back()
 	var c *limitedConn
@@ -114,7 +121,7 @@ func (l *connLimit) shedIdle() bool {
 }
 
 // ConnState tracks the idle connections (http.Server.ConnState).
-func (l *connLimit) ConnState(nc net.Conn, state http.ConnState) {
+func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	c, ok := nc.(*limitedConn)
 	if !ok {
 		return
@@ -137,7 +144,7 @@ func (l *connLimit) ConnState(nc net.Conn, state http.ConnState) {
 // limitedConn gives its slot back when closed.
 type limitedConn struct {
 	net.Conn
-	l       *connLimit
+	l       *Listener
 	release sync.Once
 	idle    *list.Element // in l.idle while idle; guarded by l.mu
 }
@@ -165,13 +172,19 @@ const (
 	reclaimConns = 512
 )
 
+// Reclaim returns the memory of closed connections of the listeners ls until ctx ends
+// (reclaim every reclaimEvery, once reclaimConns have closed).
+func Reclaim(ctx context.Context, log *slog.Logger, ls ...*Listener) {
+	reclaim(ctx, reclaimEvery, reclaimConns, log, ls...)
+}
+
 // reclaim looks at the listeners every period until ctx ends: once the connections open
 // are at least minClosed fewer than the most that were open at once since it last acted (a
 // flood of clients went away), it collects twice (the second time for what the first put
 // in the victim caches of sync.Pools, such as the buffers of the closed connections) and
 // returns the memory to the operating system (debug.FreeOSMemory), rather than leaving it
 // to the runtime's next periodic collection, minutes later.
-func reclaim(ctx context.Context, period time.Duration, minClosed int, log *slog.Logger, ls ...*connLimit) {
+func reclaim(ctx context.Context, period time.Duration, minClosed int, log *slog.Logger, ls ...*Listener) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
