@@ -35,10 +35,12 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/api"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/authn"
+	"github.com/noetl/noetl/services/gateway/internal/clientaddr"
 	"github.com/noetl/noetl/services/gateway/internal/compat"
 	"github.com/noetl/noetl/services/gateway/internal/connlimit"
 	"github.com/noetl/noetl/services/gateway/internal/console"
 	"github.com/noetl/noetl/services/gateway/internal/limit"
+	"github.com/noetl/noetl/services/gateway/internal/loopback"
 	"github.com/noetl/noetl/services/gateway/internal/openapi"
 )
 
@@ -160,7 +162,7 @@ func (c *Config) Flags(fs *config.FlagSet) {
 	fs.Int(&c.TenantWaits, "tenant-waits", "NOETL_GATEWAY_TENANT_WAITS", limit.DefaultWaits, "waiting calls (waits for an execution's end, starts that wait for it, watches of its events or logs) each tenant may hold at once", config.Positive)
 	fs.Int(&c.AuthFailuresPerMinute, "auth-failures-per-minute", "NOETL_GATEWAY_AUTH_FAILURES_PER_MINUTE", limit.DefaultFailuresPerMinute, "failed authentications forgiven per minute, per client address and per API key id (token bucket rate)", config.Positive)
 	fs.Int(&c.AuthFailureBurst, "auth-failure-burst", "NOETL_GATEWAY_AUTH_FAILURE_BURST", limit.DefaultFailureBurst, "failed authentications a client address or an API key id may have at once before its attempts are refused (token bucket size)", config.Positive)
-	fs.String(&c.TrustedProxies, "trusted-proxies", "NOETL_GATEWAY_TRUSTED_PROXIES", "", "comma-separated IPs and CIDR prefixes of proxies whose X-Forwarded-For names the client (empty: trust none; the client is the TCP peer)", checkProxies)
+	fs.String(&c.TrustedProxies, "trusted-proxies", "NOETL_GATEWAY_TRUSTED_PROXIES", "", "comma-separated IPs and CIDR prefixes of proxies whose X-Forwarded-For names the client (empty: trust none; the client is the TCP peer)", clientaddr.Check)
 	fs.Duration(&c.JWTLeeway, "jwt-leeway", "NOETL_GATEWAY_JWT_LEEWAY", authn.DefaultJWTLeeway, "clock skew tolerated on JWT exp, nbf and iat", config.Positive)
 	c.Trace.Flags(fs)
 }
@@ -187,7 +189,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
-	trusted, err := parseProxies(cfg.TrustedProxies)
+	trusted, err := clientaddr.Parse(cfg.TrustedProxies)
 	if err != nil {
 		return fmt.Errorf("trusted proxies: %w", err)
 	}
@@ -293,7 +295,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}}
 	restErrors := restError(log, cfg.MaxBodyBytes)
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
-		runtime.WithIncomingHeaderMatcher(headerMatcher), runtime.WithMetadata(restMetadata), runtime.WithErrorHandler(restErrors))
+		runtime.WithIncomingHeaderMatcher(clientaddr.HeaderMatcher), runtime.WithMetadata(clientaddr.Metadata), runtime.WithErrorHandler(restErrors))
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		apiv1.RegisterCatalogServiceHandler,
 		apiv1.RegisterExecutionServiceHandler,
@@ -326,20 +328,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// answers (readiness with dependencies is /readyz on the admin port).
 	top.HandleFunc("/healthz", health)
 	top.HandleFunc("/health", health)
-	top.Handle("/api/", forwardCredentials(compat.New(newLoopbackBackend(lc), log)))
+	top.Handle("/api/", loopback.ForwardCredentials(compat.New(loopback.NewBackend(lc), log)))
 	// Server-Sent Events, not grpc-gateway's newline-delimited JSON, for the watch route.
 	exe := apiv1.NewExecutionServiceClient(lc)
-	top.Handle(watchRoute, forwardCredentials(&watchSSE{open: watchEvents(exe), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()}))
+	top.Handle(watchRoute, loopback.ForwardCredentials(&watchSSE{open: watchEvents(exe), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()}))
 	// The step logs: a page over grpc-gateway, or with follow=true (and on :watch) the
 	// watch as Server-Sent Events.
-	logsSSE := forwardCredentials(&watchSSE{open: watchLogs(exe), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()})
+	logsSSE := loopback.ForwardCredentials(&watchSSE{open: watchLogs(exe), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()})
 	top.Handle(logsWatchRoute, logsSSE)
 	top.Handle(logsRoute, followLogs(logsSSE, mux, marshaler, restErrors))
 	// A stored table as a file (Arrow IPC or CSV), the response body itself.
-	top.Handle(exportRoute, forwardCredentials(&exportFile{res: apiv1.NewResultServiceClient(lc), mux: mux, marshaler: marshaler, errors: restErrors}))
+	top.Handle(exportRoute, loopback.ForwardCredentials(&exportFile{res: apiv1.NewResultServiceClient(lc), mux: mux, marshaler: marshaler, errors: restErrors}))
 	// The web console under /ui/, and / sends a browser there. Its graph route reads the
 	// catalog over the loopback with the request's credentials, like every REST route.
-	top.Handle(console.Prefix, forwardCredentials(console.New(console.Config{
+	top.Handle(console.Prefix, loopback.ForwardCredentials(console.New(console.Config{
 		Catalog: apiv1.NewCatalogServiceClient(lc),
 		Error: func(w http.ResponseWriter, r *http.Request, err error) {
 			restErrors(r.Context(), mux, marshaler, w, r, err)
@@ -365,7 +367,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
-			top.ServeHTTP(w, trusted.withClientAddr(r))
+			top.ServeHTTP(w, trusted.WithAddr(r))
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		// A request is read within ReadTimeout (a body trickled in holds its connection no

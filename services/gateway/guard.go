@@ -4,23 +4,20 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"strings"
 	"time"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/authn"
 	"github.com/noetl/noetl/services/gateway/internal/authz"
+	"github.com/noetl/noetl/services/gateway/internal/clientaddr"
 	"github.com/noetl/noetl/services/gateway/internal/limit"
 )
 
@@ -37,7 +34,7 @@ import (
 type guard struct {
 	authn    *authn.Authenticator
 	failures *limit.Failures
-	proxies  proxies
+	proxies  clientaddr.Proxies
 	log      *slog.Logger
 	// refused counts audited refusals by outcome (unauthenticated, denied, throttled,
 	// unverified).
@@ -45,7 +42,7 @@ type guard struct {
 }
 
 // newGuard returns the guard; register its metric (refused) with the service's registry.
-func newGuard(a *authn.Authenticator, failures *limit.Failures, trusted proxies, log *slog.Logger) *guard {
+func newGuard(a *authn.Authenticator, failures *limit.Failures, trusted clientaddr.Proxies, log *slog.Logger) *guard {
 	return &guard{authn: a, failures: failures, proxies: trusted, log: log, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "noetl_gateway_auth_refused_total", Help: "Calls refused by authentication or authorization, by outcome (unauthenticated, denied, throttled, unverified).",
 	}, []string{"outcome"})}
@@ -69,7 +66,7 @@ type caller struct {
 // admit returns ctx carrying the caller's principal, or the error that refuses the call.
 func (g *guard) admit(ctx context.Context, method string) (context.Context, *caller, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
-	addr := g.proxies.grpcClientAddr(ctx, md)
+	addr := g.proxies.FromGRPC(ctx, md)
 	kind, keyID := authn.Presented(md)
 	counted := []string{"address " + addr}
 	if keyID != "" {
@@ -181,123 +178,4 @@ func verifyKey(keys orchv1.ApiKeyServiceClient) authn.KeyVerifier {
 		k := resp.GetKey()
 		return &auth.Principal{Tenant: k.GetTenant(), Subject: "apikey:" + k.GetId(), Roles: k.GetRoles()}, nil
 	}
-}
-
-// headerMatcher passes x-api-key to the gRPC server besides grpc-gateway's defaults
-// (Authorization is always passed), and never a caller's header that would pass as the
-// client address the REST layer hands the gRPC server (clientAddrKey).
-func headerMatcher(key string) (string, bool) {
-	if strings.EqualFold(key, "X-Api-Key") {
-		return "x-api-key", true
-	}
-	k, ok := runtime.DefaultHeaderMatcher(key)
-	if ok && strings.EqualFold(k, clientAddrKey) {
-		return "", false
-	}
-	return k, ok
-}
-
-// restMetadata is the metadata the REST layer adds to every call it makes to the gRPC
-// server: the client address (clientAddrKey).
-func restMetadata(ctx context.Context, _ *http.Request) metadata.MD {
-	return metadata.Pairs(clientAddrKey, restClientAddr(ctx))
-}
-
-// forwardCredentials puts the request's Authorization and x-api-key headers, and its
-// client address, in the outgoing gRPC metadata of its context, for handlers that call the
-// loopback connection.
-func forwardCredentials(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		md := metadata.MD{clientAddrKey: []string{restClientAddr(r.Context())}}
-		if v := r.Header.Values("Authorization"); len(v) > 0 {
-			md["authorization"] = v
-		}
-		if v := r.Header.Values("X-Api-Key"); len(v) > 0 {
-			md["x-api-key"] = v
-		}
-		h.ServeHTTP(w, r.WithContext(metadata.NewOutgoingContext(r.Context(), md)))
-	})
-}
-
-// loopbackBackend is the compat routes' backend: the public API called through the
-// loopback connection.
-type loopbackBackend struct {
-	cat  apiv1.CatalogServiceClient
-	exe  apiv1.ExecutionServiceClient
-	cred apiv1.CredentialServiceClient
-	res  apiv1.ResultServiceClient
-}
-
-func newLoopbackBackend(conn grpc.ClientConnInterface) *loopbackBackend {
-	return &loopbackBackend{cat: apiv1.NewCatalogServiceClient(conn), exe: apiv1.NewExecutionServiceClient(conn), cred: apiv1.NewCredentialServiceClient(conn), res: apiv1.NewResultServiceClient(conn)}
-}
-
-// RegisterPlaybook implements compat.Backend.
-func (b *loopbackBackend) RegisterPlaybook(ctx context.Context, r *apiv1.RegisterPlaybookRequest) (*apiv1.RegisterPlaybookResponse, error) {
-	return b.cat.RegisterPlaybook(ctx, r)
-}
-
-// StartExecution implements compat.Backend.
-func (b *loopbackBackend) StartExecution(ctx context.Context, r *apiv1.StartExecutionRequest) (*apiv1.StartExecutionResponse, error) {
-	return b.exe.StartExecution(ctx, r)
-}
-
-// GetExecution implements compat.Backend.
-func (b *loopbackBackend) GetExecution(ctx context.Context, r *apiv1.GetExecutionRequest) (*apiv1.GetExecutionResponse, error) {
-	return b.exe.GetExecution(ctx, r)
-}
-
-// WaitExecution implements compat.Backend.
-func (b *loopbackBackend) WaitExecution(ctx context.Context, r *apiv1.WaitExecutionRequest) (*apiv1.WaitExecutionResponse, error) {
-	return b.exe.WaitExecution(ctx, r)
-}
-
-// CancelExecution implements compat.Backend.
-func (b *loopbackBackend) CancelExecution(ctx context.Context, r *apiv1.CancelExecutionRequest) (*apiv1.CancelExecutionResponse, error) {
-	return b.exe.CancelExecution(ctx, r)
-}
-
-// ListExecutionEvents implements compat.Backend.
-func (b *loopbackBackend) ListExecutionEvents(ctx context.Context, r *apiv1.ListExecutionEventsRequest) (*apiv1.ListExecutionEventsResponse, error) {
-	return b.exe.ListExecutionEvents(ctx, r)
-}
-
-// PutCredential implements compat.Backend.
-func (b *loopbackBackend) PutCredential(ctx context.Context, r *apiv1.PutCredentialRequest) (*apiv1.PutCredentialResponse, error) {
-	return b.cred.PutCredential(ctx, r)
-}
-
-// GetPlaybook implements compat.Backend.
-func (b *loopbackBackend) GetPlaybook(ctx context.Context, r *apiv1.GetPlaybookRequest) (*apiv1.GetPlaybookResponse, error) {
-	return b.cat.GetPlaybook(ctx, r)
-}
-
-// ListPlaybooks implements compat.Backend.
-func (b *loopbackBackend) ListPlaybooks(ctx context.Context, r *apiv1.ListPlaybooksRequest) (*apiv1.ListPlaybooksResponse, error) {
-	return b.cat.ListPlaybooks(ctx, r)
-}
-
-// ListExecutions implements compat.Backend.
-func (b *loopbackBackend) ListExecutions(ctx context.Context, r *apiv1.ListExecutionsRequest) (*apiv1.ListExecutionsResponse, error) {
-	return b.exe.ListExecutions(ctx, r)
-}
-
-// GetResult implements compat.Backend.
-func (b *loopbackBackend) GetResult(ctx context.Context, r *apiv1.GetResultRequest) (*apiv1.GetResultResponse, error) {
-	return b.res.GetResult(ctx, r)
-}
-
-// ListExecutionVariables implements compat.Backend.
-func (b *loopbackBackend) ListExecutionVariables(ctx context.Context, r *apiv1.ListExecutionVariablesRequest) (*apiv1.ListExecutionVariablesResponse, error) {
-	return b.exe.ListExecutionVariables(ctx, r)
-}
-
-// SetExecutionVariables implements compat.Backend.
-func (b *loopbackBackend) SetExecutionVariables(ctx context.Context, r *apiv1.SetExecutionVariablesRequest) (*apiv1.SetExecutionVariablesResponse, error) {
-	return b.exe.SetExecutionVariables(ctx, r)
-}
-
-// DeleteExecutionVariables implements compat.Backend.
-func (b *loopbackBackend) DeleteExecutionVariables(ctx context.Context, r *apiv1.DeleteExecutionVariablesRequest) (*apiv1.DeleteExecutionVariablesResponse, error) {
-	return b.exe.DeleteExecutionVariables(ctx, r)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -20,6 +19,8 @@ import (
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
+	"github.com/noetl/noetl/services/gateway/internal/clientaddr"
+	"github.com/noetl/noetl/services/gateway/internal/loopback"
 )
 
 // webhookRoute is the webhook of a trigger. It is served by hand, not by grpc-gateway's
@@ -89,26 +90,19 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var executionID string
 	switch {
 	case r.Header.Get("Authorization") != "" || r.Header.Get("X-Api-Key") != "":
-		md := metadata.MD{clientAddrKey: []string{restClientAddr(ctx)}}
-		if v := r.Header.Values("Authorization"); len(v) > 0 {
-			md["authorization"] = v
-		}
-		if v := r.Header.Values("X-Api-Key"); len(v) > 0 {
-			md["x-api-key"] = v
-		}
-		resp, err := h.public.FireTrigger(metadata.NewOutgoingContext(ctx, md), &apiv1.FireTriggerRequest{Name: name, Workload: workload, DeliveryId: delivery})
+		resp, err := h.public.FireTrigger(loopback.Outgoing(r), &apiv1.FireTriggerRequest{Name: name, Workload: workload, DeliveryId: delivery})
 		if err != nil {
 			h.errors(w, r, err)
 			return
 		}
 		executionID = resp.GetExecutionId()
 	case signature != "":
-		addr := "address " + restClientAddr(ctx)
+		addr := "address " + clientaddr.FromREST(ctx)
 		method := "POST /v1/triggers/{name}"
 		if key, after, ok := h.guard.failures.Throttled(addr); ok {
 			err := apierr.New(codes.ResourceExhausted, apierr.ReasonAuthThrottled,
 				fmt.Sprintf("authentication: too many failed attempts for %s; retry after %s", key, after.Round(100*time.Millisecond)), nil, apierr.RetryInfo(after))
-			h.guard.audit(ctx, outcomeThrottled, method, restClientAddr(ctx), "signature", "", nil, err)
+			h.guard.audit(ctx, outcomeThrottled, method, clientaddr.FromREST(ctx), "signature", "", nil, err)
 			h.errors(w, r, err)
 			return
 		}
@@ -131,7 +125,7 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resp, err := h.internal.FireTrigger(auth.ServiceCall(ctx), &orchv1.FireTriggerRequest{Tenant: tenant, Name: name, Body: body, DeliveryId: delivery, Signature: signature})
 		if status.Code(err) == codes.Unauthenticated {
 			h.guard.failures.Fail(addr)
-			h.guard.audit(ctx, outcomeUnauthenticated, method, restClientAddr(ctx), "signature", "", nil, err)
+			h.guard.audit(ctx, outcomeUnauthenticated, method, clientaddr.FromREST(ctx), "signature", "", nil, err)
 		}
 		if err != nil {
 			h.errors(w, r, err)

@@ -1,4 +1,4 @@
-package gateway
+package clientaddr
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 
 func TestClientAddressIsTheTCPPeerUnlessAProxyIsTrusted(t *testing.T) {
 	t.Parallel()
-	none, err := parseProxies("")
+	none, err := Parse("")
 	require.NoError(t, err)
 	require.Empty(t, none)
 	// X-Forwarded-For is ignored by default: a caller cannot pick its own address.
@@ -19,7 +19,7 @@ func TestClientAddressIsTheTCPPeerUnlessAProxyIsTrusted(t *testing.T) {
 	require.Equal(t, "2001:db8:1:2::/64", none.clientAddr("[2001:db8:1:2:bbbb::7]:443", nil))
 	require.Equal(t, "192.0.2.1", none.clientAddr("[::ffff:192.0.2.1]:80", nil))
 
-	p, err := parseProxies(" 10.0.0.0/8, 192.0.2.7 ,")
+	p, err := Parse(" 10.0.0.0/8, 192.0.2.7 ,")
 	require.NoError(t, err)
 	require.Len(t, p, 2)
 	// From a trusted proxy: the right-most hop that is not one of them.
@@ -32,20 +32,20 @@ func TestClientAddressIsTheTCPPeerUnlessAProxyIsTrusted(t *testing.T) {
 	// Not from a trusted proxy: the header is ignored.
 	require.Equal(t, "203.0.113.9", p.clientAddr("203.0.113.9:1", []string{"10.0.0.1"}))
 
-	_, err = parseProxies("10.0.0.0/8,proxy.internal")
+	_, err = Parse("10.0.0.0/8,proxy.internal")
 	require.EqualError(t, err, `"proxy.internal" is not an IP address or a CIDR prefix`)
 }
 
 func TestHeaderMatcherNeverPassesTheClientAddressKey(t *testing.T) {
 	t.Parallel()
 	for _, h := range []string{"Grpc-Metadata-X-Noetl-Client-Address", "grpc-metadata-x-noetl-client-address"} {
-		_, ok := headerMatcher(h)
+		_, ok := HeaderMatcher(h)
 		require.False(t, ok, h)
 	}
-	k, ok := headerMatcher("X-Api-Key")
+	k, ok := HeaderMatcher("X-Api-Key")
 	require.True(t, ok)
 	require.Equal(t, "x-api-key", k)
-	k, ok = headerMatcher("Authorization")
+	k, ok = HeaderMatcher("Authorization")
 	require.True(t, ok)
 	require.Equal(t, "grpcgateway-Authorization", k)
 }
