@@ -11,14 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -33,12 +30,12 @@ import (
 	"github.com/noetl/noetl/internal/platform/grpcx"
 	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/services/gateway/internal/api"
-	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/authn"
 	"github.com/noetl/noetl/services/gateway/internal/clientaddr"
 	"github.com/noetl/noetl/services/gateway/internal/compat"
 	"github.com/noetl/noetl/services/gateway/internal/connlimit"
 	"github.com/noetl/noetl/services/gateway/internal/console"
+	"github.com/noetl/noetl/services/gateway/internal/edge"
 	"github.com/noetl/noetl/services/gateway/internal/limit"
 	"github.com/noetl/noetl/services/gateway/internal/loopback"
 	"github.com/noetl/noetl/services/gateway/internal/openapi"
@@ -255,16 +252,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// The chain: errors shaped at the edge (outermost, so it sees every error), then
 	// authentication and authorization (with the throttle of failed attempts), then the
 	// limits of the caller's tenant, then the check of the request's strings.
-	e := &edge{log: log}
+	e := edge.NewErrors(log)
 	g := newGuard(authenticator, limit.NewFailures(limit.FailuresConfig{PerMinute: float64(cfg.AuthFailuresPerMinute), Burst: cfg.AuthFailureBurst}), trusted, log)
-	lim := newLimits(limit.New(limit.Config{RPS: float64(cfg.TenantRPS), Burst: cfg.TenantBurst, InFlight: cfg.TenantInFlight, Waits: cfg.TenantWaits}))
+	lim := edge.NewLimits(limit.New(limit.Config{RPS: float64(cfg.TenantRPS), Burst: cfg.TenantBurst, InFlight: cfg.TenantInFlight, Waits: cfg.TenantWaits}))
 	srv := app.NewServer("gateway", log, grpcLis, adminLis, tel.ServerOption(),
-		grpc.ChainUnaryInterceptor(e.unary, g.unary, lim.unary, checkStrings), grpc.ChainStreamInterceptor(e.stream, g.stream, lim.stream, checkStreamStrings),
+		grpc.ChainUnaryInterceptor(e.Unary, g.unary, lim.Unary, edge.CheckStrings), grpc.ChainStreamInterceptor(e.Stream, g.stream, lim.Stream, edge.CheckStreamStrings),
 		// A request message is bounded as a REST body is, by the transport, before it is read.
 		grpc.MaxRecvMsgSize(cfg.MaxBodyBytes),
 		// An idle client connection is closed (clients reconnect when they call again).
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}))
-	srv.Registry.MustRegister(lim.refused, g.refused)
+	srv.Registry.MustRegister(lim.Collector(), g.refused)
 	apiv1.RegisterCatalogServiceServer(srv.GRPC, impl)
 	apiv1.RegisterExecutionServiceServer(srv.GRPC, impl)
 	apiv1.RegisterResultServiceServer(srv.GRPC, impl)
@@ -289,11 +286,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer func() { _ = lc.Close() }()
 
-	marshaler := &restJSON{runtime.JSONPb{
+	marshaler := &edge.JSON{JSONPb: runtime.JSONPb{
 		MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
 	}}
-	restErrors := restError(log, cfg.MaxBodyBytes)
+	restErrors := edge.RESTError(log, cfg.MaxBodyBytes)
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
 		runtime.WithIncomingHeaderMatcher(clientaddr.HeaderMatcher), runtime.WithMetadata(clientaddr.Metadata), runtime.WithErrorHandler(restErrors))
 	for _, reg := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
@@ -363,7 +360,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			// A declared size over the limit is refused before anything is read; a chunked
 			// body is cut at the limit while it is read.
 			if r.ContentLength > maxBody {
-				tooLarge(w, marshaler, r.ContentLength, maxBody)
+				edge.TooLarge(w, marshaler, r.ContentLength, maxBody)
 				return
 			}
 			r.Body = http.MaxBytesReader(w, r.Body, maxBody)
@@ -420,44 +417,3 @@ const (
 	maxHeaderBytes = 64 << 10
 	readTimeout    = time.Minute
 )
-
-// tooLarge answers HTTP 413 for a body of n bytes over max, with the JSON error body of
-// every REST error (code RESOURCE_EXHAUSTED, an ErrorInfo of reason BODY_TOO_LARGE).
-func tooLarge(w http.ResponseWriter, m runtime.Marshaler, n, max int64) {
-	err := apierr.New(codes.ResourceExhausted, apierr.ReasonBodyTooLarge, fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", n, max), map[string]string{"limit": fmt.Sprint(max)})
-	body, _ := m.Marshal(status.Convert(err).Proto())
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusRequestEntityTooLarge)
-	_, _ = w.Write(body)
-}
-
-// credentialBodyError keeps a malformed credential body out of the error message: the JSON
-// decoder quotes the offending token, which may be part of the secret. The API's own
-// validation errors (which name the field and never quote data) pass through.
-func credentialBodyError(r *http.Request, err error) error {
-	if !strings.HasPrefix(r.URL.Path, "/v1/credentials") {
-		return err
-	}
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.InvalidArgument {
-		return err
-	}
-	for _, field := range []string{"name:", "type:", "data:", "page_size:"} {
-		if strings.HasPrefix(st.Message(), field) {
-			return err
-		}
-	}
-	return status.Error(codes.InvalidArgument, "body: not a valid credential JSON object")
-}
-
-// challenge answers 401 with a standard `WWW-Authenticate: Bearer` challenge (grpc-gateway
-// would put the error message there; the body carries it already).
-type challenge struct{ http.ResponseWriter }
-
-// WriteHeader implements http.ResponseWriter.
-func (c challenge) WriteHeader(code int) {
-	if code == http.StatusUnauthorized {
-		c.Header().Set("WWW-Authenticate", `Bearer realm="noetl"`)
-	}
-	c.ResponseWriter.WriteHeader(code)
-}

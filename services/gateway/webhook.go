@@ -20,6 +20,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/auth"
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/clientaddr"
+	"github.com/noetl/noetl/services/gateway/internal/edge"
 	"github.com/noetl/noetl/services/gateway/internal/loopback"
 )
 
@@ -47,7 +48,7 @@ type webhook struct {
 	public   apiv1.TriggerServiceClient
 	internal orchv1.TriggerServiceClient
 	guard    *guard
-	limits   *limits
+	limits   *edge.Limits
 	m        runtime.Marshaler
 	errors   func(w http.ResponseWriter, r *http.Request, err error)
 }
@@ -116,7 +117,7 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// The tenant's limits apply as to its authenticated calls. (The principal is only
 		// the limiter's: the call itself is signed as the gateway, carrying the signature.)
-		release, err := h.limits.acquire(auth.NewContext(ctx, &auth.Principal{Tenant: tenant, Subject: "webhook:" + name}), false)
+		release, err := h.limits.Acquire(auth.NewContext(ctx, &auth.Principal{Tenant: tenant, Subject: "webhook:" + name}), false)
 		if err != nil {
 			h.errors(w, r, err)
 			return

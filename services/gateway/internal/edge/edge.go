@@ -1,4 +1,10 @@
-package gateway
+// Package edge is what the gateway does to every call at its boundary besides admission
+// (the guard): the errors it returns shaped (apierr.Edge) over gRPC and REST alike, the
+// per-tenant limits applied (package limit), the strings of requests checked, REST bodies
+// decoded naming where they stop being JSON, and bodies and messages over the size limit
+// refused with HTTP 413. Invariant: every error the public gRPC server returns, and every
+// one the REST error handler writes, passes apierr.Edge, so none carries internals.
+package edge
 
 import (
 	"context"
@@ -24,14 +30,18 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/limit"
 )
 
-// edge shapes every error the public gRPC server returns (apierr.Edge): details on each,
+// Errors shapes every error the public gRPC server returns (apierr.Edge): details on each,
 // internal errors masked behind a logged correlation id. It is the first interceptor of the
 // gateway's own chain, so it sees the errors of authentication, limits and handlers alike.
-type edge struct {
+type Errors struct {
 	log *slog.Logger
 }
 
-func (e *edge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// NewErrors returns the interceptors that shape errors, logging internal ones to log.
+func NewErrors(log *slog.Logger) *Errors { return &Errors{log: log} }
+
+// Unary is the unary interceptor.
+func (e *Errors) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
 	if err != nil {
 		m, _ := req.(proto.Message)
@@ -40,7 +50,8 @@ func (e *edge) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 	return resp, nil
 }
 
-func (e *edge) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+// Stream is the stream interceptor.
+func (e *Errors) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	rs := &requestStream{ServerStream: ss}
 	return apierr.Edge(e.log, info.FullMethod, rs.req, handler(srv, rs))
 }
@@ -60,21 +71,24 @@ func (s *requestStream) RecvMsg(m any) error {
 	return err
 }
 
-// limits applies the per-tenant limits to every call that carries a principal; it follows
+// Limits applies the per-tenant limits to every call that carries a principal; it follows
 // the guard, which authenticates. Health and reflection carry none and are not limited.
-type limits struct {
+type Limits struct {
 	l       *limit.Limiter
 	refused *prometheus.CounterVec
 }
 
-// newLimits returns the interceptors of l; register their metric (refused) with the
+// NewLimits returns the interceptors of l; register their metric (Collector) with the
 // service's registry.
-func newLimits(l *limit.Limiter) *limits {
+func NewLimits(l *limit.Limiter) *Limits {
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "noetl_gateway_limited_total", Help: "Calls refused by the per-tenant limits, by reason (rate, in_flight, waits, tenants).",
 	}, []string{"reason"})
-	return &limits{l: l, refused: refused}
+	return &Limits{l: l, refused: refused}
 }
+
+// Collector is the limits' metric, noetl_gateway_limited_total.
+func (g *Limits) Collector() prometheus.Collector { return g.refused }
 
 // waits reports whether a call of method with request req (nil for a stream, whose
 // request is not read yet) waits on an execution rather than works: a wait for its end, a
@@ -92,9 +106,9 @@ func waits(method string, req any) bool {
 	return false
 }
 
-// acquire admits the call of ctx's principal (a waiting call when wait, see waits), or
+// Acquire admits the call of ctx's principal (a waiting call when wait, see waits), or
 // returns the ResourceExhausted error that refuses it.
-func (g *limits) acquire(ctx context.Context, wait bool) (func(), error) {
+func (g *Limits) Acquire(ctx context.Context, wait bool) (func(), error) {
 	p := auth.FromContext(ctx)
 	if p == nil {
 		return func() {}, nil
@@ -117,8 +131,9 @@ func (g *limits) acquire(ctx context.Context, wait bool) (func(), error) {
 	return release, err
 }
 
-func (g *limits) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	release, err := g.acquire(ctx, waits(info.FullMethod, req))
+// Unary is the unary interceptor.
+func (g *Limits) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	release, err := g.Acquire(ctx, waits(info.FullMethod, req))
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +141,9 @@ func (g *limits) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	return handler(ctx, req)
 }
 
-func (g *limits) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	release, err := g.acquire(ss.Context(), waits(info.FullMethod, nil))
+// Stream is the stream interceptor.
+func (g *Limits) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	release, err := g.Acquire(ss.Context(), waits(info.FullMethod, nil))
 	if err != nil {
 		return err
 	}
@@ -135,8 +151,8 @@ func (g *limits) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	return handler(srv, ss)
 }
 
-// checkStrings refuses a unary request with a NUL byte in a string field (api.CheckStrings).
-func checkStrings(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// CheckStrings refuses a unary request with a NUL byte in a string field (api.CheckStrings).
+func CheckStrings(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	m, _ := req.(proto.Message)
 	if err := api.CheckStrings(m); err != nil {
 		return nil, err
@@ -144,8 +160,8 @@ func checkStrings(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler
 	return handler(ctx, req)
 }
 
-// checkStreamStrings refuses a streamed request message with a NUL byte in a string field.
-func checkStreamStrings(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+// CheckStreamStrings refuses a streamed request message with a NUL byte in a string field.
+func CheckStreamStrings(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	return handler(srv, &checkedStream{ServerStream: ss})
 }
 
@@ -160,11 +176,11 @@ func (s *checkedStream) RecvMsg(m any) error {
 	return api.CheckStrings(pm)
 }
 
-// restError is the REST error handler: the error shaped as at the gRPC edge (errors of
+// RESTError is the REST error handler: the error shaped as at the gRPC edge (errors of
 // grpc-gateway itself, such as a malformed body, never passed it), a Retry-After header when
 // the status asks for a retry (HTTP 429), HTTP 413 for a request refused for its size,
 // then grpc-gateway's JSON body, which carries the status's details.
-func restError(log *slog.Logger, maxBody int) runtime.ErrorHandlerFunc {
+func RESTError(log *slog.Logger, maxBody int) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 		err = apierr.Edge(log, r.Method+" "+r.URL.Path, nil, credentialBodyError(r, sizeError(err, maxBody)))
 		st := status.Convert(err)
@@ -179,15 +195,15 @@ func restError(log *slog.Logger, maxBody int) runtime.ErrorHandlerFunc {
 	}
 }
 
-// restJSON is the REST layer's JSON marshaler: grpc-gateway's protojson one, except that a
+// JSON is the REST layer's JSON marshaler: grpc-gateway's protojson one, except that a
 // body that is not JSON is refused naming the byte where it stops being JSON. grpc-gateway
 // reads a body with encoding/json before protojson, and encoding/json's syntax errors (a
 // NaN, a truncated document, nesting past 10,000 levels) say what but not where; protojson's
 // own (a duplicate key, invalid UTF-8, an unknown field) name the line and column already.
-type restJSON struct{ runtime.JSONPb }
+type JSON struct{ runtime.JSONPb }
 
 // NewDecoder implements runtime.Marshaler.
-func (j *restJSON) NewDecoder(r io.Reader) runtime.Decoder {
+func (j *JSON) NewDecoder(r io.Reader) runtime.Decoder {
 	return bodyDecoder{j.JSONPb.NewDecoder(r)}
 }
 
@@ -242,4 +258,45 @@ func (s statusAs) WriteHeader(code int) {
 		code = s.to
 	}
 	s.ResponseWriter.WriteHeader(code)
+}
+
+// TooLarge answers HTTP 413 for a body of n bytes over max, with the JSON error body of
+// every REST error (code RESOURCE_EXHAUSTED, an ErrorInfo of reason BODY_TOO_LARGE).
+func TooLarge(w http.ResponseWriter, m runtime.Marshaler, n, max int64) {
+	err := apierr.New(codes.ResourceExhausted, apierr.ReasonBodyTooLarge, fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", n, max), map[string]string{"limit": fmt.Sprint(max)})
+	body, _ := m.Marshal(status.Convert(err).Proto())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	_, _ = w.Write(body)
+}
+
+// credentialBodyError keeps a malformed credential body out of the error message: the JSON
+// decoder quotes the offending token, which may be part of the secret. The API's own
+// validation errors (which name the field and never quote data) pass through.
+func credentialBodyError(r *http.Request, err error) error {
+	if !strings.HasPrefix(r.URL.Path, "/v1/credentials") {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.InvalidArgument {
+		return err
+	}
+	for _, field := range []string{"name:", "type:", "data:", "page_size:"} {
+		if strings.HasPrefix(st.Message(), field) {
+			return err
+		}
+	}
+	return status.Error(codes.InvalidArgument, "body: not a valid credential JSON object")
+}
+
+// challenge answers 401 with a standard `WWW-Authenticate: Bearer` challenge (grpc-gateway
+// would put the error message there; the body carries it already).
+type challenge struct{ http.ResponseWriter }
+
+// WriteHeader implements http.ResponseWriter.
+func (c challenge) WriteHeader(code int) {
+	if code == http.StatusUnauthorized {
+		c.Header().Set("WWW-Authenticate", `Bearer realm="noetl"`)
+	}
+	c.ResponseWriter.WriteHeader(code)
 }
