@@ -36,6 +36,7 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/connlimit"
 	"github.com/noetl/noetl/services/gateway/internal/console"
 	"github.com/noetl/noetl/services/gateway/internal/edge"
+	"github.com/noetl/noetl/services/gateway/internal/guard"
 	"github.com/noetl/noetl/services/gateway/internal/limit"
 	"github.com/noetl/noetl/services/gateway/internal/loopback"
 	"github.com/noetl/noetl/services/gateway/internal/openapi"
@@ -225,7 +226,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			JWKSFile: cfg.JWKSFile, JWKSURL: cfg.JWKSURL, JWKSRefresh: cfg.JWKSRefresh, Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience,
 			Algorithms: cfg.JWTAlgorithms, HMACSecret: cfg.JWTHMACSecret, TenantClaim: cfg.JWTTenantClaim, RolesClaim: cfg.JWTRolesClaim, Leeway: cfg.JWTLeeway,
 		},
-	}, verifyKey(keys), nil)
+	}, guard.VerifyKey(keys), nil)
 	if err != nil {
 		return err
 	}
@@ -253,15 +254,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// authentication and authorization (with the throttle of failed attempts), then the
 	// limits of the caller's tenant, then the check of the request's strings.
 	e := edge.NewErrors(log)
-	g := newGuard(authenticator, limit.NewFailures(limit.FailuresConfig{PerMinute: float64(cfg.AuthFailuresPerMinute), Burst: cfg.AuthFailureBurst}), trusted, log)
+	g := guard.New(authenticator, limit.NewFailures(limit.FailuresConfig{PerMinute: float64(cfg.AuthFailuresPerMinute), Burst: cfg.AuthFailureBurst}), trusted, log)
 	lim := edge.NewLimits(limit.New(limit.Config{RPS: float64(cfg.TenantRPS), Burst: cfg.TenantBurst, InFlight: cfg.TenantInFlight, Waits: cfg.TenantWaits}))
 	srv := app.NewServer("gateway", log, grpcLis, adminLis, tel.ServerOption(),
-		grpc.ChainUnaryInterceptor(e.Unary, g.unary, lim.Unary, edge.CheckStrings), grpc.ChainStreamInterceptor(e.Stream, g.stream, lim.Stream, edge.CheckStreamStrings),
+		grpc.ChainUnaryInterceptor(e.Unary, g.Unary, lim.Unary, edge.CheckStrings), grpc.ChainStreamInterceptor(e.Stream, g.Stream, lim.Stream, edge.CheckStreamStrings),
 		// A request message is bounded as a REST body is, by the transport, before it is read.
 		grpc.MaxRecvMsgSize(cfg.MaxBodyBytes),
 		// An idle client connection is closed (clients reconnect when they call again).
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}))
-	srv.Registry.MustRegister(lim.Collector(), g.refused)
+	srv.Registry.MustRegister(lim.Collector(), g.Collector())
 	apiv1.RegisterCatalogServiceServer(srv.GRPC, impl)
 	apiv1.RegisterExecutionServiceServer(srv.GRPC, impl)
 	apiv1.RegisterResultServiceServer(srv.GRPC, impl)

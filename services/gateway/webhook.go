@@ -21,6 +21,7 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 	"github.com/noetl/noetl/services/gateway/internal/clientaddr"
 	"github.com/noetl/noetl/services/gateway/internal/edge"
+	"github.com/noetl/noetl/services/gateway/internal/guard"
 	"github.com/noetl/noetl/services/gateway/internal/loopback"
 )
 
@@ -47,7 +48,7 @@ const (
 type webhook struct {
 	public   apiv1.TriggerServiceClient
 	internal orchv1.TriggerServiceClient
-	guard    *guard
+	guard    *guard.Guard
 	limits   *edge.Limits
 	m        runtime.Marshaler
 	errors   func(w http.ResponseWriter, r *http.Request, err error)
@@ -100,10 +101,10 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case signature != "":
 		addr := "address " + clientaddr.FromREST(ctx)
 		method := "POST /v1/triggers/{name}"
-		if key, after, ok := h.guard.failures.Throttled(addr); ok {
+		if key, after, ok := h.guard.Failures().Throttled(addr); ok {
 			err := apierr.New(codes.ResourceExhausted, apierr.ReasonAuthThrottled,
 				fmt.Sprintf("authentication: too many failed attempts for %s; retry after %s", key, after.Round(100*time.Millisecond)), nil, apierr.RetryInfo(after))
-			h.guard.audit(ctx, outcomeThrottled, method, clientaddr.FromREST(ctx), "signature", "", nil, err)
+			h.guard.Audit(ctx, guard.OutcomeThrottled, method, clientaddr.FromREST(ctx), "signature", "", nil, err)
 			h.errors(w, r, err)
 			return
 		}
@@ -125,8 +126,8 @@ func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer release()
 		resp, err := h.internal.FireTrigger(auth.ServiceCall(ctx), &orchv1.FireTriggerRequest{Tenant: tenant, Name: name, Body: body, DeliveryId: delivery, Signature: signature})
 		if status.Code(err) == codes.Unauthenticated {
-			h.guard.failures.Fail(addr)
-			h.guard.audit(ctx, outcomeUnauthenticated, method, clientaddr.FromREST(ctx), "signature", "", nil, err)
+			h.guard.Failures().Fail(addr)
+			h.guard.Audit(ctx, guard.OutcomeUnauthenticated, method, clientaddr.FromREST(ctx), "signature", "", nil, err)
 		}
 		if err != nil {
 			h.errors(w, r, err)

@@ -1,4 +1,9 @@
-package gateway
+// Package guard is the gateway's admission: every call of the public gRPC server is
+// authenticated (package authn) and authorized (package authz) here, failed attempts are
+// throttled by client address and API key id (limit.Failures), and every refusal is an audit
+// line. Invariant: an admitted call carries its caller's principal in its context, and an
+// audit line never holds a credential, only its kind and API key id.
+package guard
 
 import (
 	"context"
@@ -21,7 +26,7 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/limit"
 )
 
-// guard authenticates and authorizes every call of the public gRPC server; REST and the
+// Guard authenticates and authorizes every call of the public gRPC server; REST and the
 // /api/ routes reach that server through the loopback connection, so it sees them too.
 // Health and reflection are open.
 //
@@ -31,7 +36,7 @@ import (
 // authentication or authorization failure, every throttled attempt, and every admitted
 // call a service behind the gateway refuses with PERMISSION_DENIED, is logged as an audit
 // line (audit=true) with the address, the key id and the method, never the credential.
-type guard struct {
+type Guard struct {
 	authn    *authn.Authenticator
 	failures *limit.Failures
 	proxies  clientaddr.Proxies
@@ -41,18 +46,27 @@ type guard struct {
 	refused *prometheus.CounterVec
 }
 
-// newGuard returns the guard; register its metric (refused) with the service's registry.
-func newGuard(a *authn.Authenticator, failures *limit.Failures, trusted clientaddr.Proxies, log *slog.Logger) *guard {
-	return &guard{authn: a, failures: failures, proxies: trusted, log: log, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+// New returns the guard; register its metric (Collector) with the service's registry.
+func New(a *authn.Authenticator, failures *limit.Failures, trusted clientaddr.Proxies, log *slog.Logger) *Guard {
+	return &Guard{authn: a, failures: failures, proxies: trusted, log: log, refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "noetl_gateway_auth_refused_total", Help: "Calls refused by authentication or authorization, by outcome (unauthenticated, denied, throttled, unverified).",
 	}, []string{"outcome"})}
 }
 
+// Collector is the guard's metric, noetl_gateway_auth_refused_total.
+func (g *Guard) Collector() prometheus.Collector { return g.refused }
+
+// Failures is the throttle of failed authentication the guard counts failures in, for
+// other credentials checked outside it (a webhook's signature).
+func (g *Guard) Failures() *limit.Failures { return g.failures }
+
 // Audit outcomes.
 const (
-	outcomeUnauthenticated = "unauthenticated"
+	// OutcomeUnauthenticated: the credential was refused (counted as a failure).
+	OutcomeUnauthenticated = "unauthenticated"
 	outcomeDenied          = "denied"
-	outcomeThrottled       = "throttled"
+	// OutcomeThrottled: the attempt was refused before its credential was checked.
+	OutcomeThrottled = "throttled"
 	// outcomeUnverified: the credential could not be checked (the orchestrator is down).
 	outcomeUnverified = "unverified"
 )
@@ -64,7 +78,7 @@ type caller struct {
 }
 
 // admit returns ctx carrying the caller's principal, or the error that refuses the call.
-func (g *guard) admit(ctx context.Context, method string) (context.Context, *caller, error) {
+func (g *Guard) admit(ctx context.Context, method string) (context.Context, *caller, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	addr := g.proxies.FromGRPC(ctx, md)
 	kind, keyID := authn.Presented(md)
@@ -76,21 +90,21 @@ func (g *guard) admit(ctx context.Context, method string) (context.Context, *cal
 		err := apierr.New(codes.ResourceExhausted, apierr.ReasonAuthThrottled,
 			fmt.Sprintf("authentication: too many failed attempts for %s; retry after %s", key, after.Round(100*time.Millisecond)),
 			map[string]string{"limit": fmt.Sprintf("%g failed attempts per minute (burst %d)", g.failures.PerMinute(), g.failures.Burst())}, apierr.RetryInfo(after))
-		g.audit(ctx, outcomeThrottled, method, addr, kind, keyID, nil, err)
+		g.Audit(ctx, OutcomeThrottled, method, addr, kind, keyID, nil, err)
 		return nil, nil, err
 	}
 	p, err := g.authn.Authenticate(ctx, md)
 	if err != nil {
 		outcome := outcomeUnverified
 		if status.Code(err) == codes.Unauthenticated {
-			outcome = outcomeUnauthenticated
+			outcome = OutcomeUnauthenticated
 			g.failures.Fail(counted...)
 		}
-		g.audit(ctx, outcome, method, addr, kind, keyID, nil, err)
+		g.Audit(ctx, outcome, method, addr, kind, keyID, nil, err)
 		return nil, nil, err
 	}
 	if err := authz.Authorize(p, method); err != nil {
-		g.audit(ctx, outcomeDenied, method, addr, kind, keyID, p, err)
+		g.Audit(ctx, outcomeDenied, method, addr, kind, keyID, p, err)
 		return nil, nil, err
 	}
 	return auth.NewContext(ctx, p), &caller{method: method, addr: addr, kind: kind, keyID: keyID, p: p}, nil
@@ -100,16 +114,16 @@ func (g *guard) admit(ctx context.Context, method string) (context.Context, *cal
 // PERMISSION_DENIED (a system/ playbook started without the system role, a key minted
 // for another tenant): that refusal is the service's, its audit line the gateway's, like
 // those of its own.
-func (g *guard) denied(ctx context.Context, c *caller, err error) {
+func (g *Guard) denied(ctx context.Context, c *caller, err error) {
 	if status.Code(err) == codes.PermissionDenied {
-		g.audit(ctx, outcomeDenied, c.method, c.addr, c.kind, c.keyID, c.p, err)
+		g.Audit(ctx, outcomeDenied, c.method, c.addr, c.kind, c.keyID, c.p, err)
 	}
 }
 
-// audit logs one refused call as an audit line: warn level, audit=true, the outcome, the
+// Audit logs one refused call as an audit line: warn level, audit=true, the outcome, the
 // method, the client address, the credential's kind and API key id (never the credential),
 // the principal when known, and the refusal's message (which never quotes a credential).
-func (g *guard) audit(ctx context.Context, outcome, method, addr, kind, keyID string, p *auth.Principal, err error) {
+func (g *Guard) Audit(ctx context.Context, outcome, method, addr, kind, keyID string, p *auth.Principal, err error) {
 	g.refused.WithLabelValues(outcome).Inc()
 	if g.log == nil {
 		return
@@ -126,7 +140,7 @@ func (g *guard) audit(ctx context.Context, outcome, method, addr, kind, keyID st
 	switch outcome {
 	case outcomeDenied:
 		msg = "authorization denied"
-	case outcomeThrottled:
+	case OutcomeThrottled:
 		msg = "authentication throttled"
 	case outcomeUnverified:
 		msg = "authentication unverified"
@@ -134,7 +148,8 @@ func (g *guard) audit(ctx context.Context, outcome, method, addr, kind, keyID st
 	g.log.LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
 }
 
-func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// Unary is the unary interceptor.
+func (g *Guard) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if auth.Exempt(info.FullMethod) {
 		return handler(ctx, req)
 	}
@@ -147,7 +162,8 @@ func (g *guard) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	return resp, err
 }
 
-func (g *guard) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+// Stream is the stream interceptor.
+func (g *Guard) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if auth.Exempt(info.FullMethod) {
 		return handler(srv, ss)
 	}
@@ -168,8 +184,8 @@ type admittedStream struct {
 
 func (s *admittedStream) Context() context.Context { return s.ctx }
 
-// verifyKey verifies API keys with the orchestrator, which stores their digests.
-func verifyKey(keys orchv1.ApiKeyServiceClient) authn.KeyVerifier {
+// VerifyKey verifies API keys with the orchestrator, which stores their digests.
+func VerifyKey(keys orchv1.ApiKeyServiceClient) authn.KeyVerifier {
 	return func(ctx context.Context, key string) (*auth.Principal, error) {
 		resp, err := keys.VerifyApiKey(ctx, &orchv1.VerifyApiKeyRequest{Key: key})
 		if err != nil {
