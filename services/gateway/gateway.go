@@ -36,10 +36,12 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/connlimit"
 	"github.com/noetl/noetl/services/gateway/internal/console"
 	"github.com/noetl/noetl/services/gateway/internal/edge"
+	"github.com/noetl/noetl/services/gateway/internal/export"
 	"github.com/noetl/noetl/services/gateway/internal/guard"
 	"github.com/noetl/noetl/services/gateway/internal/limit"
 	"github.com/noetl/noetl/services/gateway/internal/loopback"
 	"github.com/noetl/noetl/services/gateway/internal/openapi"
+	"github.com/noetl/noetl/services/gateway/internal/sse"
 )
 
 // Config is the gateway's configuration.
@@ -329,14 +331,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	top.Handle("/api/", loopback.ForwardCredentials(compat.New(loopback.NewBackend(lc), log)))
 	// Server-Sent Events, not grpc-gateway's newline-delimited JSON, for the watch route.
 	exe := apiv1.NewExecutionServiceClient(lc)
-	top.Handle(watchRoute, loopback.ForwardCredentials(&watchSSE{open: watchEvents(exe), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()}))
+	top.Handle(sse.WatchRoute, loopback.ForwardCredentials(sse.Events(exe, mux, marshaler, restErrors, ctx.Done())))
 	// The step logs: a page over grpc-gateway, or with follow=true (and on :watch) the
 	// watch as Server-Sent Events.
-	logsSSE := loopback.ForwardCredentials(&watchSSE{open: watchLogs(exe), mux: mux, marshaler: marshaler, errors: restErrors, stopping: ctx.Done()})
-	top.Handle(logsWatchRoute, logsSSE)
-	top.Handle(logsRoute, followLogs(logsSSE, mux, marshaler, restErrors))
+	logsSSE := loopback.ForwardCredentials(sse.Logs(exe, mux, marshaler, restErrors, ctx.Done()))
+	top.Handle(sse.LogsWatchRoute, logsSSE)
+	top.Handle(sse.LogsRoute, sse.FollowLogs(logsSSE, mux, marshaler, restErrors))
 	// A stored table as a file (Arrow IPC or CSV), the response body itself.
-	top.Handle(exportRoute, loopback.ForwardCredentials(&exportFile{res: apiv1.NewResultServiceClient(lc), mux: mux, marshaler: marshaler, errors: restErrors}))
+	top.Handle(export.Route, loopback.ForwardCredentials(export.New(apiv1.NewResultServiceClient(lc), mux, marshaler, restErrors)))
 	// The web console under /ui/, and / sends a browser there. Its graph route reads the
 	// catalog over the loopback with the request's credentials, like every REST route.
 	top.Handle(console.Prefix, loopback.ForwardCredentials(console.New(console.Config{

@@ -1,4 +1,8 @@
-package gateway
+// Package export serves a stored table as a file, Arrow IPC or CSV, the response body
+// itself (Route), where grpc-gateway would send ExportResult as newline-delimited JSON
+// messages. Invariant: a stream that fails after the first byte is cut off, never ended,
+// so a client never takes a partial file for a whole one.
+package export
 
 import (
 	"errors"
@@ -15,8 +19,14 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 )
 
-// exportRoute is the REST route of ExportResult: the file itself as the response body.
-const exportRoute = "GET /v1/results/{result_id}/export"
+// Route is the REST route of ExportResult: the file itself as the response body.
+const Route = "GET /v1/results/{result_id}/export"
+
+// New serves Route: ExportResult over res (the loopback connection), errors written by
+// errors with mux and m.
+func New(res apiv1.ResultServiceClient, mux *runtime.ServeMux, m runtime.Marshaler, errors runtime.ErrorHandlerFunc) http.Handler {
+	return &exportFile{res: res, mux: mux, marshaler: m, errors: errors}
+}
 
 // exportFile serves ExportResult as a download (grpc-gateway would send newline-delimited
 // JSON messages). It calls the gateway's own gRPC server through the loopback connection

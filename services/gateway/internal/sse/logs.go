@@ -1,4 +1,4 @@
-package gateway
+package sse
 
 import (
 	"context"
@@ -14,11 +14,11 @@ import (
 )
 
 const (
-	// logsRoute is the REST route of ListExecutionLogs; with follow=true it serves
+	// LogsRoute is the REST route of ListExecutionLogs; with follow=true it serves
 	// WatchExecutionLogs as Server-Sent Events.
-	logsRoute = "GET /v1/executions/{execution_id}/logs"
-	// logsWatchRoute is the REST route of WatchExecutionLogs, served as Server-Sent Events.
-	logsWatchRoute = "GET /v1/executions/{execution_id}/logs:watch"
+	LogsRoute = "GET /v1/executions/{execution_id}/logs"
+	// LogsWatchRoute is the REST route of WatchExecutionLogs, served as Server-Sent Events.
+	LogsWatchRoute = "GET /v1/executions/{execution_id}/logs:watch"
 )
 
 // logsSource adapts WatchExecutionLogs: each entry is an SSE event "log"; the last entry
@@ -59,10 +59,10 @@ func watchLogs(exe apiv1.ExecutionServiceClient) func(context.Context, *http.Req
 	}
 }
 
-// followLogs serves logsRoute: follow=true (or 1) is the watch (sse), anything else a page
+// FollowLogs serves LogsRoute: follow=true (or 1) is the watch (sse), anything else a page
 // from grpc-gateway (page), without the follow parameter, which is no field of the
 // request.
-func followLogs(sse http.Handler, page *runtime.ServeMux, marshaler runtime.Marshaler, errors runtime.ErrorHandlerFunc) http.Handler {
+func FollowLogs(sse http.Handler, page *runtime.ServeMux, marshaler runtime.Marshaler, errors runtime.ErrorHandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if !q.Has("follow") {

@@ -1,4 +1,10 @@
-package gateway
+// Package sse serves the gateway's watches as Server-Sent Events: an execution's events
+// (WatchRoute) and its step logs (LogsWatchRoute, and LogsRoute with follow=true), where
+// grpc-gateway would stream newline-delimited JSON. Each watch calls the gateway's own gRPC
+// server through the loopback connection, so it is authenticated, authorized and limited
+// like every call. Invariant: an event's id is a seq a reconnecting EventSource resumes
+// after (Last-Event-ID) without getting anything twice or by halves.
+package sse
 
 import (
 	"bytes"
@@ -20,12 +26,24 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/apierr"
 )
 
-// watchRoute is the REST route of WatchExecution, served as Server-Sent Events.
-const watchRoute = "GET /v1/executions/{execution_id}/events:watch"
+// WatchRoute is the REST route of WatchExecution, served as Server-Sent Events.
+const WatchRoute = "GET /v1/executions/{execution_id}/events:watch"
 
 // sseKeepAlive is how often an idle event stream carries a comment, so that proxies do not
 // close it.
 const sseKeepAlive = 15 * time.Second
+
+// Events serves WatchRoute: WatchExecution over exe (the loopback connection), errors
+// written by errors with mux and m, open streams ended when stopping closes.
+func Events(exe apiv1.ExecutionServiceClient, mux *runtime.ServeMux, m runtime.Marshaler, errors runtime.ErrorHandlerFunc, stopping <-chan struct{}) http.Handler {
+	return &watchSSE{open: watchEvents(exe), mux: mux, marshaler: m, errors: errors, stopping: stopping}
+}
+
+// Logs serves LogsWatchRoute: WatchExecutionLogs over exe (the loopback connection), errors
+// written by errors with mux and m, open streams ended when stopping closes.
+func Logs(exe apiv1.ExecutionServiceClient, mux *runtime.ServeMux, m runtime.Marshaler, errors runtime.ErrorHandlerFunc, stopping <-chan struct{}) http.Handler {
+	return &watchSSE{open: watchLogs(exe), mux: mux, marshaler: m, errors: errors, stopping: stopping}
+}
 
 // watchSSE serves WatchExecution as Server-Sent Events (grpc-gateway would stream
 // newline-delimited JSON). It calls the gateway's own gRPC server through the loopback
@@ -84,7 +102,7 @@ func (s eventsSource) Recv() ([]sseEvent, error) {
 	return []sseEvent{{id: strconv.FormatInt(ev.GetSeq(), 10), typ: ev.GetType(), data: ev}}, nil
 }
 
-// watchEvents opens WatchExecution for watchRoute.
+// watchEvents opens WatchExecution for WatchRoute.
 func watchEvents(exe apiv1.ExecutionServiceClient) func(context.Context, *http.Request, int64) (sseSource, error) {
 	return func(ctx context.Context, r *http.Request, after int64) (sseSource, error) {
 		st, err := exe.WatchExecution(ctx, &apiv1.WatchExecutionRequest{ExecutionId: r.PathValue("execution_id"), AfterSeq: after})
