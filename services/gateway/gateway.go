@@ -42,6 +42,7 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/loopback"
 	"github.com/noetl/noetl/services/gateway/internal/openapi"
 	"github.com/noetl/noetl/services/gateway/internal/sse"
+	"github.com/noetl/noetl/services/gateway/internal/webhook"
 )
 
 // Config is the gateway's configuration.
@@ -348,10 +349,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		},
 	})))
 	// A trigger's webhook: its signature is checked over the raw body (webhook).
-	top.Handle(webhookRoute, &webhook{public: apiv1.NewTriggerServiceClient(lc), internal: orchv1.NewTriggerServiceClient(oc), guard: g, limits: lim, m: marshaler,
-		errors: func(w http.ResponseWriter, r *http.Request, err error) {
+	top.Handle(webhook.Route, webhook.New(apiv1.NewTriggerServiceClient(lc), orchv1.NewTriggerServiceClient(oc), g, lim, marshaler,
+		func(w http.ResponseWriter, r *http.Request, err error) {
 			restErrors(r.Context(), mux, marshaler, w, r, err)
-		}})
+		}))
 	top.Handle("GET /{$}", http.RedirectHandler(console.Prefix, http.StatusFound))
 	for pattern, h := range cfg.Routes {
 		top.Handle(pattern, h)

@@ -1,4 +1,11 @@
-package gateway
+// Package webhook serves a trigger's webhook (Route): a call with credentials fires the
+// trigger through the gateway's own gRPC server, like every REST call; a call with a
+// signature is relayed with its raw body to the orchestrator, which verifies it under the
+// trigger's secret. Invariant: a signed call counts against its client address as a failed
+// authentication would (package guard): refused while the address is throttled, audited and
+// counted as a failure when the orchestrator refuses its signature; and it counts against
+// its tenant's limits (package edge) like the tenant's authenticated calls.
+package webhook
 
 import (
 	"errors"
@@ -25,9 +32,9 @@ import (
 	"github.com/noetl/noetl/services/gateway/internal/loopback"
 )
 
-// webhookRoute is the webhook of a trigger. It is served by hand, not by grpc-gateway's
+// Route is the webhook of a trigger. It is served by hand, not by grpc-gateway's
 // binding of FireTrigger, because a signature is checked over the raw body.
-const webhookRoute = "POST /v1/triggers/{name}"
+const Route = "POST /v1/triggers/{name}"
 
 // Headers of a webhook call. The GitHub spellings are accepted as well, so a repository's
 // webhook points at a trigger as it is.
@@ -38,14 +45,21 @@ const (
 	githubDeliveryHeader  = "X-GitHub-Delivery"
 )
 
-// webhook serves webhookRoute. A call with credentials (Authorization or X-Api-Key) is
+// New serves Route: FireTrigger over public (the loopback connection) for a call with
+// credentials, over internal (the orchestrator) for a signed one, with g's throttle and
+// audit and lim's limits; errors are written by errors, the response by m.
+func New(public apiv1.TriggerServiceClient, internal orchv1.TriggerServiceClient, g *guard.Guard, lim *edge.Limits, m runtime.Marshaler, errors func(w http.ResponseWriter, r *http.Request, err error)) http.Handler {
+	return &handler{public: public, internal: internal, guard: g, limits: lim, m: m, errors: errors}
+}
+
+// handler serves Route. A call with credentials (Authorization or X-Api-Key) is
 // FireTrigger over the loopback connection, through the guard like every REST call; a
 // call without is relayed to the orchestrator with its raw body and signature, which the
 // orchestrator verifies under the trigger's secret (the tenant is the query parameter
 // tenant, "default" without it) and counted against that tenant's limits. A call with
 // neither is refused. Failed signatures count against the client address as failed
 // authentications do (guard).
-type webhook struct {
+type handler struct {
 	public   apiv1.TriggerServiceClient
 	internal orchv1.TriggerServiceClient
 	guard    *guard.Guard
@@ -54,7 +68,7 @@ type webhook struct {
 	errors   func(w http.ResponseWriter, r *http.Request, err error)
 }
 
-func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("name")
 	body, err := io.ReadAll(io.LimitReader(r.Body, int64(domain.MaxWorkloadBytes)+1))
