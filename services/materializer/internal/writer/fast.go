@@ -62,6 +62,11 @@ const (
 		WHERE x.last_seq = h.seq AND x.tenant = h.tn ORDER BY x.execution_id FOR UPDATE OF x) AS l`
 	sqlExpectNoRivals = `SELECT noetl.writer_expect(NOT EXISTS (SELECT 1 FROM unnest($1::text[], $2::text[]) AS r(ex, ev)
 		CROSS JOIN LATERAL (SELECT 1 FROM noetl.event e WHERE e.execution_id = r.ex AND e.event_id = r.ev LIMIT 1) AS hit))`
+	// sqlExpectHead and sqlExpectNoRival are the guards of a batch of one execution, and
+	// of one outcome, keyed by scalars (see keyed.go).
+	sqlExpectHead = `SELECT noetl.writer_expect(count(*) = 1) FROM (SELECT x.execution_id FROM noetl.execution x
+		WHERE x.execution_id = $1::text AND x.last_seq = $2::bigint AND x.tenant = $3::text FOR UPDATE OF x) AS l`
+	sqlExpectNoRival = `SELECT noetl.writer_expect(NOT EXISTS (SELECT 1 FROM noetl.event e WHERE e.execution_id = $1::text AND e.event_id = $2::text))`
 )
 
 // predict fills state from the writer's heads and reports whether the batch may commit in
@@ -97,14 +102,22 @@ func (w *Writer) queueGuards(b *pgx.Batch, evs []*eventv1.Event, distinct []int,
 	for k, id := range execs {
 		seqs[k], tenants[k] = state[id].lastSeq, state[id].tenant
 	}
-	b.Queue(sqlExpectHeads, execs, seqs, tenants, len(execs))
+	if len(execs) == 1 {
+		b.Queue(sqlExpectHead, execs[0], seqs[0], tenants[0])
+	} else {
+		b.Queue(sqlExpectHeads, execs, seqs, tenants, len(execs))
+	}
 	var rivalExec, rivalID []string
 	for _, i := range distinct {
 		if r := domain.OutcomeRival(evs[i]); r != "" {
 			rivalExec, rivalID = append(rivalExec, evs[i].GetExecutionId()), append(rivalID, r)
 		}
 	}
-	if len(rivalExec) > 0 {
+	switch len(rivalExec) {
+	case 0:
+	case 1:
+		b.Queue(sqlExpectNoRival, rivalExec[0], rivalID[0])
+	default:
 		b.Queue(sqlExpectNoRivals, rivalExec, rivalID)
 	}
 }

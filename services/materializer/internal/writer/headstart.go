@@ -43,7 +43,8 @@ type headStart struct {
 
 // headStatements are the statements a head start may send, prepared on the connection
 // before its pipeline starts (a pipeline cannot prepare and wait for the description).
-var headStatements = []string{sqlExpectHeads, sqlExpectNoRivals, sqlInsert, sqlProject, sqlTimerScheduled, sqlTimerFired, sqlTimerRetired, sqlCursor}
+var headStatements = append([]string{sqlExpectHeads, sqlExpectNoRivals, sqlExpectHead, sqlExpectNoRival, sqlInsert, sqlProject, sqlProjectOne,
+	sqlTimerScheduled, sqlTimerFired, sqlTimerRetired, sqlCursor}, sqlInsertValues[1:]...)
 
 // startHead prepares the connection's statements (once per connection), starts a pipeline
 // and sends the BEGIN and the queries of b (the guards and the insert of the batch's own

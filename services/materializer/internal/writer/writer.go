@@ -151,6 +151,11 @@ const (
 		SET last_seq = a.seq, status = a.status, updated_at = $5, ended_at = CASE WHEN a.ended THEN $5 ELSE x.ended_at END
 		FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::bool[]) AS a(ex, seq, status, ended)
 		WHERE x.execution_id = a.ex`
+	// sqlProjectOne is sqlProject for one execution (keyed.go).
+	sqlProjectOne = `UPDATE noetl.execution
+		SET last_seq = $2::bigint, status = $3::smallint, updated_at = $5::timestamptz,
+		    ended_at = CASE WHEN $4::boolean THEN $5::timestamptz ELSE ended_at END
+		WHERE execution_id = $1::text`
 	sqlTimerScheduled = `INSERT INTO noetl.timer (execution_id, timer_id, tenant, due_at, step)
 		SELECT r.ex, r.timer, r.tn, r.due, r.st
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) WITH ORDINALITY AS r(ex, timer, tn, due, st, k)
@@ -750,7 +755,11 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 		pEx, pSeq, pStatus = append(pEx, id), append(pSeq, s.seq), append(pStatus, s.after)
 		pEnded = append(pEnded, s.after != s.status && domain.IsTerminalStatus(eventv1.ExecutionStatus(s.after)))
 	}
-	if len(pEx) > 0 {
+	switch len(pEx) {
+	case 0:
+	case 1:
+		b.Queue(sqlProjectOne, pEx[0], pSeq[0], pStatus[0], pEnded[0], at)
+	default:
 		b.Queue(sqlProject, pEx, pSeq, pStatus, pEnded, at)
 	}
 	// Timers: timer.scheduled inserts its row, timer.fired marks it fired, a terminal event
@@ -795,9 +804,20 @@ func (r *eventRows) add(e *eventv1.Event, bodies [][]byte, i int, seq int64) err
 	return nil
 }
 
-// queue queues the insert of the rows, committed at at.
+// queue queues the insert of the rows, committed at at: as rows of values when they are
+// few (keyed.go), else as arrays.
 func (r *eventRows) queue(b *pgx.Batch, at time.Time) {
-	b.Queue(sqlInsert, r.ex, r.seq, r.ev, r.tn, r.ty, r.st, r.cmd, at, r.body)
+	n := len(r.ex)
+	if n > valuesMax {
+		b.Queue(sqlInsert, r.ex, r.seq, r.ev, r.tn, r.ty, r.st, r.cmd, at, r.body)
+		return
+	}
+	args := make([]any, 0, 1+insertColumns*n)
+	args = append(args, at)
+	for k := range n {
+		args = append(args, r.ex[k], r.seq[k], r.ev[k], r.tn[k], r.ty[k], r.st[k], r.cmd[k], r.body[k])
+	}
+	b.Queue(sqlInsertValues[n], args...)
 }
 
 // stopsCommands reports whether ev, committed, stops the execution's running commands:
