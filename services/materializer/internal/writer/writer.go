@@ -808,6 +808,9 @@ func (r *eventRows) add(e *eventv1.Event, bodies [][]byte, i int, seq int64) err
 // few (keyed.go), else as arrays.
 func (r *eventRows) queue(b *pgx.Batch, at time.Time) {
 	n := len(r.ex)
+	if n == 0 {
+		return
+	}
 	if n > valuesMax {
 		b.Queue(sqlInsert, r.ex, r.seq, r.ev, r.tn, r.ty, r.st, r.cmd, at, r.body)
 		return
