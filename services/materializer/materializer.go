@@ -209,8 +209,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer tel.Close(log)
-	// A connection for each committer, and some for leases, cursors and checks.
-	db, err := pgxext.Open(ctx, cfg.PostgresURL, int32(cfg.Committers+6))
+	// A connection for each committer, and some for leases, cursors and checks, each made
+	// ready for commits when the pool makes it (writer.Warm).
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, int32(cfg.Committers+6), pgxext.AfterConnect(writer.Warm))
 	if err != nil {
 		return err
 	}

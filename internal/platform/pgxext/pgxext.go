@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -20,8 +21,9 @@ import (
 // the server's default: a commit that NoETL acts on (the materializer forwards a command,
 // an event references a stored result) must survive a crash of Postgres, and with
 // synchronous_commit off an immediate stop discards the last commits. Half of maxConns stay
-// connected from the start (unless url sets pool_min_conns).
-func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
+// connected from the start (unless url sets pool_min_conns). opts adjust the pool further
+// (AfterConnect).
+func Open(ctx context.Context, url string, maxConns int32, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres url: %w", err)
@@ -41,6 +43,9 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 	cfg.ConnConfig.RuntimeParams["application_name"] = "noetl"
 	if _, set := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -74,6 +79,18 @@ func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error
 		backoff = min(backoff*2, time.Second)
 	}
 	return pool, nil
+}
+
+// Option adjusts the configuration of a pool Open makes.
+type Option func(*pgxpool.Config)
+
+// AfterConnect runs fn on every connection the pool makes, before the pool hands it out
+// (pgxpool.Config.AfterConnect): work a connection needs once, such as preparing the
+// statements a service sends on its hot path, is then done when the connection is made
+// rather than on its first calls. An error from fn closes the connection and fails the
+// acquire that made it.
+func AfterConnect(fn func(context.Context, *pgx.Conn) error) Option {
+	return func(cfg *pgxpool.Config) { cfg.AfterConnect = fn }
 }
 
 // refused reports whether Postgres answered err for a connection it will keep refusing:
