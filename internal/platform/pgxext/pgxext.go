@@ -20,7 +20,7 @@ import (
 // Its connections commit with synchronous_commit on (unless url sets the parameter), whatever
 // the server's default: a commit that NoETL acts on (the materializer forwards a command,
 // an event references a stored result) must survive a crash of Postgres, and with
-// synchronous_commit off an immediate stop discards the last commits. All of maxConns stay
+// synchronous_commit off an immediate stop discards the last commits. Half of maxConns stay
 // connected from the start (unless url sets pool_min_conns). opts adjust the pool further
 // (AfterConnect).
 func Open(ctx context.Context, url string, maxConns int32, opts ...Option) (*pgxpool.Pool, error) {
@@ -31,19 +31,14 @@ func Open(ctx context.Context, url string, maxConns int32, opts ...Option) (*pgx
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	// The whole pool is kept connected (made in the background once the pool opens, and
-	// made again when one is closed): a burst of calls on a pool that had grown to one or
-	// two connections waited for new ones to be made, and a connection's start (a backend
-	// forked, SCRAM authentication, the backend's catalog caches filled) took far longer
-	// than the queries it then served (50 concurrent starts spent 20-25 ms each in a
-	// one-row catalog read; with the connections made, 3-13 ms). Half the pool kept was not
-	// enough: 50 executions of 10 steps grew the orchestrator's and the statebuilder's pools
-	// from 8 to 16 while they ran, and the new backends cost Postgres a third of a second of
-	// CPU (1.03 s per 1,000 steps against 0.38, 911 steps/s against 1,675). The deployment
-	// must admit every pool at its size anyway (a burst grows it there); this only keeps it
-	// so at rest. A URL's pool_min_conns overrides it.
+	// Half the pool is kept connected (made in the background once the pool opens): a
+	// burst of calls on a pool that had grown to one or two connections waited for new ones
+	// to be made, and a connection's start (a backend forked, SCRAM authentication) took
+	// far longer than the queries it then served (50 concurrent starts spent 20-25 ms each
+	// in a one-row catalog read; with the connections made, 3-13 ms). A URL's
+	// pool_min_conns overrides it.
 	if cfg.MinConns == 0 {
-		cfg.MinConns = cfg.MaxConns
+		cfg.MinConns = (cfg.MaxConns + 1) / 2
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "noetl"
 	if _, set := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
