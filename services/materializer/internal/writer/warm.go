@@ -38,7 +38,7 @@ func Warm(ctx context.Context, c *pgx.Conn) error {
 	if _, err := c.Exec(ctx, sqlSettings); err != nil {
 		return nil
 	}
-	c.PgConn().CustomData()[settledKey] = true
+	markSettled(c)
 	for _, sql := range warmStatements {
 		if _, err := c.Prepare(ctx, sql, sql); err != nil {
 			return nil

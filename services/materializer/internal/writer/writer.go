@@ -485,7 +485,7 @@ func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	}
 	open = false
 	if settle {
-		conn.Conn().PgConn().CustomData()[settledKey] = true
+		markSettled(conn.Conn())
 	}
 
 	lastIDs := make(map[string]string, len(execs)) // execution -> id of its last event committed here
@@ -635,6 +635,12 @@ const settledKey = "noetl.writer.settled"
 // settled reports whether conn's session has the writer's settings.
 func settled(conn *pgxpool.Conn) bool {
 	return conn.Conn().PgConn().CustomData()[settledKey] != nil
+}
+
+// markSettled records that c's session has the writer's settings: after the commit that
+// gave them, or when the pool made it (Warm).
+func markSettled(c *pgx.Conn) {
+	c.PgConn().CustomData()[settledKey] = true
 }
 
 // noticeCopy is ev as a commit notice carries it: without the command a command.issued
