@@ -272,6 +272,9 @@ func (cl *claim) done(v verdict) {
 	}
 }
 
+// consumerSpan starts a command's span: one slice for every command, not one per call.
+var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+
 // handle runs one claimed command and publishes its outcome, and says whether the message
 // that carried it may be acked. ctx is the run context of consume: it ends only when a
 // stopping worker's drain timeout passed, and a command it ended is handed back for
@@ -282,10 +285,12 @@ func (c *Consumer) handle(ctx context.Context, cmd *eventv1.Command, m jetstream
 	if len(cmd.GetTools()) > 0 {
 		kind = cmd.GetTools()[0].GetKind()
 	}
-	ctx, span := c.Tracer.Start(natsx.Extract(ctx, m.Headers()), "step "+cmd.GetStep(), trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(telemetry.Execution(cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetAttempt())...),
-		trace.WithAttributes(telemetry.AttrTool.String(kind), telemetry.AttrPool.String(c.Pool), telemetry.AttrCommandID.String(cmd.GetCommandId())))
+	ctx, span := c.Tracer.Start(natsx.Extract(ctx, m.Headers()), "step "+cmd.GetStep(), consumerSpan...)
 	defer span.End()
+	if span.IsRecording() { // the attributes are built only for a span that keeps them
+		span.SetAttributes(telemetry.Execution(cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetAttempt())...)
+		span.SetAttributes(telemetry.AttrTool.String(kind), telemetry.AttrPool.String(c.Pool), telemetry.AttrCommandID.String(cmd.GetCommandId()))
+	}
 	// Every secret resolved for this command is masked in what leaves the worker: events,
 	// the stored result, span errors and these log lines.
 	sc := c.Exec.NewScrubber()
@@ -313,7 +318,7 @@ func (c *Consumer) handle(ctx context.Context, cmd *eventv1.Command, m jetstream
 			}
 		}
 	})
-	stopBeats := c.heartbeats(ctx, cmd, delivery(m), log) // heartbeat.go
+	stopBeats := c.heartbeats(ctx, cmd, func() string { return delivery(m) }, log) // heartbeat.go
 	events := c.Exec.Execute(runCtx, cmd)
 	stopBeats()
 	startedTimer.Stop()

@@ -40,13 +40,15 @@ func delivery(m jetstream.Msg) string {
 }
 
 // heartbeats starts cmd's heartbeats, when its interval is set, and returns what stops
-// them: it returns once no heartbeat is being published. delivery names the delivery of
-// cmd being run.
-func (c *Consumer) heartbeats(ctx context.Context, cmd *eventv1.Command, delivery string, log *slog.Logger) (stop func()) {
+// them: it returns once no heartbeat is being published. deliveryOf names the delivery of
+// cmd being run; it is asked only for a command that beats (reading a message's metadata
+// costs a parse of its reply subject).
+func (c *Consumer) heartbeats(ctx context.Context, cmd *eventv1.Command, deliveryOf func() string, log *slog.Logger) (stop func()) {
 	every := cmd.GetHeartbeat().AsDuration()
 	if every <= 0 {
 		return func() {}
 	}
+	delivery := deliveryOf()
 	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)

@@ -41,12 +41,12 @@ func TestHeartbeatsOfACommandThatCarriesAnInterval(t *testing.T) {
 	}
 
 	plain := &eventv1.Command{CommandId: "c-plain", ExecutionId: "x1", Step: "s", Attempt: 1}
-	c.heartbeats(ctx, plain, "3.1", c.Log)()
+	c.heartbeats(ctx, plain, func() string { return "3.1" }, c.Log)()
 	require.Zero(t, count(), "a command without an interval sends no heartbeat")
 
 	cmd := &eventv1.Command{CommandId: "c-body", ExecutionId: "x1", Step: "drain", Attempt: 2, IssuedEventId: "e-issued",
 		Iteration: &eventv1.Iteration{Epoch: 1, Index: domain.CursorIndex(3, 0)}, Heartbeat: durationpb.New(10 * time.Millisecond)}
-	stop := c.heartbeats(ctx, cmd, "3.1", c.Log)
+	stop := c.heartbeats(ctx, cmd, func() string { return "3.1" }, c.Log)
 	testkit.WaitFor(t, 10*time.Second, func() error {
 		if n := count(); n < 3 {
 			return fmt.Errorf("%d heartbeats so far", n)
@@ -115,7 +115,7 @@ func TestAReplacementDeliverysHeartbeatsAreNotTheFirstOnes(t *testing.T) {
 		d := delivery(m)
 		deliveries = append(deliveries, d)
 		before := count()
-		stop := c.heartbeats(ctx, cmd, d, c.Log)
+		stop := c.heartbeats(ctx, cmd, func() string { return d }, c.Log)
 		testkit.WaitFor(t, 10*time.Second, func() error {
 			if n := count() - before; n < 3 {
 				return fmt.Errorf("delivery %d: %d heartbeats kept so far", run, n)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"go.opentelemetry.io/otel/trace"
-
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/platform/telemetry"
@@ -245,10 +243,13 @@ func (e *Executor) runTool(ctx context.Context, cmd *eventv1.Command, tc *eventv
 			}
 		}
 	}
-	ctx, span := e.Tracer.Start(ctx, "tool "+tc.GetKind(), trace.WithAttributes(telemetry.AttrTool.String(tc.GetKind()), telemetry.AttrStep.String(cmd.GetStep())))
+	ctx, span := e.Tracer.Start(ctx, "tool "+tc.GetKind())
 	defer span.End()
-	if tc.GetLabel() != "" {
-		span.SetAttributes(telemetry.AttrToolLabel.String(tc.GetLabel()))
+	if span.IsRecording() { // the attributes are built only for a span that keeps them
+		span.SetAttributes(telemetry.AttrTool.String(tc.GetKind()), telemetry.AttrStep.String(cmd.GetStep()))
+		if tc.GetLabel() != "" {
+			span.SetAttributes(telemetry.AttrToolLabel.String(tc.GetLabel()))
+		}
 	}
 	// Tools resolve credentials for the command's tenant only.
 	ctx = tools.WithTenant(ctx, cmd.GetTenant())
