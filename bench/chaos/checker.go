@@ -371,8 +371,11 @@ func (k *checker) events(ctx context.Context, execs map[string]*execRow) (map[st
 		if ev.GetTenant() != tenant {
 			tenantC.fail("execution %s: event %s at seq %d is of tenant %s in its body, %s in the log", id, typ, seq, ev.GetTenant(), tenant)
 		}
-		if typ == domain.EventCommandIssued {
-			cmd := ev.GetCommand()
+		issuedCmds := domain.IssuedCommands(ev)
+		if typ == domain.EventCommandIssued && len(issuedCmds) == 0 {
+			issuedCmds = []*eventv1.Command{{}} // a command.issued without its command: checked by its row's command id
+		}
+		for _, cmd := range issuedCmds {
 			cid := cmd.GetCommandId()
 			if cid == "" {
 				cid = cmdID

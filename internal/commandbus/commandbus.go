@@ -131,29 +131,46 @@ var eventCommandField = (&eventv1.Event{}).ProtoReflect().Descriptor().Fields().
 // decoder merges) or does not parse. A command.issued's body so gives the command the
 // workers receive without encoding it again.
 func CommandOf(body []byte) []byte {
-	var cmd []byte
-	seen := false
+	if vs, ok := bytesFields(body, eventCommandField); ok && len(vs) == 1 {
+		return vs[0]
+	}
+	return nil
+}
+
+// eventCommandsField is the number of Event's commands field (commands.issued).
+var eventCommandsField = (&eventv1.Event{}).ProtoReflect().Descriptor().Fields().ByName("commands").Number()
+
+// CommandsOf returns the commands an encoded commands.issued carries, in order, each as
+// encoded inside it (slices of body, not copies), or nil when the body does not parse. The
+// forward so sends a group's commands without encoding them again.
+func CommandsOf(body []byte) [][]byte {
+	vs, _ := bytesFields(body, eventCommandsField)
+	return vs
+}
+
+// bytesFields returns the values of the length-delimited field num of an encoded message,
+// in order, as slices of body; ok is false (and the values nil) when body does not parse.
+func bytesFields(body []byte, num protowire.Number) (vs [][]byte, ok bool) {
 	for len(body) > 0 {
-		num, typ, n := protowire.ConsumeTag(body)
-		if n < 0 {
-			return nil
+		n, typ, k := protowire.ConsumeTag(body)
+		if k < 0 {
+			return nil, false
 		}
-		body = body[n:]
-		if num == eventCommandField && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(body)
-			if n < 0 || seen {
-				return nil
+		body = body[k:]
+		if n == num && typ == protowire.BytesType {
+			v, k := protowire.ConsumeBytes(body)
+			if k < 0 {
+				return nil, false
 			}
-			cmd, seen, body = v, true, body[n:]
+			vs, body = append(vs, v), body[k:]
 			continue
 		}
-		n = protowire.ConsumeFieldValue(num, typ, body)
-		if n < 0 {
-			return nil
+		if k = protowire.ConsumeFieldValue(n, typ, body); k < 0 {
+			return nil, false
 		}
-		body = body[n:]
+		body = body[k:]
 	}
-	return cmd
+	return vs, true
 }
 
 // Commands returns the commands a NOETL_COMMANDS message holds, in order: its data for a

@@ -190,3 +190,23 @@ func TestQueuedFindsCommandsAloneAndInPacks(t *testing.T) {
 		require.False(t, queued, "%s acked", c.GetCommandId())
 	}
 }
+
+func TestCommandsOfAreTheGroupsCommandsAsEncoded(t *testing.T) {
+	cmds := []*eventv1.Command{command("x", "shared", 0), command("x", "shared", 1), command("x", "shared", 2)}
+	cmds[1].ContextJson = []byte(`{"iter":{"i":1}}`)
+	ev := &eventv1.Event{EventId: "g1", ExecutionId: "x", Type: "commands.issued", Commands: cmds, Iteration: &eventv1.Iteration{Epoch: 1}}
+	body, err := proto.Marshal(ev)
+	require.NoError(t, err)
+	enc := CommandsOf(body)
+	require.Len(t, enc, 3)
+	for i, b := range enc {
+		got := &eventv1.Command{}
+		require.NoError(t, proto.Unmarshal(b, got))
+		require.True(t, proto.Equal(cmds[i], got), "command %d", i)
+	}
+	require.Nil(t, CommandOf(body), "a group carries no single command")
+	plain, err := proto.Marshal(&eventv1.Event{EventId: "e2", ExecutionId: "x", Type: "step.enter"})
+	require.NoError(t, err)
+	require.Empty(t, CommandsOf(plain), "no commands")
+	require.Nil(t, CommandsOf(body[:len(body)-2]), "truncated")
+}

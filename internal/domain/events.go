@@ -17,6 +17,7 @@ const (
 	EventStepSkipped       = "step.skipped"
 	EventCtxUpdated        = "ctx.updated"
 	EventCommandIssued     = "command.issued"
+	EventCommandsIssued    = "commands.issued"
 	EventCommandStarted    = "command.started"
 	EventCommandHeartbeat  = "command.heartbeat"
 	EventCallDone          = "call.done"
@@ -46,10 +47,51 @@ func IsTerminal(eventType string) bool {
 // its own output.
 func IsDecisionOutput(eventType string) bool {
 	switch eventType {
-	case EventStepEnter, EventCommandIssued, EventStepExit, EventStepSkipped, EventCtxUpdated, EventTimerScheduled:
+	case EventStepEnter, EventCommandIssued, EventCommandsIssued, EventStepExit, EventStepSkipped, EventCtxUpdated, EventTimerScheduled:
 		return true
 	}
 	return false
+}
+
+// IsIssue reports whether an event type issues commands: command.issued (one command) or
+// commands.issued (the iterations of a loop step issued together).
+func IsIssue(eventType string) bool {
+	return eventType == EventCommandIssued || eventType == EventCommandsIssued
+}
+
+// ExpandIssued returns ev as the command.issued events it stands for: a commands.issued as
+// one command.issued per command, in order, each with the group's seq, commit time, step,
+// cause and producer, the command's id, attempt and iteration, and the id a command.issued
+// of its own would have (the command itself still names the group, IssuedEventId, as the
+// event that issued it). Any other event is returned alone. Readers that show or check
+// commands one by one use it; folds and the forwarder read groups whole.
+func ExpandIssued(ev *eventv1.Event) []*eventv1.Event {
+	if ev.GetType() != EventCommandsIssued {
+		return []*eventv1.Event{ev}
+	}
+	out := make([]*eventv1.Event, len(ev.GetCommands()))
+	for i, c := range ev.GetCommands() {
+		out[i] = &eventv1.Event{EventId: EventID(c.GetCommandId(), EventCommandIssued), ExecutionId: ev.GetExecutionId(), Tenant: ev.GetTenant(),
+			Seq: ev.GetSeq(), Type: EventCommandIssued, Step: ev.GetStep(), CommandId: c.GetCommandId(), Iteration: c.GetIteration(), Attempt: c.GetAttempt(),
+			ParentExecutionId: ev.GetParentExecutionId(), CauseEventId: ev.GetCauseEventId(), Producer: ev.GetProducer(), ProduceTime: ev.GetProduceTime(),
+			TraceContext: ev.GetTraceContext(), CommitTime: ev.GetCommitTime(), Command: c}
+	}
+	return out
+}
+
+// IssuedCommands returns the commands ev issues, in order: a command.issued's command, a
+// commands.issued's commands; none for any other event (or a command.issued read without
+// its command).
+func IssuedCommands(ev *eventv1.Event) []*eventv1.Command {
+	switch ev.GetType() {
+	case EventCommandIssued:
+		if c := ev.GetCommand(); c != nil {
+			return []*eventv1.Command{c}
+		}
+	case EventCommandsIssued:
+		return ev.GetCommands()
+	}
+	return nil
 }
 
 // StartedPayload is the payload of playbook.started.

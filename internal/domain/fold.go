@@ -25,13 +25,20 @@ func NewState(executionID string) *sbv1.ExecutionState {
 
 // FoldCopy returns a copy of ev without the command a command.issued carries (its tools,
 // input and render scope, for workers), which no fold reads and which is most of such an
-// event's size: what a reader that only folds needs of it. It sets ev's command aside
-// while it copies, so ev must not be read elsewhere meanwhile.
+// event's size: what a reader that only folds needs of it. Of a commands.issued's commands
+// it keeps what the fold reads (each one's id, attempt and iteration). It sets ev's
+// commands aside while it copies, so ev must not be read elsewhere meanwhile.
 func FoldCopy(ev *eventv1.Event) *eventv1.Event {
-	cmd := ev.Command
-	ev.Command = nil
+	cmd, cmds := ev.Command, ev.Commands
+	ev.Command, ev.Commands = nil, nil
 	c := proto.Clone(ev).(*eventv1.Event)
-	ev.Command = cmd
+	ev.Command, ev.Commands = cmd, cmds
+	if len(cmds) > 0 {
+		c.Commands = make([]*eventv1.Command, len(cmds))
+		for i, x := range cmds {
+			c.Commands[i] = &eventv1.Command{CommandId: x.GetCommandId(), Attempt: x.GetAttempt(), Iteration: x.GetIteration()}
+		}
+	}
 	return c
 }
 
@@ -46,8 +53,8 @@ func Apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 	if err := apply(st, ev); err != nil {
 		return err
 	}
-	// A step.enter or command.issued may be what held events of its step waited for.
-	if t := ev.GetType(); t == EventStepEnter || t == EventCommandIssued {
+	// A step.enter or the issue of a command may be what held events of its step waited for.
+	if t := ev.GetType(); t == EventStepEnter || IsIssue(t) {
 		return releaseHeld(st, st.GetSteps()[ev.GetStep()])
 	}
 	return nil
@@ -220,6 +227,21 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		s.CommandId = ev.GetCommandId()
 		s.Attempt = ev.GetAttempt()
 		s.Started = false
+	case EventCommandsIssued:
+		// The iterations of a loop step that one decision issued together (only loop steps
+		// issue them). A loop issues its iterations in index order, so the issued count is
+		// one past the highest index issued: two groups of different decisions that share
+		// iterations (decided on different states, each committed) count them once, in
+		// either order.
+		s := step()
+		s.Retry = nil
+		if s.Loop != nil {
+			for _, c := range ev.GetCommands() {
+				if c.GetIteration().GetEpoch() == s.Epoch {
+					s.Loop.Issued = max(s.Loop.Issued, c.GetIteration().GetIndex()+1)
+				}
+			}
+		}
 	case EventCommandStarted:
 		s := step()
 		if s.Loop == nil && ev.GetCommandId() == s.CommandId {

@@ -68,6 +68,14 @@ func EventID(cause, eventType string) string {
 	return deriveID('e', cause, eventType)
 }
 
+// IssuedGroupID is the id of a commands.issued whose commands run from command id first
+// to command id last: two decisions that group the same iterations alike make one event,
+// and groups of different iterations are different events (their fold counts each
+// iteration once whatever they share, see Apply).
+func IssuedGroupID(first, last string) string {
+	return EventID(first+"\x00"+last, EventCommandsIssued)
+}
+
 // StepEnterCause is the cause of a step.enter event: the execution, the step and the epoch
 // being started.
 func StepEnterCause(executionID, step string, epoch int32) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/noetl/noetl/cmd/noetl/mesh"
 	apiv1 "github.com/noetl/noetl/gen/go/noetl/api/v1"
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
+	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/failpoint"
 	"github.com/noetl/noetl/internal/testkit"
 )
@@ -89,6 +90,9 @@ func TestReconcilerRepublishesLostLoopAndRetryCommands(t *testing.T) {
 		n := map[string]int{}
 		for _, ev := range resp.GetEvents() {
 			n[ev.GetType()]++
+			if ev.GetType() == domain.EventCommandsIssued { // a loop's iterations issued together
+				n[domain.EventCommandIssued] += len(ev.GetPayload().GetStructValue().GetFields()["commands"].GetListValue().GetValues())
+			}
 		}
 		return n
 	}

@@ -393,8 +393,30 @@ func (s *Server) ListExecutionEvents(ctx context.Context, req *apiv1.ListExecuti
 }
 
 func eventOf(ev *eventv1.Event) *apiv1.Event {
+	payload := jsonValue(ev.GetPayloadJson())
+	if ev.GetType() == domain.EventCommandsIssued {
+		payload = issuedPayload(ev)
+	}
 	return &apiv1.Event{Seq: ev.GetSeq(), EventId: ev.GetEventId(), Type: ev.GetType(), Step: ev.GetStep(), CommandId: ev.GetCommandId(), Attempt: ev.GetAttempt(), Iteration: ev.GetIteration(),
-		Payload: jsonValue(ev.GetPayloadJson()), Result: jsonValue(ev.GetResultJson()), ResultRef: ev.GetResultRef(), Error: ev.GetError(), Producer: ev.GetProducer(), ProduceTime: ev.GetProduceTime(), CommitTime: ev.GetCommitTime(), StartTime: ev.GetStartTime()}
+		Payload: payload, Result: jsonValue(ev.GetResultJson()), ResultRef: ev.GetResultRef(), Error: ev.GetError(), Producer: ev.GetProducer(), ProduceTime: ev.GetProduceTime(), CommitTime: ev.GetCommitTime(), StartTime: ev.GetStartTime()}
+}
+
+// issuedPayload is the payload the API shows of a commands.issued: the commands it issued,
+// {"commands": [{"commandId", "attempt", "iteration": {"epoch", "index"}}, ...]} in order,
+// named as a command.issued's fields are (what they run is the workers').
+func issuedPayload(ev *eventv1.Event) *structpb.Value {
+	list := make([]*structpb.Value, len(ev.GetCommands()))
+	for i, c := range ev.GetCommands() {
+		list[i] = structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"commandId": structpb.NewStringValue(c.GetCommandId()),
+			"attempt":   structpb.NewNumberValue(float64(c.GetAttempt())),
+			"iteration": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"epoch": structpb.NewNumberValue(float64(c.GetIteration().GetEpoch())),
+				"index": structpb.NewNumberValue(float64(c.GetIteration().GetIndex())),
+			}}),
+		}})
+	}
+	return structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"commands": structpb.NewListValue(&structpb.ListValue{Values: list})}})
 }
 
 // resultID is the result id of a request: a bare id or a URL-encoded URI, checked once

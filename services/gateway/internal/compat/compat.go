@@ -476,7 +476,7 @@ func eventStatus(ev *apiv1.Event) string {
 		return "STARTED"
 	case "step.enter":
 		return "ENTERED"
-	case "command.issued":
+	case "command.issued", "commands.issued":
 		return "ISSUED"
 	case "command.started", "command.heartbeat", "timer.fired":
 		return "RUNNING"

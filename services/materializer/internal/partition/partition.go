@@ -495,8 +495,9 @@ const forwardWindow = 192
 // execution's trace runs through the commit of its events.
 type batchSpans struct {
 	spans []trace.Span
-	// byEventID and byExecution hold the context of the commit span of a command.issued
-	// event by id, and of an execution's last event in the batch.
+	// byEventID and byExecution hold the context of the commit span of an event that issued
+	// commands (command.issued, commands.issued) by id, and of an execution's last event in
+	// the batch.
 	byEventID   map[string]context.Context
 	byExecution map[string]context.Context
 }
@@ -536,7 +537,7 @@ func (l *loop) startSpans(ctx context.Context, evs []*eventv1.Event, msgs []jets
 		g.events++
 		g.mixedExec = g.mixedExec || evs[i].GetExecutionId() != g.first.GetExecutionId()
 		g.mixedStep = g.mixedStep || evs[i].GetStep() != g.first.GetStep()
-		if evs[i].GetType() == domain.EventCommandIssued { // the events whose context is looked up by id
+		if domain.IsIssue(evs[i].GetType()) { // the events whose context is looked up by id
 			bs.byEventID[evs[i].GetEventId()] = g.ctx
 		}
 		bs.byExecution[evs[i].GetExecutionId()] = g.ctx

@@ -11,7 +11,8 @@
 // What it announces: one commit notice per execution the batch touched, built only from
 // what this transaction committed (or found already committed); the events a notice
 // carries are the rows it inserted, with their seq and commit time, in seq order (a
-// command.issued without its command, which no fold reads), so a reader that folds them
+// command.issued without its command, a commands.issued with only its commands' ids,
+// attempts and iterations, which is all a fold reads), so a reader that folds them
 // holds the state a read of the log would give it.
 package writer
 
@@ -54,12 +55,13 @@ type Result struct {
 	// Notices has one entry per execution that gained events (or saw duplicates, so a lost
 	// notice is re-sent).
 	Notices []*eventv1.CommitNotice
-	// Commands are the commands of command.issued events in the batch that are in the log
-	// (newly or before), in order. Re-forwarding a duplicate's command is safe: the command
-	// publish is deduplicated by its id, and commands are at-least-once anyway.
+	// Commands are the commands of the batch's command.issued and commands.issued events
+	// that are in the log (newly or before), in order. Re-forwarding a duplicate's command
+	// is safe: the command publish is deduplicated by its id, and commands are
+	// at-least-once anyway.
 	Commands []*eventv1.Command
-	// EncodedCommands is index-aligned with Commands: each command as its command.issued's
-	// body encodes it (commandbus.CommandOf), nil when that body was not at hand; the
+	// EncodedCommands is index-aligned with Commands: each command as its issuing event's
+	// body encodes it (commandbus.CommandOf, CommandsOf), nil when that body was not at hand; the
 	// forward sends these bytes instead of encoding the commands again.
 	EncodedCommands [][]byte
 	// Committed counts events inserted, the decisions' included.
@@ -526,12 +528,28 @@ func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		res.Notices = append(res.Notices, n)
 	}
 	for i, ev := range evs {
-		if ev.GetType() == domain.EventCommandIssued && ev.GetCommand() != nil && res.Outcomes[i] != Rejected {
+		if res.Outcomes[i] == Rejected {
+			continue
+		}
+		switch cmds := ev.GetCommands(); {
+		case ev.GetType() == domain.EventCommandIssued && ev.GetCommand() != nil:
 			var enc []byte
 			if bodies != nil {
 				enc = commandbus.CommandOf(bodies[i])
 			}
 			res.Commands, res.EncodedCommands = append(res.Commands, ev.GetCommand()), append(res.EncodedCommands, enc)
+		case ev.GetType() == domain.EventCommandsIssued && len(cmds) > 0:
+			var enc [][]byte
+			if bodies != nil {
+				if enc = commandbus.CommandsOf(bodies[i]); len(enc) != len(cmds) {
+					enc = nil // not the body the event decoded from: encode the commands again
+				}
+			}
+			res.Commands = append(res.Commands, cmds...)
+			if enc == nil {
+				enc = make([][]byte, len(cmds))
+			}
+			res.EncodedCommands = append(res.EncodedCommands, enc...)
 		}
 	}
 	res.Decided = len(evs) - nIn
@@ -647,7 +665,7 @@ func markSettled(c *pgx.Conn) {
 // carries (its tools, input and render scope, for workers; no fold reads it), which would
 // make the notice as large as the command again.
 func noticeCopy(ev *eventv1.Event) *eventv1.Event {
-	if ev.GetCommand() == nil {
+	if ev.GetCommand() == nil && len(ev.GetCommands()) == 0 {
 		return ev
 	}
 	return domain.FoldCopy(ev)

@@ -358,6 +358,47 @@ func TestNoticesCarryTheCommittedEvents(t *testing.T) {
 	require.Equal(t, "a4", res.Notices[0].GetLastEventId(), "the head is named all the same")
 }
 
+// A commands.issued is one row of the log; its commands are forwarded one by one, each as
+// the group's body encodes it, and its notice carries what a fold reads of it.
+func TestAGroupOfCommandsIsOneRowAndEachCommandIsForwarded(t *testing.T) {
+	ctx := context.Background()
+	w := newWriter(t)
+	_, err := w.Commit(ctx, []*eventv1.Event{ev("g", "g1", domain.EventPlaybookStarted), ev("g", "g2", domain.EventStepEnter)}, nil)
+	require.NoError(t, err)
+	grp := ev("g", "g3", domain.EventCommandsIssued)
+	for i := range 3 {
+		grp.Commands = append(grp.Commands, &eventv1.Command{CommandId: fmt.Sprintf("g-cmd-%d", i), ExecutionId: "g", Tenant: "t1", Step: "s", Attempt: 1,
+			IssuedEventId: "g3", Iteration: &eventv1.Iteration{Epoch: 1, Index: int32(i)}, ContextJson: []byte(`{"iter":{"i":` + fmt.Sprint(i) + `}}`)})
+	}
+	body, err := proto.Marshal(grp)
+	require.NoError(t, err)
+	res, err := w.Commit(ctx, []*eventv1.Event{grp, ev("g", "g4", domain.EventCommandCompleted)}, [][]byte{body, nil})
+	require.NoError(t, err)
+	require.Equal(t, []Outcome{Committed, Committed}, res.Outcomes)
+	require.Len(t, res.Commands, 3)
+	require.Len(t, res.EncodedCommands, 3, "index-aligned with the commands")
+	for i, c := range res.Commands {
+		require.Equal(t, fmt.Sprintf("g-cmd-%d", i), c.GetCommandId(), "in order")
+		got := &eventv1.Command{}
+		require.NoError(t, proto.Unmarshal(res.EncodedCommands[i], got), "the command as the group's body encodes it")
+		require.True(t, proto.Equal(c, got))
+	}
+	var rows int
+	require.NoError(t, w.DB.QueryRow(ctx, `SELECT count(*) FROM noetl.event WHERE execution_id = 'g' AND type = 'commands.issued'`).Scan(&rows))
+	require.Equal(t, 1, rows, "one row for the group")
+	require.Len(t, res.Notices, 1)
+	carried := res.Notices[0].GetEvents()
+	require.Len(t, carried, 2)
+	require.Equal(t, domain.EventCommandsIssued, carried[0].GetType())
+	require.Len(t, carried[0].GetCommands(), 3)
+	for i, c := range carried[0].GetCommands() {
+		require.Equal(t, fmt.Sprintf("g-cmd-%d", i), c.GetCommandId())
+		require.Equal(t, int32(i), c.GetIteration().GetIndex())
+		require.Empty(t, c.GetContextJson(), "what workers run stays out of notices")
+	}
+	require.JSONEq(t, `{"iter":{"i":0}}`, string(grp.GetCommands()[0].GetContextJson()), "the batch's own event keeps its commands")
+}
+
 func issued(exec, id string) *eventv1.Event {
 	e := ev(exec, id, domain.EventCommandIssued)
 	e.CommandId = id + "-cmd"

@@ -308,8 +308,10 @@ func TestActiveDecisionEqualsTheUnfilteredOne(t *testing.T) {
 			require.NoError(t, err)
 			for _, ev := range evs {
 				apply(ev)
-				if ev.GetType() == domain.EventCommandIssued {
-					pending = append(pending, ev)
+				for _, x := range domain.ExpandIssued(ev) {
+					if x.GetType() == domain.EventCommandIssued {
+						pending = append(pending, x)
+					}
 				}
 			}
 			if len(pending) == 0 {

@@ -77,7 +77,7 @@ func sent(ev *eventv1.Event) bool {
 
 func commandsOf(evs []*eventv1.Event) []*eventv1.Event {
 	var out []*eventv1.Event
-	for _, ev := range evs {
+	for _, ev := range expanded(evs) {
 		if sent(ev) {
 			out = append(out, ev)
 		}

@@ -42,7 +42,7 @@ func BenchmarkFanComplete(b *testing.B) {
 	evs, _ := Decide(s.c, s.st)
 	s.apply(evs...)
 	var cmds []*eventv1.Event
-	for _, ev := range evs {
+	for _, ev := range expanded(evs) {
 		if ev.GetType() == domain.EventCommandIssued {
 			cmds = append(cmds, ev)
 		}
@@ -82,7 +82,7 @@ func BenchmarkChainStep(b *testing.B) {
 	s := newSim(b, chainSrc, `{"n":3}`)
 	evs, _ := Decide(s.c, s.st)
 	s.apply(evs...)
-	for _, ev := range evs {
+	for _, ev := range expanded(evs) {
 		if ev.GetType() == domain.EventCommandIssued {
 			s.complete(ev)
 		}

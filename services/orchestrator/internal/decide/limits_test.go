@@ -44,7 +44,7 @@ func (s *sim) drive(in Inputs, maxDecisions int, result func(cmd *eventv1.Event)
 		if domain.IsTerminalStatus(s.st.GetStatus()) {
 			return
 		}
-		for _, ev := range evs {
+		for _, ev := range expanded(evs) {
 			if ev.GetType() != domain.EventCommandIssued {
 				continue
 			}

@@ -54,7 +54,7 @@ func (s *sim) decide() []*eventv1.Event {
 	require.NoError(s.t, err)
 	s.apply(evs...)
 	var cmds []*eventv1.Event
-	for _, ev := range evs {
+	for _, ev := range expanded(evs) {
 		if ev.GetType() == domain.EventCommandIssued {
 			cmds = append(cmds, ev)
 		}
@@ -73,6 +73,25 @@ func (s *sim) complete(cmd *eventv1.Event) {
 	done := mk(domain.EventCallDone)
 	done.ResultJson = res
 	s.apply(mk(domain.EventCommandStarted), done, mk(domain.EventCommandCompleted))
+}
+
+// expanded is evs with each commands.issued as its command.issued events
+// (domain.ExpandIssued): the commands a test playing the workers runs, one by one.
+func expanded(evs []*eventv1.Event) []*eventv1.Event {
+	var out []*eventv1.Event
+	for _, ev := range evs {
+		out = append(out, domain.ExpandIssued(ev)...)
+	}
+	return out
+}
+
+// labels is evs as labels (label).
+func labels(evs []*eventv1.Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = label(ev)
+	}
+	return out
 }
 
 // types is the log as labels.
@@ -142,6 +161,85 @@ func TestParallelLoopRespectsMaxInFlightAndCollectsByIndex(t *testing.T) {
 	require.Len(t, after, 1)
 	require.Equal(t, "after", after[0].GetStep())
 	require.JSONEq(t, `[{"item":1,"index":0},{"item":2,"index":1},{"item":3,"index":2},{"item":4,"index":3},{"item":5,"index":4}]`, string(s.st.GetSteps()["start"].GetResultJson()))
+}
+
+func TestParallelLoopIssuesItsIterationsInGroups(t *testing.T) {
+	s := newSim(t, fanSrc, `{"n":600}`)
+	evs, err := Decide(s.c, s.st)
+	require.NoError(t, err)
+	again, err := Decide(s.c, s.st)
+	require.NoError(t, err)
+	require.Equal(t, ids(evs), ids(again), "groups are decided alike every time")
+	// step.enter, then the 600 iterations in groups of maxIssuedGroup, in order.
+	require.Equal(t, []string{"step.enter:start", "commands.issued:start", "commands.issued:start", "commands.issued:start"}, labels(evs))
+	next := int32(0)
+	for _, ev := range evs[1:] {
+		cmds := ev.GetCommands()
+		require.NotEmpty(t, cmds)
+		require.LessOrEqual(t, len(cmds), maxIssuedGroup)
+		require.Equal(t, domain.IssuedGroupID(cmds[0].GetCommandId(), cmds[len(cmds)-1].GetCommandId()), ev.GetEventId(), "a group's id derives from its first and last commands'")
+		require.Equal(t, evs[0].GetEventId(), ev.GetCauseEventId())
+		require.Empty(t, ev.GetCommandId())
+		require.Equal(t, cmds[0].GetIteration().GetIndex(), ev.GetIteration().GetIndex())
+		for _, c := range cmds {
+			require.Equal(t, next, c.GetIteration().GetIndex())
+			require.Equal(t, domain.CommandID("x", "start", 1, next, 1), c.GetCommandId())
+			require.Equal(t, ev.GetEventId(), c.GetIssuedEventId(), "a command names the group that issued it")
+			next++
+		}
+	}
+	require.Equal(t, int32(600), next)
+	s.apply(evs...)
+	require.Equal(t, int32(600), s.st.GetSteps()["start"].GetLoop().GetIssued(), "the fold counts every command of every group")
+	require.Empty(t, NeededCollections(s.st))
+	again, err = Decide(s.c, s.st)
+	require.NoError(t, err)
+	require.Empty(t, again, "nothing is issued twice")
+}
+
+func TestIssuedGroupsAreBoundedInBytes(t *testing.T) {
+	// Commands of about 20 KB each (their tool's arguments): a group holds what fits in
+	// maxIssuedGroupBytes, not maxIssuedGroup of them.
+	s := newSim(t, fmt.Sprintf(`
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: l, path: t/p}
+workflow:
+  - step: start
+    loop: {in: "{{ range(20) | list }}", iterator: it, spec: {mode: parallel}}
+    tool: {kind: noop, args: {pad: %q}}
+`, strings.Repeat("x", 20<<10)), `{}`)
+	evs, err := Decide(s.c, s.st)
+	require.NoError(t, err)
+	total, groups := 0, 0
+	for _, ev := range evs {
+		if ev.GetType() != domain.EventCommandsIssued {
+			continue
+		}
+		size := 0
+		for _, c := range ev.GetCommands() {
+			size += proto.Size(c)
+		}
+		require.Greater(t, proto.Size(ev.GetCommands()[0]), 20<<10)
+		require.LessOrEqual(t, size, maxIssuedGroupBytes)
+		total, groups = total+len(ev.GetCommands()), groups+1
+	}
+	require.Equal(t, 20, total)
+	require.Equal(t, 4, groups, "six commands of 20 KB to a group of 128 KB")
+}
+
+func TestATopUpOfOneIsACommandIssued(t *testing.T) {
+	s := newSim(t, fmt.Sprintf(loopBook, "parallel"), `{"items":[1,2,3]}`)
+	evs, err := Decide(s.c, s.st)
+	require.NoError(t, err)
+	require.Equal(t, []string{"step.enter:start", "commands.issued:start"}, labels(evs), "two at once (max_in_flight 2): a group")
+	s.apply(evs...)
+	cmds := expanded(evs[1:])
+	s.complete(cmds[0])
+	evs, err = Decide(s.c, s.st)
+	require.NoError(t, err)
+	require.Equal(t, []string{"command.issued:start"}, labels(evs), "one more: a command.issued of its own")
+	require.Equal(t, domain.EventID(evs[0].GetCommandId(), domain.EventCommandIssued), evs[0].GetCommand().GetIssuedEventId())
 }
 
 func TestEmptyLoopCompletesAtOnce(t *testing.T) {

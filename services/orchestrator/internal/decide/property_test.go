@@ -125,8 +125,10 @@ func TestFoldAndDecideProperties(t *testing.T) {
 					t.Fatalf("decide is not deterministic at %d", i)
 				}
 				apply(evs[i])
-				if evs[i].GetType() == domain.EventCommandIssued {
-					pending = append(pending, evs[i])
+				for _, x := range domain.ExpandIssued(evs[i]) {
+					if x.GetType() == domain.EventCommandIssued {
+						pending = append(pending, x)
+					}
 				}
 			}
 			if len(pending) == 0 {

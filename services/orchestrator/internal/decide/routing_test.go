@@ -40,10 +40,11 @@ func (s *sim) pending() []string {
 }
 
 // count counts the log's events of typ of step; step.enter counts the step's entries,
-// whichever event made them (domain.Enters).
+// whichever event made them (domain.Enters), and command.issued the commands issued,
+// alone or in groups (expanded).
 func (s *sim) count(typ, step string) int {
 	n := 0
-	for _, ev := range s.log {
+	for _, ev := range expanded(s.log) {
 		if is(ev, typ) && ev.GetStep() == step {
 			n++
 		}

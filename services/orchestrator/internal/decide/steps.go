@@ -101,12 +101,7 @@ func (d *decider) enter(name, cause string) error {
 	if err != nil {
 		return err
 	}
-	for i := 0; i < len(enter.Loop.Items) && i < limit; i++ {
-		if err := d.issueIteration(ps, epoch, int32(i), enter.Loop.Items[i], len(enter.Loop.Items), enterID); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.issueIterations(ps, epoch, 0, min(len(items), limit), func(i int) json.RawMessage { return items[i] }, len(items), enterID)
 }
 
 // enterPlain enters a step of one command in epoch: its command.issued, carrying the entry.

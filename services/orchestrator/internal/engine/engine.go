@@ -576,16 +576,17 @@ func (e *Engine) offloadContexts(ctx context.Context, events []*eventv1.Event) e
 		return nil
 	}
 	for _, ev := range events {
-		cmd := ev.GetCommand()
-		if cmd == nil || len(cmd.GetContextJson()) <= inlineContextMax {
-			continue
+		for _, cmd := range domain.IssuedCommands(ev) {
+			if len(cmd.GetContextJson()) <= inlineContextMax {
+				continue
+			}
+			ref, err := e.putResult(ctx, cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetCommandId()+"-context", cmd.GetContextJson())
+			if err != nil {
+				return fmt.Errorf("store context of %s: %w", cmd.GetCommandId(), err)
+			}
+			cmd.ContextRef = ref
+			cmd.ContextJson = nil
 		}
-		ref, err := e.putResult(ctx, cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetCommandId()+"-context", cmd.GetContextJson())
-		if err != nil {
-			return fmt.Errorf("store context of %s: %w", cmd.GetCommandId(), err)
-		}
-		cmd.ContextRef = ref
-		cmd.ContextJson = nil
 	}
 	return nil
 }

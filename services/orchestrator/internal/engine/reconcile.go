@@ -155,26 +155,28 @@ func (e *Engine) openCommands(ctx context.Context, st *sbv1.ExecutionState) ([]*
 	}
 	type issued struct {
 		seq int64
+		pos int // its place among the commands of its event (a commands.issued's)
 		cmd *eventv1.Command
 	}
 	open := map[string]issued{}
 	closed := map[string]bool{}
 	for after := int64(0); after < st.GetSeq(); {
 		resp, err := e.state.ListEvents(ctx, &sbv1.ListEventsRequest{ExecutionId: st.GetExecutionId(), AfterSeq: after, PageSize: reconcileEventsPage,
-			Types: []string{domain.EventCommandIssued, domain.EventCommandStarted, domain.EventCommandCompleted, domain.EventCommandFailed}, UpToSeq: st.GetSeq()})
+			Types: []string{domain.EventCommandIssued, domain.EventCommandsIssued, domain.EventCommandStarted, domain.EventCommandCompleted, domain.EventCommandFailed}, UpToSeq: st.GetSeq()})
 		if err != nil {
 			return nil, err
 		}
 		for _, ev := range resp.GetEvents() {
 			after = ev.GetSeq()
-			id := ev.GetCommandId()
-			if ev.GetType() != domain.EventCommandIssued {
-				closed[id] = true
+			if !domain.IsIssue(ev.GetType()) {
+				closed[ev.GetCommandId()] = true
 				continue
 			}
-			if c := ev.GetCommand(); c != nil && c.GetCommandId() != "" {
-				c.IssuedEventId = ev.GetEventId()
-				open[c.GetCommandId()] = issued{seq: ev.GetSeq(), cmd: c}
+			for pos, c := range domain.IssuedCommands(ev) {
+				if c.GetCommandId() != "" {
+					c.IssuedEventId = ev.GetEventId()
+					open[c.GetCommandId()] = issued{seq: ev.GetSeq(), pos: pos, cmd: c}
+				}
 			}
 		}
 		if resp.GetNextAfterSeq() == 0 || len(resp.GetEvents()) == 0 {
@@ -192,7 +194,9 @@ func (e *Engine) openCommands(ctx context.Context, st *sbv1.ExecutionState) ([]*
 		}
 		out = append(out, is)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].seq < out[j].seq || out[i].seq == out[j].seq && out[i].pos < out[j].pos
+	})
 	cmds := make([]*eventv1.Command, len(out))
 	for i, is := range out {
 		cmds[i] = is.cmd

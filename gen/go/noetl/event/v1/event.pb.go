@@ -197,7 +197,11 @@ type Event struct {
 	// On a worker's outcome event (command.completed, command.failed): when the worker began
 	// the command. A worker reports command.started only for a command that runs long
 	// enough to need it, so the outcome carries the start.
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// The commands to run, on commands.issued events only: the iterations of one loop step
+	// that one decision issues together, in iteration order. Each is folded and forwarded as
+	// a command.issued of its own would be; the event's seq and id are the group's.
+	Commands      []*Command `protobuf:"bytes,22,rep,name=commands,proto3" json:"commands,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -375,6 +379,13 @@ func (x *Event) GetCommand() *Command {
 func (x *Event) GetStartTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.StartTime
+	}
+	return nil
+}
+
+func (x *Event) GetCommands() []*Command {
+	if x != nil {
+		return x.Commands
 	}
 	return nil
 }
@@ -1101,7 +1112,7 @@ var File_noetl_event_v1_event_proto protoreflect.FileDescriptor
 
 const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"\n" +
-	"\x1anoetl/event/v1/event.proto\x12\x0enoetl.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\a\n" +
+	"\x1anoetl/event/v1/event.proto\x12\x0enoetl.event.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd8\a\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12!\n" +
 	"\fexecution_id\x18\x02 \x01(\tR\vexecutionId\x12\x16\n" +
@@ -1129,7 +1140,8 @@ const file_noetl_event_v1_event_proto_rawDesc = "" +
 	"commitTime\x121\n" +
 	"\acommand\x18\x14 \x01(\v2\x17.noetl.event.v1.CommandR\acommand\x129\n" +
 	"\n" +
-	"start_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x1a?\n" +
+	"start_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x123\n" +
+	"\bcommands\x18\x16 \x03(\v2\x17.noetl.event.v1.CommandR\bcommands\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"$\n" +
@@ -1247,18 +1259,19 @@ var file_noetl_event_v1_event_proto_depIdxs = []int32{
 	12, // 5: noetl.event.v1.Event.commit_time:type_name -> google.protobuf.Timestamp
 	8,  // 6: noetl.event.v1.Event.command:type_name -> noetl.event.v1.Command
 	12, // 7: noetl.event.v1.Event.start_time:type_name -> google.protobuf.Timestamp
-	7,  // 8: noetl.event.v1.Command.tools:type_name -> noetl.event.v1.ToolCall
-	4,  // 9: noetl.event.v1.Command.iteration:type_name -> noetl.event.v1.Iteration
-	12, // 10: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
-	6,  // 11: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
-	13, // 12: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
-	13, // 13: noetl.event.v1.Command.heartbeat:type_name -> google.protobuf.Duration
-	2,  // 14: noetl.event.v1.CommitNotice.events:type_name -> noetl.event.v1.Event
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	8,  // 8: noetl.event.v1.Event.commands:type_name -> noetl.event.v1.Command
+	7,  // 9: noetl.event.v1.Command.tools:type_name -> noetl.event.v1.ToolCall
+	4,  // 10: noetl.event.v1.Command.iteration:type_name -> noetl.event.v1.Iteration
+	12, // 11: noetl.event.v1.Command.deadline:type_name -> google.protobuf.Timestamp
+	6,  // 12: noetl.event.v1.Command.context_ref:type_name -> noetl.event.v1.ResultRef
+	13, // 13: noetl.event.v1.Command.timeout:type_name -> google.protobuf.Duration
+	13, // 14: noetl.event.v1.Command.heartbeat:type_name -> google.protobuf.Duration
+	2,  // 15: noetl.event.v1.CommitNotice.events:type_name -> noetl.event.v1.Event
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_noetl_event_v1_event_proto_init() }

@@ -30,6 +30,16 @@ export function model(events, execution) {
     }
     return r;
   };
+  const issue = (r, id, index, attempt, t) => {
+    const c = {id, index, attempt: attempt || 1, issued: t, started: NaN, end: NaN, status: 'running'};
+    commands.set(id, c);
+    if (index >= 0) {
+      if (!r.iterations.has(index)) r.iterations.set(index, []);
+      r.iterations.get(index).push(c);
+    } else {
+      r.cmds.push(c);
+    }
+  };
   for (const e of events) {
     const t = ms(e.commitTime);
     const it = e.iteration || {};
@@ -63,14 +73,13 @@ export function model(events, execution) {
       case 'command.issued': {
         const r = rowOf(e.step, epoch, t);
         if (enters(e)) r.start = t; // a step of one command: its command enters it
-        const c = {id: e.commandId, index, attempt: e.attempt || 1, issued: t, started: NaN, end: NaN, status: 'running'};
-        commands.set(e.commandId, c);
-        if (index >= 0) {
-          if (!r.iterations.has(index)) r.iterations.set(index, []);
-          r.iterations.get(index).push(c);
-        } else {
-          r.cmds.push(c);
-        }
+        issue(r, e.commandId, index, e.attempt, t);
+        break;
+      }
+      case 'commands.issued': {
+        // A loop's iterations issued together: the payload lists their commands.
+        const r = rowOf(e.step, epoch, t);
+        for (const x of (e.payload && e.payload.commands) || []) issue(r, x.commandId, iterationOf(x), x.attempt, t);
         break;
       }
       case 'command.started': {
