@@ -195,6 +195,15 @@ func ParseFlags(args []string) (cfg Config, printed bool, err error) {
 	return cfg, printed, err
 }
 
+// warmReads are the reads a new connection of the orchestrator's pool makes before it
+// serves calls (pgxext.WarmUp): one by a key no row has in each table a start or a
+// command's credentials read (the catalog, API keys, credentials).
+var warmReads = []string{
+	`SELECT 1 FROM noetl.catalog WHERE tenant = '' AND path = ''`,
+	`SELECT 1 FROM noetl.api_key WHERE id = ''`,
+	`SELECT 1 FROM noetl.credential WHERE tenant = '' AND name = ''`,
+}
+
 // Run runs the orchestrator until ctx ends.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log = log.With(slog.String("service", "orchestrator"))
@@ -237,7 +246,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	} else {
 		log.Warn("NOETL_ENCRYPTION_KEY is not set: storing and resolving credentials is disabled")
 	}
-	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16)
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16, pgxext.WarmUp(warmReads...))
 	if err != nil {
 		return err
 	}

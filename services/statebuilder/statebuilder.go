@@ -85,7 +85,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer tel.Close(log)
-	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16)
+	db, err := pgxext.Open(ctx, cfg.PostgresURL, 16, pgxext.WarmUp(store.WarmReads...))
 	if err != nil {
 		return err
 	}

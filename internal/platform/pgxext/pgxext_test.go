@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,4 +78,31 @@ func TestPoolKeepsHalfItsConnections(t *testing.T) {
 	require.NoError(t, err)
 	defer one.Close()
 	require.Equal(t, int32(1), one.Config().MinConns)
+}
+
+// WarmUp's reads run on every connection the pool makes, before it is handed out, after
+// what AfterConnect set; a read that fails (a table not there yet) does not refuse the
+// connection.
+func TestWarmUpRunsOnEveryNewConnectionAndNeverRefusesIt(t *testing.T) {
+	ctx := context.Background()
+	dbURL := testkit.StartPostgres(t)
+	var hooked atomic.Int32
+	pool, err := pgxext.Open(ctx, dbURL, 3,
+		pgxext.AfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+			hooked.Add(1)
+			_, err := c.Exec(ctx, "SELECT set_config('noetl.hooked', 'yes', false)")
+			return err
+		}),
+		pgxext.WarmUp("SELECT 1 FROM noetl_no_such_table WHERE id = 0", "SELECT set_config('noetl.warmed', current_setting('noetl.hooked', true), false)"))
+	require.NoError(t, err)
+	defer pool.Close()
+	for i := range 3 { // three connections at once: each made by the pool
+		c, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer c.Release()
+		var warmed string
+		require.NoError(t, c.QueryRow(ctx, "SELECT coalesce(current_setting('noetl.warmed', true), '')").Scan(&warmed))
+		require.Equal(t, "yes", warmed, "connection %d: warmed after the earlier hook, before it was handed out", i)
+	}
+	require.GreaterOrEqual(t, hooked.Load(), int32(3))
 }

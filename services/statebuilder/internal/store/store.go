@@ -275,6 +275,15 @@ func (s *Store) advance(ctx context.Context, e *entry) (read int, err error) {
 	}
 }
 
+// WarmReads are the reads a new connection of the statebuilder's pool makes before it
+// serves calls (pgxext.WarmUp): one by a key no row has in each table the store reads
+// (executions, the log, state snapshots).
+var WarmReads = []string{
+	`SELECT 1 FROM noetl.execution WHERE execution_id = ''`,
+	`SELECT 1 FROM noetl.event WHERE execution_id = '' AND seq = 0`,
+	`SELECT 1 FROM noetl.state_snapshot WHERE execution_id = ''`,
+}
+
 // sqlLoad reads an execution's snapshot (part 0, at most one row) and the first $2 events
 // after it (part 1), in seq order.
 const sqlLoad = `SELECT 0 AS part, s.seq, NULL::timestamptz, s.body FROM noetl.state_snapshot s WHERE s.execution_id = $1
