@@ -219,8 +219,11 @@ func apply(st *sbv1.ExecutionState, ev *eventv1.Event) error {
 		}
 		s.Retry = nil
 		if s.Loop != nil {
+			// Iterations are issued in index order, so the issued count is one past the
+			// highest index issued (as a commands.issued counts, below): an iteration that a
+			// group of another decision issued too counts once, whichever was logged first.
 			if ev.GetIteration().GetEpoch() == s.Epoch {
-				s.Loop.Issued++
+				s.Loop.Issued = max(s.Loop.Issued, ev.GetIteration().GetIndex()+1)
 			}
 			return nil
 		}

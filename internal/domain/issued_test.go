@@ -63,6 +63,24 @@ func TestOverlappingGroupsCountTheirIterationsOnce(t *testing.T) {
 	}
 }
 
+// A single iteration's command.issued of one decision and a group of another that holds
+// the same iteration count it once, whichever was logged first.
+func TestASingleIssueAndAGroupThatShareAnIterationCountItOnce(t *testing.T) {
+	single := func() *eventv1.Event {
+		it := &eventv1.Iteration{Epoch: 1, Index: 4}
+		return &eventv1.Event{Type: EventCommandIssued, Step: "s", CommandId: CommandID("x", "s", 1, 4, 1), Iteration: it}
+	}
+	for _, order := range [][]*eventv1.Event{{single(), group("s", 1, 4, 9, 0)}, {group("s", 1, 4, 9, 0), single()}} {
+		f := newFolder(t)
+		f.add(&eventv1.Event{Type: EventStepEnter, Step: "s", PayloadJson: enterByRef(30)})
+		f.add(group("s", 1, 0, 4, 0))
+		for _, ev := range order {
+			f.add(ev)
+		}
+		require.Equal(t, int32(9), f.st.GetSteps()["s"].GetLoop().GetIssued())
+	}
+}
+
 // iterationDone folds the outcome of one loop iteration issued before.
 func (f *folder) iterationDone(step string, epoch, i int32) {
 	it := &eventv1.Iteration{Epoch: epoch, Index: i}
