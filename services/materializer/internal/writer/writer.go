@@ -61,8 +61,8 @@ type Result struct {
 	// at-least-once anyway.
 	Commands []*eventv1.Command
 	// EncodedCommands is index-aligned with Commands: each command as its issuing event's
-	// body encodes it (commandbus.CommandOf, CommandsOf), nil when that body was not at hand; the
-	// forward sends these bytes instead of encoding the commands again.
+	// body encodes it (commandbus.CommandOf, CommandsOf), nil when that body was not at
+	// hand; the forward sends these bytes instead of encoding the commands again.
 	EncodedCommands [][]byte
 	// Committed counts events inserted, the decisions' included.
 	Committed int
