@@ -59,26 +59,6 @@ func IsIssue(eventType string) bool {
 	return eventType == EventCommandIssued || eventType == EventCommandsIssued
 }
 
-// ExpandIssued returns ev as the command.issued events it stands for: a commands.issued as
-// one command.issued per command, in order, each with the group's seq, commit time, step,
-// cause and producer, the command's id, attempt and iteration, and the id a command.issued
-// of its own would have (the command itself still names the group, IssuedEventId, as the
-// event that issued it). Any other event is returned alone. Readers that show or check
-// commands one by one use it; folds and the forwarder read groups whole.
-func ExpandIssued(ev *eventv1.Event) []*eventv1.Event {
-	if ev.GetType() != EventCommandsIssued {
-		return []*eventv1.Event{ev}
-	}
-	out := make([]*eventv1.Event, len(ev.GetCommands()))
-	for i, c := range ev.GetCommands() {
-		out[i] = &eventv1.Event{EventId: EventID(c.GetCommandId(), EventCommandIssued), ExecutionId: ev.GetExecutionId(), Tenant: ev.GetTenant(),
-			Seq: ev.GetSeq(), Type: EventCommandIssued, Step: ev.GetStep(), CommandId: c.GetCommandId(), Iteration: c.GetIteration(), Attempt: c.GetAttempt(),
-			ParentExecutionId: ev.GetParentExecutionId(), CauseEventId: ev.GetCauseEventId(), Producer: ev.GetProducer(), ProduceTime: ev.GetProduceTime(),
-			TraceContext: ev.GetTraceContext(), CommitTime: ev.GetCommitTime(), Command: c}
-	}
-	return out
-}
-
 // IssuedCommands returns the commands ev issues, in order: a command.issued's command, a
 // commands.issued's commands; none for any other event (or a command.issued read without
 // its command).

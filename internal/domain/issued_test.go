@@ -5,7 +5,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
 )
@@ -31,8 +30,8 @@ func TestCommandsIssuedFoldsAsItsCommandsOneByOne(t *testing.T) {
 	}
 	g := group("s", 1, 0, 6, 8)
 	grouped.add(g)
-	for _, ev := range ExpandIssued(g) {
-		single.add(proto.Clone(ev).(*eventv1.Event))
+	for _, c := range g.GetCommands() {
+		single.add(&eventv1.Event{Type: EventCommandIssued, Step: "s", CommandId: c.GetCommandId(), Iteration: c.GetIteration(), Attempt: 1, Command: c})
 	}
 	require.Equal(t, int32(6), grouped.st.GetSteps()["s"].GetLoop().GetIssued())
 	require.Equal(t, int32(6), single.st.GetSteps()["s"].GetLoop().GetIssued())
@@ -88,24 +87,9 @@ func (f *folder) iterationDone(step string, epoch, i int32) {
 	f.add(&eventv1.Event{Type: EventCommandCompleted, Step: step, CommandId: cmd, Iteration: it, ResultJson: []byte(`1`)})
 }
 
-func TestExpandIssued(t *testing.T) {
+func TestIssuedCommands(t *testing.T) {
 	g := group("s", 2, 3, 6, 0)
-	g.Seq, g.CommitTime = 9, timestamppb.Now()
-	evs := ExpandIssued(g)
-	require.Len(t, evs, 3)
-	for k, ev := range evs {
-		c := g.GetCommands()[k]
-		require.Equal(t, EventCommandIssued, ev.GetType())
-		require.Equal(t, EventID(c.GetCommandId(), EventCommandIssued), ev.GetEventId())
-		require.Equal(t, c.GetCommandId(), ev.GetCommandId())
-		require.Equal(t, int32(3+k), ev.GetIteration().GetIndex())
-		require.Equal(t, int64(9), ev.GetSeq())
-		require.Equal(t, "enter", ev.GetCauseEventId())
-		require.Same(t, c, ev.GetCommand())
-		require.Equal(t, g.GetEventId(), ev.GetCommand().GetIssuedEventId(), "the command still names its group")
-	}
 	one := &eventv1.Event{Type: EventCommandIssued, Command: &eventv1.Command{CommandId: "c"}}
-	require.Equal(t, []*eventv1.Event{one}, ExpandIssued(one))
 	require.Equal(t, []*eventv1.Command{one.GetCommand()}, IssuedCommands(one))
 	require.Equal(t, g.GetCommands(), IssuedCommands(g))
 	require.Nil(t, IssuedCommands(&eventv1.Event{Type: EventCommandIssued}))

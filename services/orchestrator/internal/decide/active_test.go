@@ -308,7 +308,7 @@ func TestActiveDecisionEqualsTheUnfilteredOne(t *testing.T) {
 			require.NoError(t, err)
 			for _, ev := range evs {
 				apply(ev)
-				for _, x := range domain.ExpandIssued(ev) {
+				for _, x := range expandIssued(ev) {
 					if x.GetType() == domain.EventCommandIssued {
 						pending = append(pending, x)
 					}

@@ -75,12 +75,28 @@ func (s *sim) complete(cmd *eventv1.Event) {
 	s.apply(mk(domain.EventCommandStarted), done, mk(domain.EventCommandCompleted))
 }
 
-// expanded is evs with each commands.issued as its command.issued events
-// (domain.ExpandIssued): the commands a test playing the workers runs, one by one.
+// expanded is evs with each commands.issued as its command.issued events (expandIssued):
+// the commands a test playing the workers runs, one by one.
 func expanded(evs []*eventv1.Event) []*eventv1.Event {
 	var out []*eventv1.Event
 	for _, ev := range evs {
-		out = append(out, domain.ExpandIssued(ev)...)
+		out = append(out, expandIssued(ev)...)
+	}
+	return out
+}
+
+// expandIssued returns a commands.issued as one command.issued per command, with the
+// group's seq, step and cause and the command's id, attempt and iteration; any other
+// event alone.
+func expandIssued(ev *eventv1.Event) []*eventv1.Event {
+	if ev.GetType() != domain.EventCommandsIssued {
+		return []*eventv1.Event{ev}
+	}
+	out := make([]*eventv1.Event, len(ev.GetCommands()))
+	for i, c := range ev.GetCommands() {
+		out[i] = &eventv1.Event{EventId: domain.EventID(c.GetCommandId(), domain.EventCommandIssued), ExecutionId: ev.GetExecutionId(), Seq: ev.GetSeq(),
+			Type: domain.EventCommandIssued, Step: ev.GetStep(), CommandId: c.GetCommandId(), Iteration: c.GetIteration(), Attempt: c.GetAttempt(),
+			CauseEventId: ev.GetCauseEventId(), Command: c}
 	}
 	return out
 }

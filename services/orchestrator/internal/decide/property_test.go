@@ -125,7 +125,7 @@ func TestFoldAndDecideProperties(t *testing.T) {
 					t.Fatalf("decide is not deterministic at %d", i)
 				}
 				apply(evs[i])
-				for _, x := range domain.ExpandIssued(evs[i]) {
+				for _, x := range expandIssued(evs[i]) {
 					if x.GetType() == domain.EventCommandIssued {
 						pending = append(pending, x)
 					}
