@@ -35,7 +35,11 @@ func TestStartThatWaitsEndsOnItsOwnSubscription(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	require.NoError(t, nc.Flush())
+	// The test waits for this commit to finish before it ends: its connection closes
+	// at cleanup, and a flush still under way would fail on it.
+	committed := make(chan struct{})
 	go func() {
+		defer close(committed)
 		id := <-started
 		l.mu.Lock()
 		l.execs[id] = &sbv1.ExecutionState{ExecutionId: id, Tenant: "t", Seq: 5, Status: eventv1.ExecutionStatus_EXECUTION_STATUS_RUNNING}
@@ -52,6 +56,11 @@ func TestStartThatWaitsEndsOnItsOwnSubscription(t *testing.T) {
 	t0 := time.Now()
 	st := s.awaitStarted(context.Background(), id, "t", watch, wait)
 	release()
+	select {
+	case <-committed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the start was never seen by the test's materializer")
+	}
 	require.NotNil(t, st, "the end was seen")
 	require.Less(t, time.Since(t0), wait, "the wait took the end its start had folded")
 	require.Equal(t, eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED, st.GetStatus())
