@@ -359,12 +359,29 @@ func Connect(url, name string, opts ...nats.Option) (*nats.Conn, jetstream.JetSt
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to nats %s: %w", url, err)
 	}
-	js, err := jetstream.New(nc)
+	js, err := NewJetStream(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
 	return nc, js, nil
+}
+
+// PublishAckTimeout bounds the wait for a JetStream publish's acknowledgement on a handle
+// made by NewJetStream (and so Connect). An ack can be lost without the connection
+// dropping: a publish reaches a server whose stream leader dies before it answers, and
+// the client, still connected to a live server, is never told. Unbounded, that publish
+// would wait forever and hold what waits on it (a worker's claimed command, a partition's
+// commit). Bounded, it fails with jetstream.ErrAsyncPublishTimeout and its caller
+// publishes again under the same message id, which the stream deduplicates. Ten seconds
+// is past a leader election (about five seconds after a kill in the chaos runs) and far
+// past an ack under load (milliseconds). Tests may shorten it before connecting.
+var PublishAckTimeout = 10 * time.Second
+
+// NewJetStream returns the JetStream handle of nc with publishes bounded by
+// PublishAckTimeout.
+func NewJetStream(nc *nats.Conn) (jetstream.JetStream, error) {
+	return jetstream.New(nc, jetstream.WithPublishAsyncTimeout(PublishAckTimeout))
 }
 
 // InProcess is the option of Connect that connects to srv without a socket, none for nil.

@@ -457,3 +457,31 @@ func inMsgs(t *testing.T, s *server.Server) int64 {
 	require.NoError(t, err)
 	return v.InMsgs
 }
+
+// A publish whose acknowledgement never comes fails at PublishAckTimeout rather than
+// waiting forever: here the subject's one listener is a plain subscriber that never
+// answers, as a stream leader that died after the message reached it never does.
+func TestAPublishWhoseAckIsLostFailsAtTheBound(t *testing.T) {
+	defer func(d time.Duration) { natsx.PublishAckTimeout = d }(natsx.PublishAckTimeout)
+	natsx.PublishAckTimeout = 200 * time.Millisecond
+	nc, js, err := natsx.Connect(testkit.StartNATS(t), t.Name())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	got := make(chan struct{}, 1)
+	sub, err := nc.Subscribe("lost.ack", func(*nats.Msg) { got <- struct{}{} })
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	defer func() { _ = sub.Unsubscribe() }()
+
+	done := make(chan error, 1)
+	go func() {
+		done <- natsx.PublishAll(context.Background(), js, []natsx.Message{{Subject: "lost.ack", MsgID: "m1", Data: []byte("x")}})
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, jetstream.ErrAsyncPublishTimeout)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a publish whose ack was lost still waits")
+	}
+	require.Len(t, got, 1, "the message reached its listener, which never answered")
+}
