@@ -325,11 +325,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Results: store, Log: log, Tracer: tel.Tracer(), Metrics: metrics}
 	consumer := &consume.Consumer{NC: nc, JS: js, Pool: cfg.Pool, Concurrency: cfg.Concurrency, Partitions: cfg.Partitions,
 		DrainTimeout: cfg.DrainTimeout, Exec: exec, Log: log, Tracer: tel.Tracer(),
-		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_in_flight", Help: "Commands being run.", ConstLabels: prometheus.Labels{"pool": cfg.Pool}})}
+		InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_in_flight", Help: "Commands being run.", ConstLabels: prometheus.Labels{"pool": cfg.Pool}}),
+		OutcomeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "noetl_worker_outcome_publish_retries_total",
+			Help: "Publishes of a command's outcome tried again after a failure (the command is handed back after 30 s of them).", ConstLabels: prometheus.Labels{"pool": cfg.Pool}})}
 	limit := prometheus.NewGauge(prometheus.GaugeOpts{Name: "noetl_worker_concurrency", Help: "Commands the worker runs at once at most (NOETL_WORKER_CONCURRENCY).", ConstLabels: prometheus.Labels{"pool": cfg.Pool}})
 	limit.Set(float64(cfg.Concurrency))
 	srv.Registry.MustRegister(metrics.Collectors()...)
-	srv.Registry.MustRegister(consumer.InFlight, store.Retries, limit)
+	srv.Registry.MustRegister(consumer.InFlight, consumer.OutcomeRetries, store.Retries, limit)
 	lag := natsx.NewLagMonitor(js, natsx.StreamCommands, consume.DurableName(cfg.Pool), cfg.Pool, cfg.LagPoll, srv.Registry, log)
 	log.Info("worker consuming", slog.String("admin", srv.AdminAddr()), slog.String("http_egress", egress.String()))
 	return srv.Run(ctx, 30*time.Second, consumer.Run, lag.Run)

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	cbackoff "github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,6 +57,9 @@ type Consumer struct {
 	Tracer trace.Tracer
 	// InFlight counts the commands being run (noetl_worker_in_flight).
 	InFlight prometheus.Gauge
+	// OutcomeRetries counts the publishes of an outcome tried again after a failure
+	// (noetl_worker_outcome_publish_retries_total); nil counts none.
+	OutcomeRetries prometheus.Counter
 
 	cancels *cancels
 	// batch publishes the outcomes of the commands that finish together in one message per
@@ -339,12 +343,12 @@ func (c *Consumer) handle(ctx context.Context, cmd *eventv1.Command, m jetstream
 	if err := failpoint.Eval(failpoint.WorkerAfterTool); err != nil {
 		return verdict{delay: 100 * time.Millisecond}
 	}
-	err := c.publish(ctx, events)
+	err := c.publishOutcome(ctx, events, log)
 	if errors.Is(err, natsx.ErrMessageTooLarge) {
 		// Retrying cannot shrink the outcome: fail the command with a message that fits.
 		log.Warn("command outcome too large to publish", slog.String("execution_id", cmd.GetExecutionId()), slog.String("step", cmd.GetStep()), slog.String("error", err.Error()))
 		events = execute.ScrubEvents(sc, execute.FailTooLarge(events, err))
-		err = c.publish(ctx, events)
+		err = c.publishOutcome(ctx, events, log)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -356,6 +360,45 @@ func (c *Consumer) handle(ctx context.Context, cmd *eventv1.Command, m jetstream
 		return verdict{delay: 100 * time.Millisecond}
 	}
 	return acked
+}
+
+// outcomeRetryFor is how long a worker tries to publish a command's outcome (a lost
+// acknowledgement, a stream leader being elected, a reconnect) before it hands the command
+// back, which runs its tool again.
+const outcomeRetryFor = 30 * time.Second
+
+// publishOutcome publishes a command's outcome, trying again with backoff and jitter
+// (100 ms growing to 5 s, ±50%) for up to outcomeRetryFor while ctx lasts: the tool has
+// run, and a failed publish would otherwise run it again. The same events are published
+// under the same message ids, so a publish that did land and lost only its ack is not
+// logged twice. An outcome too large for a message is not tried again.
+func (c *Consumer) publishOutcome(ctx context.Context, events []*eventv1.Event, log *slog.Logger) error {
+	err := c.publish(ctx, events)
+	if err == nil || errors.Is(err, natsx.ErrMessageTooLarge) || ctx.Err() != nil {
+		return err
+	}
+	b := cbackoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.Multiplier, b.RandomizationFactor = 100*time.Millisecond, 5*time.Second, 2, 0.5
+	// The failed publish is handed to Retry as its first attempt, so the next waits.
+	first := err
+	_, err = cbackoff.Retry(ctx, func() (struct{}, error) {
+		if first != nil {
+			err := first
+			first = nil
+			return struct{}{}, err
+		}
+		if c.OutcomeRetries != nil {
+			c.OutcomeRetries.Inc()
+		}
+		err := c.publish(ctx, events)
+		if errors.Is(err, natsx.ErrMessageTooLarge) {
+			return struct{}{}, cbackoff.Permanent(err)
+		}
+		return struct{}{}, err
+	}, cbackoff.WithBackOff(b), cbackoff.WithMaxElapsedTime(outcomeRetryFor), cbackoff.WithNotify(func(err error, next time.Duration) {
+		log.Warn("publish outcome failed; trying again", slog.String("execution_id", events[0].GetExecutionId()), slog.String("error", err.Error()), slog.Duration("retry_in", next))
+	}))
+	return err
 }
 
 // publish publishes a command's events to NOETL_EVENTS, together with those of the other
