@@ -28,7 +28,7 @@ func chaosFlags() chaosOptions {
 		tenants:  flag.Int("chaos-tenants", 10, "chaos: tenants starting executions"),
 		inFlight: flag.Int("chaos-inflight", 50, "chaos: most executions in flight"),
 		drain:    flag.Duration("chaos-drain", 10*time.Minute, "chaos: bound of the drain after the last fault healed"),
-		dir:      flag.String("chaos-dir", "", "chaos: run directory (data, logs, history.jsonl; default a temporary one, kept unless the run passes)"),
+		dir:      flag.String("chaos-dir", "", "chaos: run directory (data, logs, history.jsonl, faults.jsonl; default a temporary one, kept unless the run passes)"),
 		kinds:    flag.String("chaos-kinds", "", "chaos: comma-separated fault kinds to restrict the nemesis to (kill-gateway, kill-orchestrator, kill-materializer, kill-statebuilder, kill-resultstore, kill-worker, kill-nats, kill-postgres, pause, restart-group)"),
 		rev:      flag.String("chaos-rev", "", "chaos: build the services from this git revision instead of the working tree"),
 		keep:     flag.Bool("chaos-keep", false, "chaos: keep the run directory of a passing run"),

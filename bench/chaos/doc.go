@@ -28,7 +28,9 @@
 // materializer, the statebuilder, the resultstore, a worker, a NATS node and Postgres, each
 // restarted after 1-20 s; a SIGSTOP pause past the target's ack wait or lease, then
 // SIGCONT; a graceful restart of a whole group), F/10 of each kind, drawn and ordered by
-// math/rand/v2 from the seed, so a seed replays the same schedule and the same load.
+// math/rand/v2 from the seed, so a seed replays the same schedule and the same load. The
+// faults that ran are written to faults.jsonl in the run directory, timed on the clock of
+// history.jsonl and on the wall clock (the services' logs).
 //
 // What the checker proves, reading Postgres directly and the API after the drain (each
 // criterion printed with counts and examples, then lost=L duplicated=D unexpected=U; the

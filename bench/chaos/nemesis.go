@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	mrand "math/rand/v2"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -350,3 +352,35 @@ func (n *nemesis) summary() map[string]map[string]any {
 }
 
 func round2(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }
+
+// faultLine is one line of faults.jsonl: a fault, with when it began and healed on the
+// clock of history.jsonl (its "t", seconds since the load began) and on the wall clock,
+// so a failed run's operations, faults and service logs read side by side.
+type faultLine struct {
+	*fault
+	T      float64 `json:"t"`
+	THeal  float64 `json:"t_heal,omitempty"`
+	At     string  `json:"at"`
+	HealAt string  `json:"heal_at,omitempty"`
+}
+
+// writeFaults writes the faults that ran to path, one JSON line each, with times measured
+// from t0 (the history's start); a fault that never started is left out.
+func writeFaults(path string, faults []*fault, t0 time.Time) error {
+	var b []byte
+	for _, f := range faults {
+		if f.start.IsZero() {
+			continue
+		}
+		l := faultLine{fault: f, T: round2(f.start.Sub(t0).Seconds()), At: f.start.UTC().Format(time.RFC3339Nano)}
+		if !f.healed.IsZero() {
+			l.THeal, l.HealAt = round2(f.healed.Sub(t0).Seconds()), f.healed.UTC().Format(time.RFC3339Nano)
+		}
+		line, err := json.Marshal(l)
+		if err != nil {
+			return err
+		}
+		b = append(append(b, line...), '\n')
+	}
+	return os.WriteFile(path, b, 0o644)
+}

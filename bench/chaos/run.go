@@ -41,7 +41,7 @@ type Options struct {
 	// Drain bounds the wait, after the last fault healed, for every execution to end and
 	// every consumer to catch up (default 10 minutes).
 	Drain time.Duration
-	// Dir is the run directory (data, logs, history.jsonl); empty makes a temporary one,
+	// Dir is the run directory (data, logs, history.jsonl, faults.jsonl); empty makes a temporary one,
 	// removed after a passing run unless Keep.
 	Dir  string
 	Keep bool
@@ -140,7 +140,7 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 			_ = os.RemoveAll(dir)
 			return
 		}
-		r.logf("run directory kept: %s (logs/, history.jsonl)", dir)
+		r.logf("run directory kept: %s (logs/, history.jsonl, faults.jsonl)", dir)
 	}()
 	r.logf("run directory %s", dir)
 
@@ -225,6 +225,9 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	}
 	for _, f := range faults {
 		r.json(map[string]any{"phase": "fault", "fault": f})
+	}
+	if err := writeFaults(filepath.Join(dir, "faults.jsonl"), faults, hist.t0); err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("write faults.jsonl: %v", err))
 	}
 	for kind, s := range nm.summary() {
 		r.json(map[string]any{"phase": "faults", "kind": kind, "count": s["count"], "hold_s": s["hold_s"], "errors": s["errors"], "targets": s["targets"]})
