@@ -1,9 +1,10 @@
 // Package consume claims a pool's commands from NOETL_COMMANDS and runs them: each with
 // its claim kept alive, its execution's cancellation routed to it, command.started
-// reported for a long run, and its outcome published before it is acked. A message that
-// holds a pack of commands (commandbus) is acked once all of them have published their
-// outcomes, and handed back whole when one could not: its commands run again, which
-// commands allow (the log keeps one outcome of each).
+// reported for a long run, and its outcome published before it is acked (a failed
+// publish is tried again for up to 30 s first). A message that holds a pack of commands
+// (commandbus) is acked once all of them have published their outcomes, and handed back
+// whole when one could not: its commands run again, which commands allow (the log keeps
+// one outcome of each).
 package consume
 
 import (
