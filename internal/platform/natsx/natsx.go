@@ -374,8 +374,9 @@ func Connect(url, name string, opts ...nats.Option) (*nats.Conn, jetstream.JetSt
 // would wait forever and hold what waits on it (a worker's claimed command, a partition's
 // commit). Bounded, it fails with jetstream.ErrAsyncPublishTimeout and its caller
 // publishes again under the same message id, which the stream deduplicates. Ten seconds
-// is past a leader election (about five seconds after a kill in the chaos runs) and far
-// past an ack under load (milliseconds). Tests may shorten it before connecting.
+// is past a leader election (in the chaos runs, commits stall 3-5 s when a NATS node is
+// killed) and far past an ack under load (milliseconds). Tests may shorten it before
+// connecting.
 var PublishAckTimeout = 10 * time.Second
 
 // NewJetStream returns the JetStream handle of nc with publishes bounded by
