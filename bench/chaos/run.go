@@ -41,8 +41,8 @@ type Options struct {
 	// Drain bounds the wait, after the last fault healed, for every execution to end and
 	// every consumer to catch up (default 10 minutes).
 	Drain time.Duration
-	// Dir is the run directory (data, logs, history.jsonl, faults.jsonl); empty makes a temporary one,
-	// removed after a passing run unless Keep.
+	// Dir is the run directory (data, logs, history.jsonl, faults.jsonl); empty makes a
+	// temporary one, removed after a passing run unless Keep.
 	Dir  string
 	Keep bool
 	// Rev builds the services from this git revision instead of the working tree.
