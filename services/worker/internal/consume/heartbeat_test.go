@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -24,13 +23,8 @@ import (
 // derived from the command, its delivery and the number, until it is stopped; one without
 // sends none.
 func TestHeartbeatsOfACommandThatCarriesAnInterval(t *testing.T) {
-	nc, err := nats.Connect(testkit.StartNATS(t))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := testkit.StartJetStream(t)
 	ctx := context.Background()
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
 	c := &Consumer{JS: js, Partitions: 1, Log: slog.New(slog.DiscardHandler)}
 	stream, err := js.Stream(ctx, natsx.StreamEvents)
 	require.NoError(t, err)
@@ -80,13 +74,8 @@ func TestHeartbeatsOfACommandThatCarriesAnInterval(t *testing.T) {
 // name the second delivery, so the events stream (which drops a message id it holds)
 // keeps them beside the first delivery's, and so does the log.
 func TestAReplacementDeliverysHeartbeatsAreNotTheFirstOnes(t *testing.T) {
-	nc, err := nats.Connect(testkit.StartNATS(t))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := testkit.StartJetStream(t)
 	ctx := context.Background()
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
 	c := &Consumer{JS: js, Partitions: 1, Log: slog.New(slog.DiscardHandler)}
 	events, err := js.Stream(ctx, natsx.StreamEvents)
 	require.NoError(t, err)

@@ -3,16 +3,13 @@ package consume
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
 	eventv1 "github.com/noetl/noetl/gen/go/noetl/event/v1"
@@ -20,10 +17,7 @@ import (
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/eventbus"
 	"github.com/noetl/noetl/internal/platform/natsx"
-	"github.com/noetl/noetl/internal/playbook/template"
 	"github.com/noetl/noetl/internal/testkit"
-	"github.com/noetl/noetl/services/worker/internal/execute"
-	"github.com/noetl/noetl/services/worker/internal/results"
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
 
@@ -31,21 +25,14 @@ import (
 // missing when the command finishes, so its publishes fail until the stream is declared
 // again; then the outcome goes out once, and the command, delivered once, is acked.
 func TestAnOutcomeThatCannotBePublishedIsTriedAgainNotRunAgain(t *testing.T) {
-	nc, err := nats.Connect(testkit.StartNATS(t))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	nc, js := testkit.StartJetStream(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
 	require.NoError(t, js.DeleteStream(ctx, natsx.StreamEvents))
 
 	retries := prometheus.NewCounter(prometheus.CounterOpts{Name: "retries"})
-	c := &Consumer{NC: nc, JS: js, Pool: "shared", Concurrency: 2, Partitions: 1, Log: slog.New(slog.DiscardHandler),
-		Tracer: noop.NewTracerProvider().Tracer("test"), InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "in_flight"}), OutcomeRetries: retries,
-		Exec: &execute.Executor{Pool: "shared", Renderer: template.NewRenderer(), Tools: tools.Registry{"noop": tools.Noop{}},
-			Results: &results.Store{InlineMaxBytes: 64 << 10}, Tracer: noop.NewTracerProvider().Tracer("test"), Metrics: execute.NewMetrics("shared")}}
+	c := testConsumer(nc, js, 2, tools.Registry{"noop": tools.Noop{}})
+	c.OutcomeRetries = retries
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 
@@ -65,28 +52,23 @@ func TestAnOutcomeThatCannotBePublishedIsTriedAgainNotRunAgain(t *testing.T) {
 	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
 	events, err := js.Stream(ctx, natsx.StreamEvents)
 	require.NoError(t, err)
-	testkit.WaitFor(t, 30*time.Second, func() error {
-		info, err := events.Info(ctx)
-		if err != nil {
-			return err
-		}
-		if info.State.Msgs == 0 {
-			return fmt.Errorf("no outcome yet")
-		}
-		return nil
-	})
 	commands, err := js.Stream(ctx, natsx.StreamCommands)
 	require.NoError(t, err)
-	testkit.WaitFor(t, 30*time.Second, func() error {
-		info, err := commands.Info(ctx)
-		if err != nil {
-			return err
-		}
-		if info.State.Msgs > 0 {
-			return fmt.Errorf("the command is still claimed")
-		}
-		return nil
-	})
+	// waitMsgs waits until stream holds a count of messages that done accepts.
+	waitMsgs := func(stream jetstream.Stream, done func(uint64) bool, what string) {
+		testkit.WaitFor(t, 30*time.Second, func() error {
+			info, err := stream.Info(ctx)
+			if err != nil {
+				return err
+			}
+			if !done(info.State.Msgs) {
+				return fmt.Errorf("%s: %d messages", what, info.State.Msgs)
+			}
+			return nil
+		})
+	}
+	waitMsgs(events, func(n uint64) bool { return n > 0 }, "waiting for the outcome")
+	waitMsgs(commands, func(n uint64) bool { return n == 0 }, "the command is still claimed")
 	info, err := events.Info(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, info.State.Msgs, "one outcome message")

@@ -27,6 +27,16 @@ import (
 	"github.com/noetl/noetl/services/worker/internal/tools"
 )
 
+// testConsumer is a consumer of pool "shared" over one partition, running tools with
+// concurrency slots, its reports discarded.
+func testConsumer(nc *nats.Conn, js jetstream.JetStream, concurrency int, tools tools.Registry) *Consumer {
+	tracer := noop.NewTracerProvider().Tracer("test")
+	return &Consumer{NC: nc, JS: js, Pool: "shared", Concurrency: concurrency, Partitions: 1, Log: slog.New(slog.DiscardHandler),
+		Tracer: tracer, InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "in_flight"}),
+		Exec: &execute.Executor{Pool: "shared", Renderer: template.NewRenderer(), Tools: tools,
+			Results: &results.Store{InlineMaxBytes: 64 << 10}, Tracer: tracer, Metrics: execute.NewMetrics("shared")}}
+}
+
 // gate is a tool that returns once its channel is closed.
 type gate chan struct{}
 
@@ -45,14 +55,9 @@ func (g gate) Run(ctx context.Context, _ *tools.Call) (any, error) {
 // publish), the whole pack goes back to the pool and runs again.
 func TestAPackIsAckedOnceEveryCommandPublished(t *testing.T) {
 	t.Cleanup(failpoint.Reset)
-	nc, err := nats.Connect(testkit.StartNATS(t))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	nc, js := testkit.StartJetStream(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	require.NoError(t, natsx.EnsureStreams(ctx, js, natsx.StreamConfig{}))
 
 	const n = commandbus.MaxPack
 	pack := func(exec, lastTool string) []natsx.Message {
@@ -73,10 +78,7 @@ func TestAPackIsAckedOnceEveryCommandPublished(t *testing.T) {
 		return msgs
 	}
 	release := make(gate)
-	c := &Consumer{NC: nc, JS: js, Pool: "shared", Concurrency: 4, Partitions: 1, Log: slog.New(slog.DiscardHandler),
-		Tracer: noop.NewTracerProvider().Tracer("test"), InFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "in_flight"}),
-		Exec: &execute.Executor{Pool: "shared", Renderer: template.NewRenderer(), Tools: tools.Registry{"noop": tools.Noop{}, "gate": release},
-			Results: &results.Store{InlineMaxBytes: 64 << 10}, Tracer: noop.NewTracerProvider().Tracer("test"), Metrics: execute.NewMetrics("shared")}}
+	c := testConsumer(nc, js, 4, tools.Registry{"noop": tools.Noop{}, "gate": release})
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 
