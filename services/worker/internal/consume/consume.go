@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	cbackoff "github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +29,7 @@ import (
 	"github.com/noetl/noetl/internal/platform/natsx"
 	"github.com/noetl/noetl/internal/platform/telemetry"
 	"github.com/noetl/noetl/services/worker/internal/execute"
+	"github.com/noetl/noetl/services/worker/internal/retry"
 	"github.com/noetl/noetl/services/worker/internal/scrub"
 )
 
@@ -368,37 +368,23 @@ func (c *Consumer) handle(ctx context.Context, cmd *eventv1.Command, m jetstream
 // back, which runs its tool again.
 const outcomeRetryFor = 30 * time.Second
 
-// publishOutcome publishes a command's outcome, trying again with backoff and jitter
-// (100 ms growing to 5 s, ±50%) for up to outcomeRetryFor while ctx lasts: the tool has
-// run, and a failed publish would otherwise run it again. The same events are published
-// under the same message ids, so a publish that did land and lost only its ack is not
-// logged twice. An outcome too large for a message is not tried again.
+// publishOutcome publishes a command's outcome, trying again (retry.Do) for up to
+// outcomeRetryFor while ctx lasts: the tool has run, and a failed publish would otherwise
+// run it again. The same events are published under the same message ids, so a publish
+// that did land and lost only its ack is not logged twice. An outcome too large for a
+// message is not tried again.
 func (c *Consumer) publishOutcome(ctx context.Context, events []*eventv1.Event, log *slog.Logger) error {
-	err := c.publish(ctx, events)
-	if err == nil || errors.Is(err, natsx.ErrMessageTooLarge) || ctx.Err() != nil {
-		return err
-	}
-	b := cbackoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.Multiplier, b.RandomizationFactor = 100*time.Millisecond, 5*time.Second, 2, 0.5
-	// The failed publish is handed to Retry as its first attempt, so the next waits.
-	first := err
-	_, err = cbackoff.Retry(ctx, func() (struct{}, error) {
-		if first != nil {
-			err := first
-			first = nil
-			return struct{}{}, err
-		}
-		if c.OutcomeRetries != nil {
-			c.OutcomeRetries.Inc()
-		}
-		err := c.publish(ctx, events)
-		if errors.Is(err, natsx.ErrMessageTooLarge) {
-			return struct{}{}, cbackoff.Permanent(err)
-		}
-		return struct{}{}, err
-	}, cbackoff.WithBackOff(b), cbackoff.WithMaxElapsedTime(outcomeRetryFor), cbackoff.WithNotify(func(err error, next time.Duration) {
-		log.Warn("publish outcome failed; trying again", slog.String("execution_id", events[0].GetExecutionId()), slog.String("error", err.Error()), slog.Duration("retry_in", next))
-	}))
+	attempts := 0
+	_, err := retry.Do(ctx, outcomeRetryFor, func(err error) bool { return !errors.Is(err, natsx.ErrMessageTooLarge) },
+		func(err error, next time.Duration) {
+			log.Warn("publish outcome failed; trying again", slog.String("execution_id", events[0].GetExecutionId()), slog.String("error", err.Error()), slog.Duration("retry_in", next))
+		},
+		func() (struct{}, error) {
+			if attempts++; attempts > 1 && c.OutcomeRetries != nil {
+				c.OutcomeRetries.Inc()
+			}
+			return struct{}{}, c.publish(ctx, events)
+		})
 	return err
 }
 

@@ -30,6 +30,7 @@ import (
 	rsv1 "github.com/noetl/noetl/gen/go/noetl/resultstore/v1"
 	"github.com/noetl/noetl/internal/domain"
 	"github.com/noetl/noetl/internal/tabular"
+	"github.com/noetl/noetl/services/worker/internal/retry"
 	"github.com/noetl/noetl/services/worker/internal/scrub"
 )
 
@@ -77,7 +78,7 @@ func (s *Store) Put(ctx context.Context, cmd *eventv1.Command, result any) ([]by
 		var se *StoreError
 		return errors.As(err, &se) && unavailable(se.err)
 	}
-	out, err := retryUnavailable(ctx, bound, storeUnavailable, s.retryNotify(ctx, "resultstore unavailable: storing the result again", cmd), func() (stored, error) {
+	out, err := retry.Do(ctx, bound, storeUnavailable, s.retryNotify(ctx, "resultstore unavailable: storing the result again", cmd), func() (stored, error) {
 		b, ref, err := s.putOnce(ctx, cmd, result)
 		return stored{b, ref}, err
 	})
@@ -138,46 +139,6 @@ func (s *Store) retry() time.Duration {
 		return s.Retry
 	}
 	return DefaultRetry
-}
-
-// retryUnavailable runs op until it succeeds, fails with an error retry does not accept
-// (one that is not an unreachable resultstore), bound has passed or ctx ends. The waits
-// between attempts grow exponentially from 100 ms to 5 s, each randomised by ±50% so that
-// the workers of a pool do not come back in step.
-func retryUnavailable[T any](ctx context.Context, bound time.Duration, retry func(error) bool, notify cbackoff.Notify, op func() (T, error)) (T, error) {
-	// The first attempt is made here, as Retry would make it: most calls end with it (a
-	// result kept inline never reaches the store), and need no backoff. A failure worth
-	// another attempt is handed to Retry as its first attempt's outcome, with the time the
-	// attempt took taken off the bound.
-	begun := time.Now()
-	first, firstErr := op()
-	if firstErr == nil || !retry(firstErr) {
-		return first, firstErr
-	}
-	b := cbackoff.NewExponentialBackOff()
-	b.InitialInterval = 100 * time.Millisecond
-	b.MaxInterval = 5 * time.Second
-	b.Multiplier = 2
-	b.RandomizationFactor = 0.5
-	last := firstErr
-	attempted := false
-	v, err := cbackoff.Retry(ctx, func() (T, error) {
-		if !attempted {
-			attempted = true
-			return first, firstErr
-		}
-		v, err := op()
-		if err != nil && !retry(err) {
-			return v, cbackoff.Permanent(err)
-		}
-		last = err
-		return v, err
-	}, cbackoff.WithBackOff(b), cbackoff.WithMaxElapsedTime(max(bound-time.Since(begun), time.Nanosecond)), cbackoff.WithNotify(notify))
-	if err != nil && last != nil && ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
-		// Retry reports the end of ctx; what failed is more telling.
-		err = fmt.Errorf("%w (after: %w)", last, err)
-	}
-	return v, err
 }
 
 // unavailable reports whether err means the resultstore could not be reached or went away
@@ -437,7 +398,7 @@ func fits(v any, n int) bool {
 // Fetch reads a stored result as JSON: a table stored as Arrow comes back as the JSON it
 // was made from. An unreachable resultstore is retried as Put does.
 func (s *Store) Fetch(ctx context.Context, tenant, uri string) ([]byte, error) {
-	return retryUnavailable(ctx, s.retry(), unavailable, s.retryNotify(ctx, "resultstore unavailable: loading the result again", nil), func() ([]byte, error) {
+	return retry.Do(ctx, s.retry(), unavailable, s.retryNotify(ctx, "resultstore unavailable: loading the result again", nil), func() ([]byte, error) {
 		return s.fetchOnce(ctx, tenant, uri)
 	})
 }

@@ -1,4 +1,4 @@
-package results
+package retry
 
 import (
 	"context"
@@ -12,7 +12,13 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-func TestRetryUnavailableAttemptsAndNotifies(t *testing.T) {
+// unavailable is the resultstore's rule, as package results has it: an Unavailable
+// answer is worth another attempt, any other is not.
+func unavailable(err error) bool { return status.Code(err) == codes.Unavailable }
+
+// Do makes the first attempt at once, retries only what retry accepts, notifies each
+// retry, and gives up at its bound with the last failure.
+func TestDoAttemptsAndNotifies(t *testing.T) {
 	t.Parallel()
 	down := status.Error(codes.Unavailable, "resultstore restarting")
 	refused := status.Error(codes.InvalidArgument, "bad result id")
@@ -34,7 +40,7 @@ func TestRetryUnavailableAttemptsAndNotifies(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				calls, notified := 0, 0
-				v, err := retryUnavailable(context.Background(), tc.bound, unavailable, func(error, time.Duration) { notified++ }, func() (int, error) {
+				v, err := Do(context.Background(), tc.bound, unavailable, func(error, time.Duration) { notified++ }, func() (int, error) {
 					err := tc.outcomes[min(calls, len(tc.outcomes)-1)]
 					calls++
 					if err != nil {
