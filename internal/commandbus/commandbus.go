@@ -3,15 +3,16 @@
 // A command travels alone on natsx.CommandSubject, under its id as the stream's
 // deduplication id. Several commands of one execution for one pool that a commit forwards
 // together (a parallel loop's iterations) travel as packs instead: an eventv1.CommandPack
-// of up to MaxPack marshalled commands, in the order they were issued, under the header
-// PackHeader (the count) on PackSubject of its first command. The stream stores, delivers
-// and has acknowledged one message for them, not one per command: forwarding a fan-out of
-// 1,000 costs 250 messages. A worker acknowledges a pack once every command in it has
+// of up to MaxPack marshalled commands (PackSize), in the order they were issued, under the
+// header PackHeader (the count) on PackSubject of its first command. The stream stores,
+// delivers and has acknowledged one message for them, not one per command: forwarding a
+// fan-out of 1,000 costs 67 messages. A worker acknowledges a pack once every command in it has
 // published its outcome, and hands it back (all of it) when one could not.
 //
 // What holds:
-//   - A pack holds commands of one execution and one pool, at most MaxPack of them and
-//     maxPackBytes of their bodies; a group of one is sent as a plain command.
+//   - A pack holds commands of one execution and one pool, at most PackSize of them (of
+//     how many the forward carries for both) and maxPackBytes of their bodies; a group of
+//     one is sent as a plain command.
 //   - A pack's deduplication id derives from its commands' ids, so the same pack forwarded
 //     again (a commit redelivered before its forward was acknowledged) is dropped by the
 //     stream. The same commands grouped otherwise are not: a command can then run twice,
@@ -43,12 +44,23 @@ import (
 // the pack's count of commands. A message without it holds one marshalled Command.
 const PackHeader = "Noetl-Pack"
 
-// MaxPack bounds the commands of one pack. A worker holds as many messages claimed
-// beyond those it runs as it has slots, so packs let it hold MaxPack times as many
-// commands waiting: kept small, a fan-out still spreads over a pool's workers, while
-// forwarding it costs a quarter of the messages (and measured, nearly all of what larger
-// packs save).
-const MaxPack = 4
+// MinPack and MaxPack bound the commands of one pack, and SpreadMessages sets its size
+// between them (PackSize): a fan-out travels in packs of MinPack up to SpreadMessages*MinPack
+// wide, and a wider one in larger packs but still in at least SpreadMessages messages, for
+// as many workers of its pool to share. Every message costs the stream a store, a
+// delivery, an acknowledgement and a removal, and a worker a claim: a fan-out of 1,000 is
+// 67 messages of up to 15 commands, not 250 of 4.
+const (
+	MinPack        = 4
+	MaxPack        = 16
+	SpreadMessages = 64
+)
+
+// PackSize is how many commands go in each pack of n commands of one execution and pool:
+// n/SpreadMessages (rounded down), within MinPack and MaxPack.
+func PackSize(n int) int {
+	return min(max(n/SpreadMessages, MinPack), MaxPack)
+}
 
 // maxPackBytes bounds a pack's bodies, under the stream's message limit with room for the
 // pack's framing and headers.
@@ -64,7 +76,7 @@ func PackSubject(c *eventv1.Command, partitions int) string {
 }
 
 // Messages groups cmds into the NOETL_COMMANDS messages that carry them, in order: the
-// commands of one execution and pool share packs (up to MaxPack and maxPackBytes each;
+// commands of one execution and pool share packs (up to PackSize and maxPackBytes each;
 // one over a bound opens the next), and a group of one is the plain command under its own
 // subject and id. encoded, when not nil, is index-aligned with cmds: encoded[i], when not
 // nil, is cmds[i] already encoded (CommandOf), sent as it is rather than encoded again.
@@ -79,6 +91,10 @@ func Messages(cmds []*eventv1.Command, encoded [][]byte, partitions int, header 
 	}
 	var order []*pending
 	open := map[[2]string]*pending{} // execution and pool -> the pack still being filled
+	count := map[[2]string]int{}     // execution and pool -> its commands in cmds
+	for _, c := range cmds {
+		count[[2]string{c.GetExecutionId(), c.GetPool()}]++
+	}
 	for i, c := range cmds {
 		var b []byte
 		if encoded != nil {
@@ -92,7 +108,7 @@ func Messages(cmds []*eventv1.Command, encoded [][]byte, partitions int, header 
 		}
 		key := [2]string{c.GetExecutionId(), c.GetPool()}
 		p := open[key]
-		if p == nil || len(p.bodies) >= MaxPack || p.size+len(b) > maxPackBytes {
+		if p == nil || len(p.bodies) >= PackSize(count[key]) || p.size+len(b) > maxPackBytes {
 			p = &pending{first: c}
 			open[key] = p
 			order = append(order, p)

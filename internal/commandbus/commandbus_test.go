@@ -37,11 +37,11 @@ func ids(t *testing.T, msgs []natsx.Message) [][]string {
 	return out
 }
 
-// The commands of one execution and pool share packs in issue order, up to MaxPack each;
+// The commands of one execution and pool share packs in issue order, up to PackSize each;
 // others go apart, and a group of one is the plain command as before packs.
 func TestMessagesPackOneExecutionsCommandsForOnePool(t *testing.T) {
 	var cmds []*eventv1.Command
-	for i := range MaxPack + 3 {
+	for i := range MinPack + 3 {
 		cmds = append(cmds, command("x", "shared", i))
 		if i == 1 {
 			cmds = append(cmds, command("y", "shared", 0), command("x", "system", 0))
@@ -50,9 +50,9 @@ func TestMessagesPackOneExecutionsCommandsForOnePool(t *testing.T) {
 	msgs, err := Messages(cmds, nil, 4, func(c *eventv1.Command) nats.Header { return nats.Header{"Trace": []string{c.GetCommandId()}} })
 	require.NoError(t, err)
 	want := [][]string{{}, {"y-shared-0"}, {"x-system-0"}, {}}
-	for i := range MaxPack + 3 {
+	for i := range MinPack + 3 {
 		k := 0
-		if i >= MaxPack {
+		if i >= MinPack {
 			k = 3
 		}
 		want[k] = append(want[k], fmt.Sprintf("x-shared-%d", i))
@@ -60,7 +60,7 @@ func TestMessagesPackOneExecutionsCommandsForOnePool(t *testing.T) {
 	require.Equal(t, want, ids(t, msgs))
 
 	require.Equal(t, PackSubject(cmds[0], 4), msgs[0].Subject, "a pack travels on its first command's pack subject")
-	require.Equal(t, fmt.Sprint(MaxPack), msgs[0].Header.Get(PackHeader))
+	require.Equal(t, fmt.Sprint(MinPack), msgs[0].Header.Get(PackHeader))
 	require.Equal(t, "x-shared-0", msgs[0].Header.Get("Trace"), "a message continues its first command's trace")
 	require.True(t, strings.HasPrefix(msgs[0].Subject, strings.TrimSuffix(natsx.PoolSubjects("shared"), ">")), "the pool's consumer takes the pack")
 
@@ -81,6 +81,41 @@ func TestMessagesPackOneExecutionsCommandsForOnePool(t *testing.T) {
 }
 
 // A pack stays under the stream's message limit: large commands open the next pack.
+// A wide fan-out travels in larger packs, but in at least SpreadMessages messages so that
+// as many workers can share it; the pack size counts the commands of one execution and
+// pool, so another execution's few commands in the same forward keep small packs.
+func TestWideFanOutsTravelInLargerPacks(t *testing.T) {
+	for n, want := range map[int]int{1: MinPack, 4*SpreadMessages + 63: MinPack, 5 * SpreadMessages: 5, 1000: 15, 10000: MaxPack} {
+		require.Equal(t, want, PackSize(n), "n=%d", n)
+	}
+	for _, n := range []int{400, 1000, 5000} {
+		var cmds []*eventv1.Command
+		for i := range n {
+			cmds = append(cmds, command("x", "shared", i))
+		}
+		cmds = append(cmds, command("y", "shared", 0), command("y", "shared", 1), command("y", "shared", 2), command("y", "shared", 3), command("y", "shared", 4))
+		msgs, err := Messages(cmds, nil, 4, nil)
+		require.NoError(t, err)
+		var x [][]string
+		var next int
+		for _, m := range ids(t, msgs) {
+			if strings.HasPrefix(m[0], "y-") {
+				require.LessOrEqual(t, len(m), MinPack, "the other execution's packs are sized by its own commands")
+				continue
+			}
+			require.LessOrEqual(t, len(m), PackSize(n), "n=%d", n)
+			for _, id := range m {
+				require.Equal(t, fmt.Sprintf("x-shared-%d", next), id, "issue order")
+				next++
+			}
+			x = append(x, m)
+		}
+		require.Equal(t, n, next, "every command once")
+		require.GreaterOrEqual(t, len(x), SpreadMessages, "n=%d spreads over at least SpreadMessages messages", n)
+		require.Less(t, len(x), n/MinPack, "n=%d takes fewer messages than packs of MinPack would", n)
+	}
+}
+
 func TestMessagesBoundPacksInBytes(t *testing.T) {
 	var cmds []*eventv1.Command
 	for i := range 6 {

@@ -106,7 +106,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("cancellations: %w", err)
 	}
 	defer stopCancels()
-	it, err := cons.Messages(jetstream.PullMaxMessages(c.Concurrency))
+	it, err := cons.Messages(jetstream.PullMaxMessages(claimAhead(c.Concurrency)))
 	if err != nil {
 		return err
 	}
@@ -202,6 +202,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// claimAhead is how many NOETL_COMMANDS messages a worker of concurrency slots holds
+// claimed beyond those it runs: in packs of up to MaxPack, at most MinPack times
+// concurrency commands (for four slots or more), so one worker does not take a wide
+// fan-out's packs from its pool's other workers.
+func claimAhead(concurrency int) int {
+	return max(concurrency*commandbus.MinPack/commandbus.MaxPack, 1)
 }
 
 // task is one command of a claimed message, for a running goroutine.

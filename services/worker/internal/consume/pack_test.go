@@ -59,7 +59,7 @@ func TestAPackIsAckedOnceEveryCommandPublished(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
-	const n = commandbus.MaxPack
+	const n = commandbus.MinPack
 	pack := func(exec, lastTool string) []natsx.Message {
 		var cmds []*eventv1.Command
 		for i := range n {
@@ -151,4 +151,17 @@ func TestAPackIsAckedOnceEveryCommandPublished(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// A worker's claimed buffer holds at most MinPack commands per slot whatever the packs'
+// size, and at least one message.
+func TestAWorkerClaimsAheadAtMostFourCommandsASlot(t *testing.T) {
+	for _, c := range []int{0, 1, 3, 4, 16, 64, 100, 256} {
+		n := claimAhead(c)
+		require.GreaterOrEqual(t, n, 1, "concurrency %d", c)
+		if c >= commandbus.MaxPack/commandbus.MinPack {
+			require.LessOrEqual(t, n*commandbus.MaxPack, c*commandbus.MinPack, "concurrency %d", c)
+		}
+	}
+	require.Equal(t, 16, claimAhead(64), "the default concurrency")
 }
