@@ -48,7 +48,8 @@ func chainSteps(b *testing.B, w *Writer) {
 
 // BenchmarkCommitDecidedSteps commits, per operation, the outcomes of execs executions'
 // steps with the decisions they cause (an in-process decider), in one transaction on the
-// writer's heads, with and without the head start (headstart.go).
+// writer's heads, with and without the head start (headstart.go, which takes it for one
+// execution's batch alone).
 func BenchmarkCommitDecidedSteps(b *testing.B) {
 	for _, execs := range []int{1, 8} {
 		for _, head := range []bool{false, true} {
@@ -77,8 +78,13 @@ func BenchmarkCommitDecidedSteps(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				if head && w.HeadStarts() < uint64(b.N) {
+				// A head start is taken only for a batch of one execution (headstart.go):
+				// a batch of several is a writer behind, where it costs throughput.
+				switch {
+				case head && execs == 1 && w.HeadStarts() < uint64(b.N):
 					b.Fatalf("%d head starts in %d commits", w.HeadStarts(), b.N)
+				case execs > 1 && w.HeadStarts() != 0:
+					b.Fatalf("%d head starts in %d commits of %d executions each", w.HeadStarts(), b.N, execs)
 				}
 			})
 		}
