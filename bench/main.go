@@ -23,7 +23,10 @@
 // --retry-attempts, and, on a mesh the bench started, cpu_s_per_1k_steps (CPU seconds per
 // 1,000 steps or tasks, by process; cpu_scope says which, cpu_not_measured what is
 // missing) and commits, commits_one_round_trip, commits_one_round_trip_missed and
-// commits_head_start (the materializer's transactions in the measured phase; commits_scope). Each has gomaxprocs,
+// commits_head_start (the materializer's transactions in the measured phase; commits_scope),
+// and, for the in-process mesh, mesh_gc_cycles, mesh_alloc_mb, mesh_allocs, mesh_minor_faults
+// and mesh_heap_grown_mb (its memory in that phase; mesh_memory_scope). Each has warmups (the
+// runs before the measured one, --warmups) and gomaxprocs,
 // the Go scheduler's processors in the bench's process: the in-process mesh runs on one
 // fewer than the machine's cores, as noetl dev does beside its private Postgres
 // (mesh.LeaveCoreToPostgres). The other workloads have these where they apply and
@@ -312,9 +315,11 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	if err != nil {
 		return err
 	}
-	// Warm up: one run so that caches and connections exist.
-	if err := once(ctx, exe, reg.GetPlaybook().GetPath()); err != nil {
-		return err
+	// Warm up: --warmups runs (one by default) so that caches and connections exist.
+	for range max(*warmups, 1) {
+		if err := once(ctx, exe, reg.GetPlaybook().GetPath()); err != nil {
+			return err
+		}
 	}
 	sctx, stopSamples := context.WithCancel(ctx)
 	defer stopSamples()
@@ -343,11 +348,13 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		defer stopProfile()
 	}
 	sh := &shed{}
+	mem := readMeshMemory(meshMode)
 	o, err := measure(ctx, exe, reg.GetPlaybook().GetPath(), count, sh)
 	if err != nil {
 		return err
 	}
 	stopProfile()
+	memAfter := readMeshMemory(meshMode)
 	var cpuAfter map[string]float64
 	if meter != nil {
 		cpuAfter = meter.after()
@@ -372,6 +379,8 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	}
 	out["peak_rss_mb"] = peakRSSMB()
 	cpuFields(out, meter, cpuBefore, cpuAfter, o.completed()*perExec)
+	meshMemoryFields(out, mem, memAfter)
+	out["warmups"] = max(*warmups, 1)
 	commitPathFields(out, materializerAdmin != "", commitsBefore, commitsAfter)
 	if pm != nil {
 		// The bench process holds the client alone: the mesh's peak is its processes'.
@@ -393,6 +402,43 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		return fmt.Errorf("%d of %d %w; the first: %w", count-o.completed(), count, errIncomplete, err)
 	}
 	return nil
+}
+
+// warmups is how many runs of the workload precede the measured one.
+var warmups = flag.Int("warmups", 1, "chain, concurrent, fanout: runs of the workload before the measured one (at least one); more leave an in-process mesh's heap and its NATS server's caches at the size they keep, as in a mesh that has run a while, where the first runs of a new process still grow them")
+
+// meshMemory is what the Go runtime and the kernel say of the bench's process, which holds
+// an in-process mesh: its garbage collections, its allocations and its minor page faults
+// (fresh memory the kernel maps in, about 10 us each on a virtual machine).
+type meshMemory struct {
+	ok                  bool
+	gcs, allocs, faults uint64
+	allocBytes, heapSys uint64
+}
+
+// readMeshMemory reads meshMemory when the mesh runs in the bench's process.
+func readMeshMemory(meshMode string) meshMemory {
+	if meshMode != "in-process" {
+		return meshMemory{}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return meshMemory{ok: true, gcs: uint64(ms.NumGC), allocs: ms.Mallocs, faults: uint64(ru.Minflt), allocBytes: ms.TotalAlloc, heapSys: ms.HeapSys}
+}
+
+// meshMemoryFields adds what the in-process mesh's memory did in the measured phase.
+func meshMemoryFields(out map[string]any, before, after meshMemory) {
+	if !before.ok || !after.ok {
+		return
+	}
+	out["mesh_gc_cycles"] = after.gcs - before.gcs
+	out["mesh_alloc_mb"] = round1(float64(after.allocBytes-before.allocBytes) / (1 << 20))
+	out["mesh_allocs"] = after.allocs - before.allocs
+	out["mesh_minor_faults"] = after.faults - before.faults
+	out["mesh_heap_grown_mb"] = round1((float64(after.heapSys) - float64(before.heapSys)) / (1 << 20))
+	out["mesh_memory_scope"] = "the measured phase in the bench's process (the in-process mesh and the bench's client): mesh_gc_cycles garbage collections, mesh_alloc_mb and mesh_allocs allocated, mesh_minor_faults minor page faults (fresh memory mapped in), mesh_heap_grown_mb the Go heap's growth"
 }
 
 // peakRSSMB is this process's peak resident set (VmHWM), which includes every in-process
