@@ -10,10 +10,15 @@
 // trip, so the writer commits the step in one round trip (writer/fast.go).
 //
 // Invariants:
-//   - The two sides never share a message. The request is cloned before it is decided on
-//     and the answer before it is handed back: the orchestrator keeps the events it
-//     speculated on, and the materializer sets seqs and commit times on those it
-//     commits.
+//   - A message changes hands, it is not copied: Ask gives the request to the decider and
+//     the answer to the caller as they are, and neither side changes what it gave away.
+//     The materializer builds each request from copies of its own (its committing events,
+//     with the seqs and commit time the commit gives them) and only reads it once asked;
+//     the orchestrator keeps the request's events it folded, which nobody changes, and of
+//     its answer's events keeps copies (domain.FoldCopy), not the events, on which the
+//     materializer sets seqs and commit times as it commits them. Copying both ways, as the
+//     link once did, cost a 1,000-wide fan-out about 7% of its allocations (bench's
+//     mesh_alloc_mb, 19.0 to 17.7 MB) for a guard neither side needs.
 //   - A link answers only while an orchestrator serves on it. Before one does and after
 //     it stops, Ask's wait returns ErrNotServed and the caller asks over the network, as a
 //     materializer in a process of its own always does.
@@ -26,8 +31,6 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
-
-	"google.golang.org/protobuf/proto"
 
 	orchv1 "github.com/noetl/noetl/gen/go/noetl/orchestrator/v1"
 )
@@ -63,9 +66,10 @@ func (l *Link) Served() bool {
 	return l != nil && l.cur.Load() != nil
 }
 
-// Ask asks the link's decider what the executions of req decide, on a copy of req, and
-// returns what waits for a copy of its answer; nothing runs on a goroutine of its own. The
-// wait must be called.
+// Ask asks the link's decider what the executions of req decide and returns what waits
+// for its answer; nothing runs on a goroutine of its own. The wait must be called. req is
+// the decider's once asked: the caller may read it but not change it, and the answer is
+// the caller's alone.
 func (l *Link) Ask(ctx context.Context, req *orchv1.DecideCommittingRequest) (wait func() (*orchv1.DecideCommittingResponse, error)) {
 	failed := func(err error) func() (*orchv1.DecideCommittingResponse, error) {
 		return func() (*orchv1.DecideCommittingResponse, error) { return nil, err }
@@ -80,8 +84,8 @@ func (l *Link) Ask(ctx context.Context, req *orchv1.DecideCommittingRequest) (wa
 	if err := ctx.Err(); err != nil {
 		return failed(err)
 	}
-	answer := s.d.AskCommitting(ctx, proto.CloneOf(req))
+	answer := s.d.AskCommitting(ctx, req)
 	return func() (*orchv1.DecideCommittingResponse, error) {
-		return proto.CloneOf(answer()), nil
+		return answer(), nil
 	}
 }

@@ -209,7 +209,9 @@ func sameEvents(committed, asked []*eventv1.Event) bool {
 // committingExecution is one execution's part of a DecideCommitting request: its head
 // before the batch (seqBefore, lastID) and copies of evs, its events the batch commits, with
 // the seqs after the head in order and the commit time the transaction gives them (evs
-// themselves are inserted as published).
+// themselves are inserted as published). The copies are the request's alone: an orchestrator
+// in this process decides on them as they are and keeps those it folds (decisionlink), so
+// nothing here changes them once asked.
 func committingExecution(ctx context.Context, id, tenant string, seqBefore int64, lastID string, evs []*eventv1.Event, ct *timestamppb.Timestamp) *orchv1.CommittingExecution {
 	x := &orchv1.CommittingExecution{ExecutionId: id, Tenant: tenant, SeqBefore: seqBefore, LastEventId: lastID, Trace: traceOf(ctx, id),
 		Events: make([]*eventv1.Event, 0, len(evs))}

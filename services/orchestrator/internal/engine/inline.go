@@ -239,7 +239,10 @@ func (e *Engine) decideInline(ctx context.Context, s *shard, r *inlineRequest) *
 	// The decision's events, at the seqs and commit time the commit will give them.
 	commitTime := evs[len(evs)-1].GetCommitTime()
 	for i, ev := range events {
-		c := domain.FoldCopy(ev) // a fan-out's commands are most of its decision, and no fold reads them
+		// The state folds a copy: the answer's events go to the materializer as they are
+		// (decisionlink), which sets their seqs as it commits them. A fan-out's commands
+		// are most of its decision, and no fold reads them.
+		c := domain.FoldCopy(ev)
 		c.Seq, c.CommitTime = st.GetSeq()+1, commitTime
 		if err := domain.Apply(st, c); err != nil {
 			s.states.drop(id) // decide made an event its own fold refuses: let the notice path decide
