@@ -3,6 +3,7 @@ package writer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -432,4 +433,39 @@ func TestSettingsAreTheSessionsOnce(t *testing.T) {
 	res, err := w.Commit(ctx, []*eventv1.Event{ev("s", "s2", domain.EventStepEnter)}, nil)
 	require.NoError(t, err)
 	require.Equal(t, []Outcome{Committed}, res.Outcomes, "a settled connection commits without the settings statement")
+}
+
+// TestFewLargeEventsGoInWithCopy: a batch whose new events are few but large (a wide
+// fan-out's groups of commands) is inserted with COPY, bodies intact, and a batch of as
+// many small events is not.
+func TestFewLargeEventsGoInWithCopy(t *testing.T) {
+	ctx := context.Background()
+	w := newWriter(t)
+	_, err := w.Commit(ctx, []*eventv1.Event{ev("L", "L0", domain.EventPlaybookStarted)}, nil)
+	require.NoError(t, err)
+	small := []*eventv1.Event{ev("L", "L1", domain.EventStepEnter), ev("L", "L2", domain.EventStepEnter)}
+	before := w.copies.Load()
+	_, err = w.Commit(ctx, small, nil)
+	require.NoError(t, err)
+	require.Equal(t, before, w.copies.Load(), "two small events go in with an INSERT")
+
+	large := make([]*eventv1.Event, 3)
+	for i := range large {
+		large[i] = ev("L", fmt.Sprintf("L%d", i+3), domain.EventStepEnter)
+		large[i].PayloadJson = []byte(`{"pad":"` + strings.Repeat("x", copyBytes/2) + `"}`)
+	}
+	res, err := w.Commit(ctx, large, nil)
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Committed)
+	require.Equal(t, before+1, w.copies.Load(), "three events of half copyBytes each go in with COPY")
+	for _, e := range large {
+		var body []byte
+		require.NoError(t, w.DB.QueryRow(ctx, `SELECT body FROM noetl.event WHERE execution_id = 'L' AND event_id = $1`, e.GetEventId()).Scan(&body))
+		got := &eventv1.Event{}
+		require.NoError(t, proto.Unmarshal(body, got))
+		require.Equal(t, e.GetPayloadJson(), got.GetPayloadJson())
+	}
+	var last int64
+	require.NoError(t, w.DB.QueryRow(ctx, `SELECT last_seq FROM noetl.execution WHERE execution_id = 'L'`).Scan(&last))
+	require.Equal(t, int64(6), last)
 }
