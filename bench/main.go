@@ -46,6 +46,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +68,7 @@ func main() {
 	gateway := flag.String("gateway", "", "use a running gateway (gRPC address, API key in $NOETL_API_KEY) instead of an in-process mesh")
 	procs := flag.Bool("procs", true, "longloop (on by default): run each service and the NATS server as its own OS process (built from ./services and bench/chaos/natsnode) against a private Postgres, and measure the orchestrator's and statebuilder's RSS; --procs=false runs the mesh in-process. chain, concurrent, fanout (only when given): run each service and the NATS server as its own OS process, so that cpu_s_per_1k_steps has one figure per process")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured phase (in-process mesh included) to this file")
+	flag.StringVar(&execTrace, "trace", "", "chain, concurrent, fanout: write a Go execution trace of the measured phase to this file (go tool trace): which goroutines of the bench's process, an in-process mesh's included, ran when, and what each waited on")
 	chaosOpts := chaosFlags()
 	flag.StringVar(&natsSync, "nats-sync", "", "the in-process mesh's NATS jetstream.sync_interval: always, a period (2m), or empty for the server's default (2m)")
 	flag.Parse()
@@ -153,6 +155,9 @@ func gatewayLimitsEnv() []string {
 
 // profile is the CPU profile path, empty for none.
 var profile string
+
+// execTrace is the execution trace path (--trace), empty for none.
+var execTrace string
 
 // natsSync is the in-process mesh's NATS sync policy (--nats-sync).
 var natsSync string
@@ -347,12 +352,18 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		stopProfile = func() { stopped.Do(pprof.StopCPUProfile) }
 		defer stopProfile()
 	}
+	stopTrace, err := startTrace(execTrace)
+	if err != nil {
+		return err
+	}
+	defer stopTrace()
 	sh := &shed{}
 	mem := readMeshMemory(meshMode)
 	o, err := measure(ctx, exe, reg.GetPlaybook().GetPath(), count, sh)
 	if err != nil {
 		return err
 	}
+	stopTrace()
 	stopProfile()
 	memAfter := readMeshMemory(meshMode)
 	var cpuAfter map[string]float64
@@ -460,4 +471,30 @@ func procStatusMB(field string) float64 {
 		}
 	}
 	return 0
+}
+
+// startTrace starts a Go execution trace (runtime/trace) written to path, and returns
+// what stops it and closes the file; it may be called more than once. An empty path
+// traces nothing. A CPU profile shows where time was spent over many samples; a trace
+// shows one run's timeline: on a one-processor mesh, which service's goroutine held the
+// processor, and the stretches it sat idle waiting on Postgres.
+func startTrace(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := trace.Start(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			trace.Stop()
+			_ = f.Close()
+		})
+	}, nil
 }
