@@ -93,8 +93,22 @@ func EventSubject(executionID string, partitions int) string {
 	return PartitionEventSubject(Partition(executionID, partitions))
 }
 
-// PartitionEventSubject is the subject of the events of partition p.
-func PartitionEventSubject(p int) string { return fmt.Sprintf(prefixEvents+"%d", p) }
+// PartitionEventSubject is the subject of the events of partition p. Every event a
+// service publishes names one, so the subjects of the first partitions are made once.
+func PartitionEventSubject(p int) string {
+	if p >= 0 && p < len(eventSubjects) {
+		return eventSubjects[p]
+	}
+	return prefixEvents + strconv.Itoa(p)
+}
+
+// eventSubjects are the subjects of partitions 0 to 255 (a mesh has 16 by default).
+var eventSubjects = func() (s [256]string) {
+	for p := range s {
+		s[p] = prefixEvents + strconv.Itoa(p)
+	}
+	return s
+}()
 
 // CommittedAll matches every commit notice.
 const CommittedAll = prefixCommitted + ">"
@@ -103,7 +117,7 @@ const CommittedAll = prefixCommitted + ">"
 // noetl.commands.<pool>.<partition>.<command id>. The command id as the last token lets
 // the reconciler ask the stream whether it still holds one command (CommandQueued).
 func CommandSubject(pool, executionID, commandID string, partitions int) string {
-	return fmt.Sprintf(prefixCommands+"%s.%d.%s", pool, Partition(executionID, partitions), commandID)
+	return prefixCommands + pool + "." + strconv.Itoa(Partition(executionID, partitions)) + "." + commandID
 }
 
 // KeepSubject is the subject of NOETL_COMMANDS's keeper: an empty message no pool's
@@ -139,7 +153,7 @@ func CommandQueued(ctx context.Context, commands jetstream.Stream, subject strin
 // execution id is the last token so that a caller can wait for one execution's commits
 // with a core subscription.
 func CommittedSubject(executionID string, partitions int) string {
-	return fmt.Sprintf(prefixCommitted+"%d.%s", Partition(executionID, partitions), executionID)
+	return prefixCommitted + strconv.Itoa(Partition(executionID, partitions)) + "." + executionID
 }
 
 // AdvancedSubject is the core NATS subject, outside every stream, on which the
@@ -149,7 +163,7 @@ func CommittedSubject(executionID string, partitions int) string {
 // only, and costs no stream write, delivery or acknowledgement. The execution id is the
 // last token, as in CommittedSubject.
 func AdvancedSubject(executionID string, partitions int) string {
-	return fmt.Sprintf(prefixAdvanced+"%d.%s", Partition(executionID, partitions), executionID)
+	return prefixAdvanced + strconv.Itoa(Partition(executionID, partitions)) + "." + executionID
 }
 
 // NoticeWildcard matches the commit notices of one execution, on CommittedSubject and

@@ -3,6 +3,7 @@ package natsx_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -487,4 +488,18 @@ func TestAPublishWhoseAckIsLostFailsAtTheBound(t *testing.T) {
 		t.Fatal("a publish whose ack was lost still waits")
 	}
 	require.Len(t, got, 1, "the message reached its listener, which never answered")
+}
+
+// The subject builders spell what the streams and consumers match: prefix, partition and
+// id, dot-separated, for partitions inside and outside the table of event subjects.
+func TestSubjectBuildersSpellPrefixPartitionAndID(t *testing.T) {
+	for _, p := range []int{0, 3, 15, 255, 256, 1000} {
+		require.Equal(t, fmt.Sprintf("noetl.events.%d", p), natsx.PartitionEventSubject(p))
+	}
+	p := natsx.Partition("x1", 16)
+	require.Equal(t, fmt.Sprintf("noetl.events.%d", p), natsx.EventSubject("x1", 16))
+	require.Equal(t, fmt.Sprintf("noetl.commands.blue.%d.c1", p), natsx.CommandSubject("blue", "x1", "c1", 16))
+	require.Equal(t, fmt.Sprintf("noetl.committed.%d.x1", p), natsx.CommittedSubject("x1", 16))
+	require.True(t, strings.HasSuffix(natsx.AdvancedSubject("x1", 16), fmt.Sprintf(".%d.x1", p)))
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = natsx.PartitionEventSubject(7) }), "an event's subject is not built per publish")
 }
