@@ -244,8 +244,12 @@ func start(ctx context.Context, exe apiv1.ExecutionServiceClient, path, key stri
 			}
 		}
 		resp, err := retryExhausted(ctx, &sh.starts, &sh.unavailable, func() (*apiv1.StartExecutionResponse, error) {
+			var endedBefore uint64
+			if win != nil {
+				endedBefore = win.ended()
+			}
 			resp, err := exe.StartExecution(ctx, req)
-			if win != nil && inFlightRefusal(err) && win.refused() {
+			if win != nil && inFlightRefusal(err) && win.refused(endedBefore) {
 				sh.starts.Add(1)
 				return nil, errWindowFull
 			}

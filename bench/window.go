@@ -46,7 +46,8 @@ type window struct {
 	freed chan struct{} // closed and replaced when a slot frees or the bound rises
 	limit float64       // the bound: int(limit) slots, at least one
 	inUse int
-	slots int // the most the bound may grow to
+	slots int    // the most the bound may grow to
+	ends  uint64 // executions that ran to their end so far (release(true))
 }
 
 // newWindow returns a window of slots slots, all open.
@@ -80,24 +81,40 @@ func (w *window) release(ended bool) {
 	defer w.mu.Unlock()
 	w.inUse--
 	if ended {
+		w.ends++
 		w.limit = min(float64(w.slots), w.limit+1/max(1, w.limit))
 	}
 	close(w.freed)
 	w.freed = make(chan struct{})
 }
 
+// ended is how many of the window's executions have run to their end so far: a start
+// reads it before it is sent, and refused compares.
+func (w *window) ended() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ends
+}
+
 // refused lowers the bound after a start refused for calls in flight while the caller held
-// a slot, and reports whether other executions of the window are running, whose ends will
-// free calls: the others filled the cap, so the bound goes to nine tenths of them. A crowd
+// a slot, and reports whether the window's own executions hold, or held, the calls the
+// gateway counted, so that the start is worth retrying as soon as the window lets it.
+// endedBefore is ended() as read before the start was sent.
+//
+// With others running, they filled the cap: the bound goes to nine tenths of them. A crowd
 // refused at once lowers it about once, each to about the same figure. With none running
-// the bound stays: the cap is held by other clients of the tenant, and the refusal's delay
-// applies.
-func (w *window) refused() bool {
+// but some ended since the start was sent, those were the calls the gateway counted: they
+// are free now, and the bound stays. With none running and none ended meanwhile, the cap
+// is held by other clients of the tenant: the bound stays and the refusal's delay applies.
+// (A refusal answered as the window's last executions end is the middle case; judging it
+// by the executions running when the answer is read took it for the last, and a delay
+// of an hour gave the start up.)
+func (w *window) refused(endedBefore uint64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	others := w.inUse - 1
 	if others <= 0 {
-		return false
+		return w.ends != endedBefore
 	}
 	w.limit = min(w.limit, max(1, 0.9*float64(others)))
 	return true

@@ -37,10 +37,10 @@ func TestWindowCutsOnRefusalAndGrowsAsExecutionsEnd(t *testing.T) {
 	}
 	// 49 others running filled the cap: the bound goes to nine tenths of them, and a crowd
 	// refused together does not cut it further than its last member's figure.
-	if !w.refused() || w.size() != 44 {
+	if !w.refused(w.ended()) || w.size() != 44 {
 		t.Fatalf("refused with 49 others: size %d; want 44", w.size())
 	}
-	if !w.refused() || w.size() != 44 {
+	if !w.refused(w.ended()) || w.size() != 44 {
 		t.Fatalf("a second refusal at once: size %d; want 44 still", w.size())
 	}
 	w.release(false) // the refused start gives its slot back
@@ -78,8 +78,21 @@ func TestWindowCutsOnRefusalAndGrowsAsExecutionsEnd(t *testing.T) {
 	if err := lone.acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if lone.refused() || lone.size() != 3 {
+	if lone.refused(lone.ended()) || lone.size() != 3 {
 		t.Fatalf("lone refusal: size %d; want it left at 3 and the delay to apply", lone.size())
+	}
+	// Alone now, but another execution of the window ended after the start was sent: its
+	// calls were the ones counted, and they are free. Retry without the delay; the bound stays.
+	pair := newWindow(3)
+	for range 2 {
+		if err := pair.acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := pair.ended()
+	pair.release(true) // the other execution ends while the start is answered
+	if !pair.refused(sent) || pair.size() != 3 {
+		t.Fatalf("refusal answered as the others ended: size %d; want a retry and the bound left at 3", pair.size())
 	}
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
