@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,16 +116,11 @@ func runIngest(ctx context.Context) error {
 		return err
 	}
 	want := int64(len(started) + len(events))
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = f.Close() }()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	cpu := startCPU(ctx, db)
 	begin := time.Now()
 	g.release()
@@ -135,9 +129,7 @@ func runIngest(ctx context.Context) error {
 	}
 	wall := time.Since(begin)
 	goCPU, pgCPU := cpu.since(ctx, db)
-	if profile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	stop()
 	wg.Wait()
 

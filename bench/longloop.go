@@ -180,17 +180,11 @@ func runLongloop(ctx context.Context, cat apiv1.CatalogServiceClient, exe apiv1.
 	if err != nil {
 		return err
 	}
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = f.Close() }()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	sctx, stopSamples := context.WithCancel(ctx)
 	defer stopSamples()
 	rss := &rssSamples{}

@@ -41,6 +41,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -338,20 +339,11 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	if meter != nil {
 		cpuBefore = meter.before()
 	}
-	stopProfile := func() {}
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = f.Close() }()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		var stopped sync.Once
-		stopProfile = func() { stopped.Do(pprof.StopCPUProfile) }
-		defer stopProfile()
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	stopTrace, err := startTrace(execTrace)
 	if err != nil {
 		return err
@@ -473,12 +465,23 @@ func procStatusMB(field string) float64 {
 	return 0
 }
 
-// startTrace starts a Go execution trace (runtime/trace) written to path, and returns
-// what stops it and closes the file; it may be called more than once. An empty path
-// traces nothing. A CPU profile shows where time was spent over many samples; a trace
-// shows one run's timeline: on a one-processor mesh, which service's goroutine held the
+// startCPUProfile starts a CPU profile (runtime/pprof) written to path; see startRecording.
+func startCPUProfile(path string) (stop func(), err error) {
+	return startRecording(path, pprof.StartCPUProfile, pprof.StopCPUProfile)
+}
+
+// startTrace starts a Go execution trace (runtime/trace) written to path; see
+// startRecording. A CPU profile shows where time was spent over many samples; a trace shows
+// one run's timeline: on a one-processor mesh, which service's goroutine held the
 // processor, and the stretches it sat idle waiting on Postgres.
 func startTrace(path string) (stop func(), err error) {
+	return startRecording(path, trace.Start, trace.Stop)
+}
+
+// startRecording starts a recording of the process (start) into a file created at path,
+// and returns what stops it (stop) and closes the file, which may be called more than
+// once. An empty path records nothing.
+func startRecording(path string, start func(io.Writer) error, stop func()) (func(), error) {
 	if path == "" {
 		return func() {}, nil
 	}
@@ -486,14 +489,14 @@ func startTrace(path string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := trace.Start(f); err != nil {
+	if err := start(f); err != nil {
 		_ = f.Close()
 		return nil, err
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			trace.Stop()
+			stop()
 			_ = f.Close()
 		})
 	}, nil
