@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -268,4 +269,32 @@ func TestOnlyTheMaterializerMayPurge(t *testing.T) {
 	// Deleting from the log directly stays refused, the function notwithstanding.
 	_, err = m.Exec(ctx, `DELETE FROM noetl.event`)
 	require.Equal(t, "42501", sqlstate(err), "%v", err)
+}
+
+// TestEventBodiesAreCompressedWithLz4: a body large enough for Postgres to compress is
+// compressed with lz4 where the server has it (00019_event_body_lz4.sql), reads back
+// whole, and a server without lz4 keeps its default rather than fail the migration.
+func TestEventBodiesAreCompressedWithLz4(t *testing.T) {
+	t.Parallel()
+	admin, urls := setup(t)
+	ctx := t.Context()
+	a := connect(t, admin)
+	var attcompression string
+	require.NoError(t, a.QueryRow(ctx, `SELECT attcompression::text FROM pg_attribute
+		WHERE attrelid = 'noetl.event'::regclass AND attname = 'body'`).Scan(&attcompression))
+	_, lz4Err := a.Exec(ctx, `SET default_toast_compression = lz4`)
+	if lz4Err != nil {
+		require.Equal(t, "", attcompression, "a server without lz4 (%v) keeps the default", lz4Err)
+		return
+	}
+	require.Equal(t, "l", attcompression)
+	body := []byte(strings.Repeat("commands of one fan-out share most of their bytes; ", 2000))
+	m := connect(t, urls[schema.Materializer])
+	_, err := m.Exec(ctx, `INSERT INTO noetl.event (execution_id, seq, event_id, tenant, type, body) VALUES ('x', 1, 'e1', 't', 'commands.issued', $1)`, body)
+	require.NoError(t, err)
+	var method string
+	var back []byte
+	require.NoError(t, a.QueryRow(ctx, `SELECT pg_column_compression(body), body FROM noetl.event WHERE execution_id = 'x'`).Scan(&method, &back))
+	require.Equal(t, "lz4", method)
+	require.Equal(t, body, back)
 }
