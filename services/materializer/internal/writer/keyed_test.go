@@ -36,21 +36,7 @@ func TestKeyedStatementsCommitEveryColumnAndTheProjection(t *testing.T) {
 		for k := range batch {
 			require.Equal(t, Committed, res.Outcomes[k], "batch of %d, event %d", n, k)
 		}
-		type row struct {
-			seq                        int64
-			id, tenant, typ, step, cmd string
-			at                         time.Time
-			body                       []byte
-		}
-		rows, err := w.DB.Query(ctx, `SELECT seq, event_id, tenant, type, step, command_id, committed_at, body FROM noetl.event
-			WHERE execution_id = 'k' AND seq > $1 ORDER BY seq`, seq)
-		require.NoError(t, err)
-		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-			var x row
-			err := r.Scan(&x.seq, &x.id, &x.tenant, &x.typ, &x.step, &x.cmd, &x.at, &x.body)
-			return x, err
-		})
-		require.NoError(t, err) // the rows are closed: a failed assertion below cannot hold a connection
+		got := rowsAfter(t, w, "k", seq)
 		k := 0
 		for _, x := range got {
 			require.Equal(t, []any{seq + int64(k) + 1, batch[k].GetEventId(), "t1", domain.EventStepEnter, batch[k].GetStep(), batch[k].GetCommandId()},
@@ -76,4 +62,29 @@ func TestKeyedStatementsCommitEveryColumnAndTheProjection(t *testing.T) {
 	require.NoError(t, w.DB.QueryRow(ctx, `SELECT status, ended_at IS NOT NULL FROM noetl.execution WHERE execution_id = 'k'`).Scan(&status, &ended))
 	require.Equal(t, int16(eventv1.ExecutionStatus_EXECUTION_STATUS_COMPLETED), status)
 	require.True(t, ended, "the terminal event ends the execution")
+}
+
+// loggedRow is a row of the log as a query reads it back.
+type loggedRow struct {
+	seq                        int64
+	id, tenant, typ, step, cmd string
+	at                         time.Time
+	body                       []byte
+}
+
+// rowsAfter reads back the rows of exec's log after seq, in seq order, every column but the
+// execution id; the rows are closed before it returns, so a failed assertion on them holds
+// no connection.
+func rowsAfter(t *testing.T, w *Writer, exec string, seq int64) []loggedRow {
+	t.Helper()
+	rows, err := w.DB.Query(context.Background(), `SELECT seq, event_id, tenant, type, step, command_id, committed_at, body FROM noetl.event
+		WHERE execution_id = $1 AND seq > $2 ORDER BY seq`, exec, seq)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (loggedRow, error) {
+		var x loggedRow
+		err := r.Scan(&x.seq, &x.id, &x.tenant, &x.typ, &x.step, &x.cmd, &x.at, &x.body)
+		return x, err
+	})
+	require.NoError(t, err)
+	return got
 }

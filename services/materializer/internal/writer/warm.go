@@ -28,9 +28,9 @@ import (
 var warmStatements = slices.Concat([]string{"BEGIN", "COMMIT", sqlStart, sqlLock, sqlLockLast, sqlLogged}, headStatements)
 
 // Warm readies a connection the pool has just made for the writer's commits: the session's
-// settings (sqlSettings, marking the connection settled), every statement of
-// warmStatements prepared, and the description of the log's columns a COPY needs. It is
-// meant as the pool's AfterConnect hook (pgxext.AfterConnect). It never refuses the
+// settings (sqlSettings, marking the connection settled) and every statement of
+// warmStatements prepared. A COPY needs nothing more: the writer encodes its rows itself
+// (copydata.go). It is meant as the pool's AfterConnect hook (pgxext.AfterConnect). It never refuses the
 // connection: should a statement fail to prepare (a schema not yet migrated, which the
 // materializer's schema check at start reports), Warm stops there and returns nil, and
 // what is left is prepared on first use, as without it.
@@ -44,8 +44,5 @@ func Warm(ctx context.Context, c *pgx.Conn) error {
 			return nil
 		}
 	}
-	// A COPY's column types come from a description pgx caches per connection, asked on
-	// the connection's first COPY: a COPY of no rows asks it now and writes nothing.
-	_, _ = c.CopyFrom(ctx, pgx.Identifier{"noetl", "event"}, eventColumns, pgx.CopyFromRows(nil))
 	return nil
 }

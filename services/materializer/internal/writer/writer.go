@@ -17,6 +17,7 @@
 package writer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -457,7 +458,7 @@ func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		}
 	}
 	if len(copyRows) > 0 {
-		if _, err := conn.CopyFrom(ctx, pgx.Identifier{"noetl", "event"}, eventColumns, pgx.CopyFromRows(copyRows)); err != nil {
+		if _, err := conn.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(copyRows), sqlCopy); err != nil {
 			if fast {
 				return nil, w.moved(err, execs) // an event logged already
 			}
@@ -735,12 +736,13 @@ func (w *Writer) queueStarts(b *pgx.Batch, evs []*eventv1.Event, distinct []int,
 	return 1
 }
 
-// queueWrites queues the insert of the committed events, or returns them as rows to COPY
-// when there are copyMin or more, and queues the projection updates. The first inserted
+// queueWrites queues the insert of the committed events, or returns them encoded for COPY
+// (copyData) when there are copyMin or more or their bodies reach copyBytes, and queues
+// the projection updates. The first inserted
 // events of evs are not inserted again (a head start inserted them, headstart.go), though
 // their timers are projected.
 func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte, distinct []int, outcomes []Outcome, seqs []int64,
-	execs []string, state map[string]*execState, at time.Time, inserted int) ([][]any, error) {
+	execs []string, state map[string]*execState, at time.Time, inserted int) ([]byte, error) {
 	var rows eventRows
 	var tEx, tID, tTn, tStep, fEx, fID, retired []string
 	var tDue []time.Time
@@ -769,13 +771,10 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 			retired = append(retired, e.GetExecutionId())
 		}
 	}
-	var copyRows [][]any
+	var copyRows []byte
 	switch r := &rows; {
 	case len(r.ex) >= copyMin || r.bytes >= copyBytes:
-		copyRows = make([][]any, len(r.ex))
-		for k := range r.ex {
-			copyRows[k] = []any{r.ex[k], r.seq[k], r.ev[k], r.tn[k], r.ty[k], r.st[k], r.cmd[k], at, r.body[k]}
-		}
+		copyRows = r.copyData(at) // copydata.go
 	case len(r.ex) > 0:
 		r.queue(b, at)
 	}
