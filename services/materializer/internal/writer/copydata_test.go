@@ -1,10 +1,14 @@
 package writer
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -57,4 +61,30 @@ func TestCopiedRowsHoldEveryColumnAsAnInsertWould(t *testing.T) {
 	}
 	_, last := logOf(t, w, "c")
 	require.Equal(t, int64(len(batch)+1), last, "the projection follows the copied rows")
+}
+
+// TestCopyStreamReadsAlikeInAnyPieces: the stream is the same bytes however the connection
+// reads it (one byte at a time, in halves, all at once), opens with COPY's signature, ends
+// with its trailer, and holds each row's body whole.
+func TestCopyStreamReadsAlikeInAnyPieces(t *testing.T) {
+	var r eventRows
+	for k := range 5 {
+		e := ev("s", fmt.Sprintf("s-%d", k), domain.EventCommandCompleted)
+		e.PayloadJson = []byte(strings.Repeat("b", k*1000))
+		require.NoError(t, r.add(e, nil, 0, int64(k+1)))
+	}
+	at := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	all, err := io.ReadAll(copyRowsOf(&r, at))
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(all, copySignature))
+	require.True(t, bytes.HasSuffix(all, copyTrailer))
+	for _, body := range r.body {
+		require.True(t, bytes.Contains(all, binary.BigEndian.AppendUint32(nil, uint32(len(body)))), "a row's body length")
+		require.True(t, bytes.Contains(all, body), "a row's body")
+	}
+	require.NoError(t, iotest.TestReader(copyRowsOf(&r, at), all))
+	var empty eventRows
+	none, err := io.ReadAll(copyRowsOf(&empty, at))
+	require.NoError(t, err)
+	require.Equal(t, append(append([]byte{}, copySignature...), copyTrailer...), none, "no rows: the signature and the trailer")
 }

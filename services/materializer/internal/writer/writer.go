@@ -17,7 +17,6 @@
 package writer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -441,7 +440,7 @@ func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 	if err != nil {
 		return nil, err
 	}
-	if head != nil && len(copyRows) > 0 {
+	if head != nil && copyRows != nil {
 		// Rows enough to copy: the head is read first, and the rest goes the usual way
 		// inside the open transaction.
 		err := head.sync(nil)
@@ -450,15 +449,15 @@ func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 			return nil, w.moved(err, execs)
 		}
 	}
-	if fast && guards > 0 && len(copyRows) > 0 {
+	if fast && guards > 0 && copyRows != nil {
 		g := &pgx.Batch{QueuedQueries: b.QueuedQueries[:guards]}
 		b.QueuedQueries = b.QueuedQueries[guards:]
 		if err := w.run(ctx, conn, g, execAll(g.Len())); err != nil {
 			return nil, w.moved(err, execs)
 		}
 	}
-	if len(copyRows) > 0 {
-		if _, err := conn.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(copyRows), sqlCopy); err != nil {
+	if copyRows != nil {
+		if _, err := conn.Conn().PgConn().CopyFrom(ctx, copyRows, sqlCopy); err != nil {
 			if fast {
 				return nil, w.moved(err, execs) // an event logged already
 			}
@@ -736,13 +735,13 @@ func (w *Writer) queueStarts(b *pgx.Batch, evs []*eventv1.Event, distinct []int,
 	return 1
 }
 
-// queueWrites queues the insert of the committed events, or returns them encoded for COPY
-// (copyData) when there are copyMin or more or their bodies reach copyBytes, and queues
+// queueWrites queues the insert of the committed events, or returns them as a COPY stream
+// (copyStream) when there are copyMin or more or their bodies reach copyBytes, and queues
 // the projection updates. The first inserted
 // events of evs are not inserted again (a head start inserted them, headstart.go), though
 // their timers are projected.
 func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte, distinct []int, outcomes []Outcome, seqs []int64,
-	execs []string, state map[string]*execState, at time.Time, inserted int) ([]byte, error) {
+	execs []string, state map[string]*execState, at time.Time, inserted int) (*copyStream, error) {
 	var rows eventRows
 	var tEx, tID, tTn, tStep, fEx, fID, retired []string
 	var tDue []time.Time
@@ -771,10 +770,10 @@ func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte
 			retired = append(retired, e.GetExecutionId())
 		}
 	}
-	var copyRows []byte
+	var copyRows *copyStream
 	switch r := &rows; {
 	case len(r.ex) >= copyMin || r.bytes >= copyBytes:
-		copyRows = r.copyData(at) // copydata.go
+		copyRows = copyRowsOf(r, at) // copydata.go
 	case len(r.ex) > 0:
 		r.queue(b, at)
 	}
