@@ -138,7 +138,7 @@ func TestOneRoundTripCopiesLargeBatchesAndFallsBackOnTheirRedelivery(t *testing.
 
 	var batch []*eventv1.Event
 	for i := range copyMin + 6 {
-		batch = append(batch, ev("a", fmt.Sprintf("a%03d", i+1), domain.EventStepEnter))
+		batch = append(batch, ev("a", fmt.Sprintf("a%04d", i+1), domain.EventStepEnter))
 	}
 	res, err := w.Commit(ctx, batch, nil)
 	require.NoError(t, err)

@@ -173,8 +173,16 @@ const (
 		WHERE consumer = $1 AND partition = $2`
 )
 
-// copyMin is the number of new events from which a batch is inserted with COPY.
-const copyMin = 64
+// copyMin is the number of new events from which a batch is inserted with COPY. COPY costs
+// Postgres about a quarter less than an INSERT of the same rows but two more round trips
+// on the commit's path, and on a busy mesh a round trip costs more than Postgres's part of
+// it: with the Go scheduler on one processor (mesh.LeaveCoreToPostgres) and runnable
+// goroutines always queued, as a fan-out's workers keep them, the runtime looks for
+// Postgres's reply only at its periodic network poll, every 10 ms. A 1,000-wide fan-out's
+// commits of a few hundred outcomes spent 6-10 ms in each round trip before their COPY.
+// So batches up to a thousand rows go in one round trip, and the materializer's full
+// batches (NOETL_MATERIALIZER_BATCH, 4,096) and megabytes of bodies (copyBytes) still copy.
+const copyMin = 1024
 
 // copyBytes is the size of the new events' bodies from which a batch is inserted with
 // COPY, however few they are: a wide fan-out's groups of commands (about 80 KiB per 250).
