@@ -118,7 +118,7 @@ func (w *Writer) queueGuards(b *pgx.Batch, evs []*eventv1.Event, distinct []int,
 	case 1:
 		b.Queue(sqlExpectNoRival, rivalExec[0], rivalID[0])
 	default:
-		b.Queue(sqlExpectNoRivals, rivalExec, rivalID)
+		b.Queue(sqlExpectNoRivals, textArray(rivalExec), textArray(rivalID))
 	}
 }
 

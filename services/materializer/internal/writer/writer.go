@@ -294,6 +294,7 @@ func (w *Writer) commit(ctx context.Context, evs []*eventv1.Event, bodies [][]by
 		return nil, fmt.Errorf("append events: %w", err)
 	}
 	defer conn.Release()
+	withArrays(conn.Conn())
 	open := false
 	defer func() {
 		if open { // the pool drops the connection if this fails too
@@ -612,7 +613,7 @@ func (w *Writer) lockAndProbe(ctx context.Context, conn *pgxpool.Conn, evs []*ev
 			probeExec, probeID, rivalOf = append(probeExec, evs[i].GetExecutionId()), append(probeID, r), append(rivalOf, i)
 		}
 	}
-	b.Queue(sqlLogged, probeExec, probeID)
+	b.Queue(sqlLogged, textArray(probeExec), textArray(probeID))
 	err := w.run(ctx, conn, b, func(br pgx.BatchResults) error {
 		for range execs0 + started {
 			if _, err := br.Exec(); err != nil {
@@ -856,7 +857,7 @@ func (r *eventRows) queue(b *pgx.Batch, at time.Time) {
 		return
 	}
 	if n > valuesMax {
-		b.Queue(sqlInsert, r.ex, r.seq, r.ev, r.tn, r.ty, r.st, r.cmd, at, r.body)
+		b.Queue(sqlInsert, textArray(r.ex), int8Array(r.seq), textArray(r.ev), textArray(r.tn), textArray(r.ty), textArray(r.st), textArray(r.cmd), at, byteaArray(r.body)) // arrays.go
 		return
 	}
 	args := make([]any, 0, 1+insertColumns*n)
