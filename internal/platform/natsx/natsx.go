@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -534,6 +535,30 @@ func Extract(ctx context.Context, h nats.Header) context.Context {
 		return ctx
 	}
 	return telemetry.Propagator.Extract(ctx, headerCarrier(h))
+}
+
+// Remote is the trace context and baggage a received message's header carries, extracted
+// once (Extracted) for a message whose several commands each start a span under it (Into).
+type Remote struct {
+	span    trace.SpanContext
+	baggage baggage.Baggage
+}
+
+// Extracted is what Extract puts into a context from h.
+func Extracted(h nats.Header) Remote {
+	ctx := Extract(context.Background(), h)
+	return Remote{span: trace.SpanContextFromContext(ctx), baggage: baggage.FromContext(ctx)}
+}
+
+// Into returns ctx carrying r, as Extract(ctx, h) returns it for the h r was extracted from.
+func (r Remote) Into(ctx context.Context) context.Context {
+	if r.span.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, r.span)
+	}
+	if r.baggage.Len() > 0 {
+		ctx = baggage.ContextWithBaggage(ctx, r.baggage)
+	}
+	return ctx
 }
 
 // headerCarrier adapts a NATS header (case-sensitive keys) to a propagation carrier:

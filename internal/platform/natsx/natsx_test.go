@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/baggage"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -42,6 +43,35 @@ func TestTraceContextTravelsInHeaders(t *testing.T) {
 	other := nats.Header{"Traceparent": h["traceparent"]}
 	require.Equal(t, span.SpanContext().TraceID(), trace.SpanContextFromContext(natsx.Extract(context.Background(), other)).TraceID())
 	require.False(t, trace.SpanContextFromContext(natsx.Extract(context.Background(), nil)).IsValid())
+}
+
+// keptKey is a context value that Remote.Into must keep.
+type keptKey struct{}
+
+// TestRemoteIsWhatExtractGives: a header's trace context and baggage extracted once and
+// put into several contexts give each what Extract gives it, and a header without them
+// leaves a context as it was.
+func TestRemoteIsWhatExtractGives(t *testing.T) {
+	ctx, span := tracer(t).Start(context.Background(), "publisher")
+	defer span.End()
+	member, err := baggage.NewMember("tenant", "t1")
+	require.NoError(t, err)
+	bag, err := baggage.New(member)
+	require.NoError(t, err)
+	h := natsx.Inject(baggage.ContextWithBaggage(ctx, bag), nil)
+	remote := natsx.Extracted(h)
+	for range 2 {
+		base := context.WithValue(context.Background(), keptKey{}, "kept")
+		want, got := natsx.Extract(base, h), remote.Into(base)
+		require.Equal(t, trace.SpanContextFromContext(want), trace.SpanContextFromContext(got))
+		require.True(t, trace.SpanContextFromContext(got).IsRemote())
+		require.Equal(t, span.SpanContext().SpanID(), trace.SpanContextFromContext(got).SpanID())
+		require.Equal(t, baggage.FromContext(want).String(), baggage.FromContext(got).String())
+		require.Equal(t, "t1", baggage.FromContext(got).Member("tenant").Value())
+		require.Equal(t, "kept", got.Value(keptKey{}))
+	}
+	base := context.Background()
+	require.Equal(t, base, natsx.Extracted(nil).Into(base), "no header: the context as it was")
 }
 
 func TestPublishAllCarriesTheTrace(t *testing.T) {

@@ -165,7 +165,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			for t := range work {
 				running.Add(1)
 				c.InFlight.Inc()
-				t.claim.done(c.handle(runCtx, t.cmd, t.claim.m))
+				t.claim.done(c.handle(runCtx, t.cmd, t.claim))
 				c.InFlight.Dec()
 				running.Add(-1)
 			}
@@ -193,7 +193,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			_ = m.Term()
 			continue
 		}
-		cl := newClaim(m, len(cmds))
+		cl := newClaim(m, len(cmds), natsx.Extracted(m.Headers()))
 		for _, cmd := range cmds {
 			select {
 			case work <- task{cmd: cmd, claim: cl}:
@@ -235,16 +235,19 @@ var (
 // acks the message if every one of them published its outcome, and hands it back (with
 // the longest delay asked) otherwise.
 type claim struct {
-	m     jetstream.Msg
-	mu    sync.Mutex
-	left  int
-	back  bool
-	delay time.Duration
-	timer *time.Timer
+	m jetstream.Msg
+	// remote is the trace context of the message's header, the parent of each of its
+	// commands' spans (extracted once for a pack's commands).
+	remote natsx.Remote
+	mu     sync.Mutex
+	left   int
+	back   bool
+	delay  time.Duration
+	timer  *time.Timer
 }
 
-func newClaim(m jetstream.Msg, commands int) *claim {
-	cl := &claim{m: m, left: commands}
+func newClaim(m jetstream.Msg, commands int, remote natsx.Remote) *claim {
+	cl := &claim{m: m, left: commands, remote: remote}
 	// Keep the claim alive while a long tool runs (a timer that re-arms itself, rather than
 	// a goroutine and a ticker per message).
 	cl.mu.Lock()
@@ -292,13 +295,14 @@ var consumerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindCons
 // that carried it may be acked. ctx is the run context of consume: it ends only when a
 // stopping worker's drain timeout passed, and a command it ended is handed back for
 // another worker rather than failed.
-func (c *Consumer) handle(ctx context.Context, cmd *eventv1.Command, m jetstream.Msg) verdict {
+func (c *Consumer) handle(ctx context.Context, cmd *eventv1.Command, cl *claim) verdict {
+	m := cl.m
 	// The run continues the trace of the commit that forwarded the command.
 	kind := "noop"
 	if len(cmd.GetTools()) > 0 {
 		kind = cmd.GetTools()[0].GetKind()
 	}
-	ctx, span := c.Tracer.Start(natsx.Extract(ctx, m.Headers()), "step "+cmd.GetStep(), consumerSpan...)
+	ctx, span := c.Tracer.Start(cl.remote.Into(ctx), "step "+cmd.GetStep(), consumerSpan...)
 	defer span.End()
 	if span.IsRecording() { // the attributes are built only for a span that keeps them
 		span.SetAttributes(telemetry.Execution(cmd.GetTenant(), cmd.GetExecutionId(), cmd.GetStep(), cmd.GetAttempt())...)
