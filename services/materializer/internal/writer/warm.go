@@ -30,10 +30,10 @@ var warmStatements = slices.Concat([]string{"BEGIN", "COMMIT", sqlStart, sqlLock
 // Warm readies a connection the pool has just made for the writer's commits: the session's
 // settings (sqlSettings, marking the connection settled) and every statement of
 // warmStatements prepared. A COPY needs nothing more: the writer encodes its rows itself
-// (copydata.go). It is meant as the pool's AfterConnect hook (pgxext.AfterConnect). It never refuses the
-// connection: should a statement fail to prepare (a schema not yet migrated, which the
-// materializer's schema check at start reports), Warm stops there and returns nil, and
-// what is left is prepared on first use, as without it.
+// (copydata.go). It is meant as the pool's AfterConnect hook (pgxext.AfterConnect). It
+// never refuses the connection: should a statement fail to prepare (a schema not yet
+// migrated, which the materializer's schema check at start reports), Warm stops there and
+// returns nil, and what is left is prepared on first use, as without it.
 func Warm(ctx context.Context, c *pgx.Conn) error {
 	if _, err := c.Exec(ctx, sqlSettings); err != nil {
 		return nil

@@ -746,9 +746,8 @@ func (w *Writer) queueStarts(b *pgx.Batch, evs []*eventv1.Event, distinct []int,
 
 // queueWrites queues the insert of the committed events, or returns them as a COPY stream
 // (copyStream) when there are copyMin or more or their bodies reach copyBytes, and queues
-// the projection updates. The first inserted
-// events of evs are not inserted again (a head start inserted them, headstart.go), though
-// their timers are projected.
+// the projection updates. The first inserted events of evs are not inserted again (a head
+// start inserted them, headstart.go), though their timers are projected.
 func (w *Writer) queueWrites(b *pgx.Batch, evs []*eventv1.Event, bodies [][]byte, distinct []int, outcomes []Outcome, seqs []int64,
 	execs []string, state map[string]*execState, at time.Time, inserted int) (*copyStream, error) {
 	var rows eventRows
