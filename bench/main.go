@@ -351,7 +351,15 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	defer stopTrace()
 	sh := &shed{}
 	mem := readMeshMemory(meshMode)
+	stopPerf, err := startPerfControl(*perfControl) // perfctl.go
+	if err != nil {
+		return err
+	}
+	defer func() { _ = stopPerf() }()
 	o, err := measure(ctx, exe, reg.GetPlaybook().GetPath(), count, sh)
+	if perr := stopPerf(); err == nil && perr != nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
