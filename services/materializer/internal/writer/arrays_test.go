@@ -16,10 +16,10 @@ func TestArraysEncodeAsPgxWould(t *testing.T) {
 	ints := [][]int64{{}, {0}, {1, -1, 1 << 62, -(1 << 62)}}
 	plain := pgtype.NewMap()
 	ours := pgtype.NewMap()
-	for _, oid := range []uint32{pgtype.TextArrayOID, pgtype.ByteaArrayOID, pgtype.Int8ArrayOID} {
+	for _, oid := range []uint32{pgtype.TextArrayOID, pgtype.ByteaArrayOID, pgtype.Int8ArrayOID, pgtype.ByteaOID} {
 		typ, ok := ours.TypeForOID(oid)
 		require.True(t, ok)
-		ours.RegisterType(&pgtype.Type{Name: typ.Name, OID: oid, Codec: arrayCodec{typ.Codec}})
+		ours.RegisterType(&pgtype.Type{Name: typ.Name, OID: oid, Codec: arrayCodec{Codec: typ.Codec, bufs: &connBuffers{}}})
 	}
 	check := func(oid uint32, pgxValue, ourValue any) {
 		t.Helper()
@@ -43,5 +43,8 @@ func TestArraysEncodeAsPgxWould(t *testing.T) {
 	}
 	for _, v := range ints {
 		check(pgtype.Int8ArrayOID, v, int8Array(v))
+	}
+	for _, v := range [][]byte{{0}, []byte("a body"), make([]byte, 70_000)} {
+		check(pgtype.ByteaOID, v, byteaValue(v))
 	}
 }

@@ -59,6 +59,7 @@ func startHead(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) (*headStar
 		}
 		descs[sql] = sd
 	}
+	holdWire(c, wireSize(b)) // buffers.go
 	h := &headStart{conn: c, descs: descs, p: c.PgConn().StartPipeline(ctx)}
 	h.p.SendQueryParams("BEGIN", nil, nil, nil, nil)
 	if err := h.send(b); err != nil {
@@ -107,6 +108,7 @@ func (h *headStart) describe(sql string) (*pgconn.StatementDescription, error) {
 // commits it, and the connection is back in normal mode.
 func (h *headStart) sync(rest *pgx.Batch) error {
 	if rest != nil {
+		holdWire(h.conn, wireSize(rest))
 		if err := h.send(rest); err != nil {
 			_ = h.close()
 			return err

@@ -713,6 +713,7 @@ func committedRival(committed map[[2]string]bool, ev *eventv1.Event) bool {
 
 // run sends b and reads its results with read.
 func (w *Writer) run(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	holdWire(conn.Conn(), wireSize(b)) // buffers.go
 	br := conn.SendBatch(ctx, b)
 	err := read(br)
 	return errors.Join(err, br.Close())
@@ -862,7 +863,7 @@ func (r *eventRows) queue(b *pgx.Batch, at time.Time) {
 	args := make([]any, 0, 1+insertColumns*n)
 	args = append(args, at)
 	for k := range n {
-		args = append(args, r.ex[k], r.seq[k], r.ev[k], r.tn[k], r.ty[k], r.st[k], r.cmd[k], r.body[k])
+		args = append(args, r.ex[k], r.seq[k], r.ev[k], r.tn[k], r.ty[k], r.st[k], r.cmd[k], byteaValue(r.body[k])) // arrays.go
 	}
 	b.Queue(sqlInsertValues[n], args...)
 }
