@@ -21,7 +21,8 @@ import (
 // the server's default: a commit that NoETL acts on (the materializer forwards a command,
 // an event references a stored result) must survive a crash of Postgres, and with
 // synchronous_commit off an immediate stop discards the last commits. Half of maxConns stay
-// connected from the start (unless url sets pool_min_conns). opts adjust the pool further
+// connected from the start (unless url sets pool_min_conns). Its connections poll their
+// reads when the process asked for it (SetPollReads). opts adjust the pool further
 // (AfterConnect).
 func Open(ctx context.Context, url string, maxConns int32, opts ...Option) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
@@ -43,6 +44,9 @@ func Open(ctx context.Context, url string, maxConns int32, opts ...Option) (*pgx
 	cfg.ConnConfig.RuntimeParams["application_name"] = "noetl"
 	if _, set := cfg.ConnConfig.RuntimeParams["synchronous_commit"]; !set {
 		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	}
+	if n := pollReads.Load(); n > 0 { // pollread.go
+		cfg.ConnConfig.DialFunc = pollingDial(cfg.ConnConfig.DialFunc, int(n))
 	}
 	for _, o := range opts {
 		o(cfg)

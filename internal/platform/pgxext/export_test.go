@@ -1,0 +1,9 @@
+package pgxext
+
+import "net"
+
+// Polling reports whether c is a connection whose reads poll (pollread.go).
+func Polling(c net.Conn) bool {
+	_, ok := c.(*pollConn)
+	return ok
+}
