@@ -40,7 +40,8 @@ func LeaveCoreToPostgres() (procs int, changed bool) {
 
 // pollReadTries is how many times a connection of a one-processor mesh tries a read before
 // it waits for the network poller. Measured on the 2-core development machine (a 1,000-wide
-// fan-out, 10 interleaved runs, medians): 300 tries 17,823 tasks/s, 2,000 15,182 (one
-// connection polling at a time) to 14,835, none 14,137; 50 executions of 10 steps, with many
-// connections waiting at once, did no worse with 300 (8 runs).
+// fan-out, interleaved runs, medians): without polling 14,137 tasks/s, 300 tries 17,823, and
+// 2,000 tries with one connection polling at a time 15,182 (10 runs each); in another set,
+// without 12,393 and 2,000 tries 14,835 (12 runs each). 50 executions of 10 steps, with
+// many connections waiting at once, did no worse with 300 tries (8 runs).
 const pollReadTries = 300
