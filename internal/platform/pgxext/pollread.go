@@ -2,12 +2,8 @@ package pgxext
 
 import (
 	"context"
-	"errors"
 	"net"
-	"runtime"
 	"sync/atomic"
-	"syscall"
-	"time"
 )
 
 // Reads that poll, for a process that runs its Go scheduler on one processor.
@@ -30,7 +26,8 @@ import (
 // What holds: a read returns what the socket's own Read would have returned, bytes or an
 // error (for anything but "nothing yet" the connection's own Read is called); a deadline
 // (pgconn's cancellation of a query sets one in the past) ends the polling at once; writes,
-// and every other method, are the socket's.
+// and every other method, are the socket's. Reads poll on Unix systems (pollread_unix.go);
+// elsewhere a connection is the dialer's own.
 
 // pollReads is how many times a connection opened from now on tries a read before it waits
 // for the network poller (SetPollReads); 0 turns polling off.
@@ -44,79 +41,14 @@ func SetPollReads(n int) { pollReads.Store(int64(max(n, 0))) }
 // PollReads is the count SetPollReads set last (0: reads do not poll).
 func PollReads() int { return int(pollReads.Load()) }
 
-// pollingDial wraps dial so that the connections it makes poll their reads up to n times.
+// pollingDial wraps dial so that the connections it makes poll their reads up to n times
+// (where the system allows it, polling).
 func pollingDial(dial func(context.Context, string, string) (net.Conn, error), n int) func(context.Context, string, string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		sc, ok := c.(syscall.Conn)
-		if !ok {
-			return c, nil
-		}
-		raw, err := sc.SyscallConn()
-		if err != nil {
-			return c, nil
-		}
-		return &pollConn{Conn: c, raw: raw, tries: n}, nil
+		return polling(c, n), nil
 	}
-}
-
-// pollConn is a socket whose reads poll (see above).
-type pollConn struct {
-	net.Conn
-	raw   syscall.RawConn
-	tries int
-	// deadline is the read deadline (Unix nanoseconds, 0 for none), set from any goroutine.
-	deadline atomic.Int64
-}
-
-// SetDeadline implements net.Conn.
-func (c *pollConn) SetDeadline(t time.Time) error {
-	c.deadline.Store(unixNano(t))
-	return c.Conn.SetDeadline(t)
-}
-
-// SetReadDeadline implements net.Conn.
-func (c *pollConn) SetReadDeadline(t time.Time) error {
-	c.deadline.Store(unixNano(t))
-	return c.Conn.SetReadDeadline(t)
-}
-
-// unixNano is t in Unix nanoseconds, 0 for the zero time (no deadline).
-func unixNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-// Read implements net.Conn: it tries the socket without waiting up to c.tries times,
-// letting the other goroutines run between tries, then reads as the socket does.
-func (c *pollConn) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return c.Conn.Read(p)
-	}
-	for range c.tries {
-		if d := c.deadline.Load(); d != 0 && time.Now().UnixNano() >= d {
-			break
-		}
-		var n int
-		var rerr error
-		if err := c.raw.Read(func(fd uintptr) bool {
-			n, rerr = syscall.Read(int(fd), p)
-			return true // never wait here: the runtime would wait for the poller
-		}); err != nil {
-			break
-		}
-		if n > 0 {
-			return n, nil
-		}
-		if !errors.Is(rerr, syscall.EAGAIN) {
-			break // the end of the stream or an error: the socket's Read reports it
-		}
-		runtime.Gosched()
-	}
-	return c.Conn.Read(p)
 }

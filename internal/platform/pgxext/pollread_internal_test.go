@@ -1,3 +1,5 @@
+//go:build unix
+
 package pgxext
 
 import (
@@ -29,8 +31,7 @@ func pollingPair(t *testing.T, tries int) (client net.Conn, server net.Conn) {
 	client, err = pollingDial(d.DialContext, tries)(context.Background(), "tcp", ln.Addr().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
-	_, ok := client.(*pollConn)
-	require.True(t, ok, "a TCP socket polls")
+	require.True(t, isPolling(client), "a TCP socket polls")
 	server = <-accepted
 	require.NotNil(t, server)
 	t.Cleanup(func() { _ = server.Close() })
