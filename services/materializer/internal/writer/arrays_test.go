@@ -7,9 +7,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestArraysEncodeAsPgxWould: the writer's arrays are the bytes pgx writes for the same
-// values, empty arrays, empty elements and multi-byte text included, and a registered
-// array type still encodes every other value with pgx's own codec.
+// TestArraysEncodeAsPgxWould: the writer's arrays (and a row's body) are the bytes pgx
+// writes for the same values, empty arrays, empty elements and multi-byte text included,
+// arraySize says how many that is, and a registered array type still encodes every other
+// value with pgx's own codec.
 func TestArraysEncodeAsPgxWould(t *testing.T) {
 	texts := [][]string{nil, {}, {""}, {"a", "", "étape-été", "x\x00y"}}
 	byteas := [][][]byte{{}, {{}}, {{1, 2, 3}, {}, []byte("body")}}
@@ -28,6 +29,7 @@ func TestArraysEncodeAsPgxWould(t *testing.T) {
 		got, err := ours.Encode(oid, pgtype.BinaryFormatCode, ourValue, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, got, "%T %v", ourValue, pgxValue)
+		require.Equal(t, len(want), arraySize(ourValue), "the size the kept buffer is grown by (buffers.go) is the size written")
 		again, err := ours.Encode(oid, pgtype.BinaryFormatCode, pgxValue, nil)
 		require.NoError(t, err)
 		require.Equal(t, want, again, "pgx's own values keep pgx's codec")
