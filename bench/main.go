@@ -282,6 +282,10 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		if os.Getenv("NOETL_PG_URL") == "" {
 			mesh.LeaveCoreToPostgres()
 		}
+		// As noetl dev does by default (mesh.HugePageHeap).
+		if _, _, err := mesh.HugePageHeap(); err != nil {
+			return err
+		}
 		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: os.Getenv("NOETL_PG_URL"), NATSSync: natsSync, Gateway: gatewayLimits,
 			Log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 		if err != nil {

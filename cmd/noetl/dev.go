@@ -48,6 +48,10 @@ func devCmd() *cobra.Command {
 			log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			hugePages, err := devHugePages()
+			if err != nil {
+				return err
+			}
 			cfg, err := devEnv(mesh.Config{StateDir: stateDir, Insecure: insecure, HTTPAddr: httpAddr, GRPCAddr: grpcAddr, Trace: mesh.TraceConfig(trace), HTTPEgress: egress, Shell: shell, Log: log})
 			if err != nil {
 				return err
@@ -58,6 +62,18 @@ func devCmd() *cobra.Command {
 			procs, leftCore := runtime.GOMAXPROCS(0), false
 			if cfg.PostgresURL == "" {
 				procs, leftCore = mesh.LeaveCoreToPostgres()
+			}
+			// The mesh's heap on huge pages, unless NOETL_DEV_HUGE_PAGES=false (mesh/hugepages.go).
+			hugeHeap := false
+			if hugePages {
+				on, reason, err := mesh.HugePageHeap()
+				switch {
+				case err != nil:
+					log.Warn("huge pages for the heap", slog.String("error", err.Error()))
+				case reason != "":
+					log.Info("huge pages for the heap: none", slog.String("reason", reason))
+				}
+				hugeHeap = on
 			}
 			m, err := mesh.Start(ctx, cfg)
 			if err != nil {
@@ -86,6 +102,9 @@ func devCmd() *cobra.Command {
 			}
 			if leftCore {
 				fmt.Printf("  go:    the mesh schedules on %d processors instead of %d, one core left to its Postgres (GOMAXPROCS overrides)\n", procs, procs+1)
+			}
+			if hugeHeap {
+				fmt.Printf("  heap:  on transparent huge pages (NOETL_DEV_HUGE_PAGES=false turns it off)\n")
 			}
 			fmt.Printf("  admin (/livez, /readyz, /metrics):\n")
 			for _, name := range slices.Sorted(maps.Keys(m.AdminAddrs)) {
@@ -147,6 +166,14 @@ func natsSyncPeriod(sync string) time.Duration {
 // devEnv fills cfg from the NOETL_* variables `noetl dev` honours, strictly: a malformed
 // or out-of-range value is an error naming the variable and the value. Unset numbers keep
 // the mesh's defaults.
+// devHugePages reads NOETL_DEV_HUGE_PAGES: whether noetl dev backs its heap with huge
+// pages (mesh.HugePageHeap); on by default.
+func devHugePages() (bool, error) {
+	var env config.Env
+	on := env.Bool("NOETL_DEV_HUGE_PAGES", true)
+	return on, env.Err()
+}
+
 func devEnv(cfg mesh.Config) (mesh.Config, error) {
 	var env config.Env
 	cfg.PostgresURL = env.Secret("NOETL_PG_URL", "")

@@ -57,4 +57,22 @@ func TestDevFailsOnBadEnvBeforeStarting(t *testing.T) {
 	root.SetArgs([]string{"dev", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"})
 	err = root.Execute()
 	require.ErrorContains(t, err, `NOETL_NATS_SYNC_INTERVAL="0s"`)
+
+	t.Setenv("NOETL_NATS_SYNC_INTERVAL", "")
+	t.Setenv("NOETL_DEV_HUGE_PAGES", "maybe")
+	root = newRoot()
+	root.SetArgs([]string{"dev", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"})
+	err = root.Execute()
+	require.ErrorContains(t, err, `NOETL_DEV_HUGE_PAGES="maybe"`)
+}
+
+// TestDevHugePagesIsOnUnlessTurnedOff: NOETL_DEV_HUGE_PAGES defaults to on and reads as a
+// boolean.
+func TestDevHugePagesIsOnUnlessTurnedOff(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "true": true, "1": true, "false": false, "0": false} {
+		t.Setenv("NOETL_DEV_HUGE_PAGES", v)
+		on, err := devHugePages()
+		require.NoError(t, err, v)
+		require.Equal(t, want, on, "NOETL_DEV_HUGE_PAGES=%q", v)
+	}
 }
