@@ -209,6 +209,10 @@ func (r *rssSamples) get() []float64 {
 
 var samples = &rssSamples{}
 
+// hugeHeap is whether the in-process mesh's heap is on transparent huge pages
+// (mesh.HugePageHeap); nil for a mesh of other processes or another's gateway.
+var hugeHeap *bool
+
 // currentRSSMB is this process's resident set (VmRSS).
 func currentRSSMB() float64 { return procStatusMB("VmRSS:") }
 
@@ -283,9 +287,13 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 			mesh.LeaveCoreToPostgres()
 		}
 		// As noetl dev does by default (mesh.HugePageHeap).
-		if _, _, err := mesh.HugePageHeap(); err != nil {
-			return err
+		on, reason, err := mesh.HugePageHeap()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "huge pages for the heap: %v\n", err)
+		} else if reason != "" {
+			fmt.Fprintf(os.Stderr, "huge pages for the heap: none: %s\n", reason)
 		}
+		hugeHeap = &on
 		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: os.Getenv("NOETL_PG_URL"), NATSSync: natsSync, Gateway: gatewayLimits,
 			Log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 		if err != nil {
@@ -389,6 +397,9 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	out := stepLine(workload, perExec, o, lat, scope, sh)
 	out["mesh"] = meshMode
 	out["gomaxprocs"] = runtime.GOMAXPROCS(0) // the bench's, and the in-process mesh's
+	if hugeHeap != nil {
+		out["heap_huge_pages"] = *hugeHeap // the in-process mesh's (mesh.HugePageHeap)
+	}
 	if pm != nil && pm.Procs != nil {
 		out["gomaxprocs_by_process"] = pm.Procs // each service's, from the chart's CPU limits
 	}

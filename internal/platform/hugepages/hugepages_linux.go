@@ -47,11 +47,11 @@ func start(reserve int) error {
 		b := make([]byte, reserve)
 		runtime.KeepAlive(b)
 	}
-	if err := advise(); err != nil {
-		return err
-	}
+	// A mapping the advice failed for does not stop the rest, nor the advice after later
+	// collections; the failure is reported.
+	err = advise()
 	arm(time.Now())
-	return nil
+	return err
 }
 
 // mode is the kernel's transparent huge page setting ("always" or "madvise"), or
