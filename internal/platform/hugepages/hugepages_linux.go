@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// hugePage is the size of an x86-64 and arm64 (4 KiB granule) transparent huge page; a
-// range is advised in whole huge pages.
-const hugePage = 2 << 20
+// hugePage is the size of a transparent huge page, the kernel's (hpage_pmd_size) where it
+// says, 2 MiB (x86-64, arm64 with 4 KiB pages) otherwise; a range is advised in whole huge
+// pages.
+var hugePage uint64 = 2 << 20
 
 // readviseEvery bounds how often a garbage collection leads to advising again.
 const readviseEvery = time.Second
@@ -40,6 +41,11 @@ func start(reserve int) error {
 	}
 	if m != "madvise" {
 		return nil // "always": the kernel backs the heap with huge pages unasked
+	}
+	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"); err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && n&(n-1) == 0 {
+			hugePage = n
+		}
 	}
 	if reserve > 0 {
 		// A large object is mapped whole and, fresh from the kernel, not zeroed by the
