@@ -18,10 +18,10 @@
 //
 // What holds: nothing but the advice changes (no memory is unmapped, moved or protected,
 // and no mapping that is not anonymous, private and writable is touched); RSS rounds up to
-// 2 MiB where the heap touches a huge page's range; where huge pages are off (the kernel's
-// setting "never", GODEBUG=disablethp=1, or another system than Linux) Heap does nothing and
-// says so with ErrUnavailable; where they are "always" the kernel already uses them and
-// Heap does nothing.
+// a huge page (2 MiB on x86-64) where the heap touches its range; where huge pages are off
+// (the kernel's setting "never", GODEBUG=disablethp=1, or another system than Linux) Heap
+// does nothing and says so with ErrUnavailable; where they are "always" the kernel already
+// uses them and Heap does nothing.
 package hugepages
 
 import "errors"
