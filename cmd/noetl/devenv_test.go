@@ -43,27 +43,21 @@ func TestDevEnvIsStrict(t *testing.T) {
 	require.ErrorContains(t, err, `NOETL_NATS_SYNC_INTERVAL="sometimes": want "always" or a positive duration`)
 }
 
-// TestDevFailsOnBadEnvBeforeStarting: noetl dev stops at once, naming the variable.
+// TestDevFailsOnBadEnvBeforeStarting: noetl dev stops at once, naming the variable and its
+// value, for a malformed value of each kind of variable it reads.
 func TestDevFailsOnBadEnvBeforeStarting(t *testing.T) {
-	t.Setenv("NOETL_STALE_AFTER", "soon")
-	root := newRoot()
-	root.SetArgs([]string{"dev", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"})
-	err := root.Execute()
-	require.ErrorContains(t, err, `NOETL_STALE_AFTER="soon"`)
-
-	t.Setenv("NOETL_STALE_AFTER", "")
-	t.Setenv("NOETL_NATS_SYNC_INTERVAL", "0s")
-	root = newRoot()
-	root.SetArgs([]string{"dev", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"})
-	err = root.Execute()
-	require.ErrorContains(t, err, `NOETL_NATS_SYNC_INTERVAL="0s"`)
-
-	t.Setenv("NOETL_NATS_SYNC_INTERVAL", "")
-	t.Setenv("NOETL_DEV_HUGE_PAGES", "maybe")
-	root = newRoot()
-	root.SetArgs([]string{"dev", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"})
-	err = root.Execute()
-	require.ErrorContains(t, err, `NOETL_DEV_HUGE_PAGES="maybe"`)
+	for name, value := range map[string]string{
+		"NOETL_STALE_AFTER":        "soon",  // a duration
+		"NOETL_NATS_SYNC_INTERVAL": "0s",    // its own check
+		"NOETL_DEV_HUGE_PAGES":     "maybe", // a boolean, read apart from devEnv
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(name, value)
+			root := newRoot()
+			root.SetArgs([]string{"dev", "--state-dir", t.TempDir(), "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"})
+			require.ErrorContains(t, root.Execute(), name+`="`+value+`"`)
+		})
+	}
 }
 
 // TestDevHugePagesIsOnUnlessTurnedOff: NOETL_DEV_HUGE_PAGES defaults to on and reads as a
