@@ -3,6 +3,9 @@ package mesh_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,8 +23,18 @@ import (
 func TestAPrivateClusterIsReachedThroughItsSocket(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	m, err := mesh.Start(ctx, mesh.Config{StateDir: t.TempDir(), NATSURL: testkit.StartNATS(t)})
+	state := t.TempDir()
+	m, err := mesh.Start(ctx, mesh.Config{StateDir: state, NATSURL: testkit.StartNATS(t)})
 	require.NoError(t, err)
+	// Run as root, the cluster lives outside the state directory (pgembed.DirFor: under
+	// /var/lib/noetl/postgres, where the server's user can reach it), so removing the test's
+	// temporary directory would leave it behind, one per run. Remove it after the mesh stops.
+	t.Cleanup(func() {
+		if rel, err := filepath.Rel(state, m.PostgresDir); err == nil && !strings.HasPrefix(rel, "..") {
+			return // inside the state directory, which the test removes
+		}
+		require.NoError(t, os.RemoveAll(m.PostgresDir))
+	})
 	t.Cleanup(m.Stop)
 	for _, u := range []string{m.PostgresURLs.Orchestrator, m.PostgresURLs.Materializer, m.PostgresURLs.Statebuilder, m.PostgresURLs.Resultstore} {
 		require.Contains(t, u, "host=%2F", "a service's URL names the socket directory")
