@@ -115,7 +115,8 @@ func (m cpuMeter) after() map[string]float64 {
 
 // readPids reads each process's CPU seconds; the bench's own from getrusage, exact to the
 // microsecond, where /proc/<pid>/stat counts in clock ticks (10 ms, a fifth of a
-// 1,000-wide fan-out).
+// 1,000-wide fan-out). getrusage counts the bench's own threads and not the children it
+// reaped, whose time the meter counts under their own names (Postgres) or not at all.
 func (m cpuMeter) readPids(out map[string]float64) {
 	self := os.Getpid()
 	for name, pid := range m.pids {
