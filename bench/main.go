@@ -209,10 +209,6 @@ func (r *rssSamples) get() []float64 {
 
 var samples = &rssSamples{}
 
-// hugeHeap is whether the in-process mesh's heap is on transparent huge pages
-// (mesh.HugePageHeap); nil for a mesh of other processes or another's gateway.
-var hugeHeap *bool
-
 // currentRSSMB is this process's resident set (VmRSS).
 func currentRSSMB() float64 { return procStatusMB("VmRSS:") }
 
@@ -235,6 +231,9 @@ workflow:
 
 func run(workload string, n, executions, steps int, gateway string, procsMode bool) error {
 	ctx := context.Background()
+	// hugeHeap is whether the in-process mesh's heap is on transparent huge pages
+	// (mesh.HugePageHeap); nil for a mesh of other processes or another's gateway.
+	var hugeHeap *bool
 	if workload == "ingest" {
 		return runIngest(ctx) // bench/ingest.go
 	}
