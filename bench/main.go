@@ -231,9 +231,9 @@ workflow:
 
 func run(workload string, n, executions, steps int, gateway string, procsMode bool) error {
 	ctx := context.Background()
-	// hugeHeap is whether the in-process mesh's heap is on transparent huge pages
-	// (mesh.HugePageHeap); nil for a mesh of other processes or another's gateway.
-	var hugeHeap *bool
+	// heap is what mesh.HugePageHeap did to the in-process mesh's heap; nil for a mesh of
+	// other processes or another's gateway.
+	var heap *mesh.Heap
 	if workload == "ingest" {
 		return runIngest(ctx) // bench/ingest.go
 	}
@@ -286,13 +286,13 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 			mesh.LeaveCoreToPostgres()
 		}
 		// As noetl dev does by default (mesh.HugePageHeap).
-		on, reason, err := mesh.HugePageHeap()
+		h, err := mesh.HugePageHeap()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "huge pages for the heap: %v\n", err)
-		} else if reason != "" {
-			fmt.Fprintf(os.Stderr, "huge pages for the heap: none: %s\n", reason)
+		} else if h.Reason != "" {
+			fmt.Fprintf(os.Stderr, "huge pages for the heap: none: %s\n", h.Reason)
 		}
-		hugeHeap = &on
+		heap = &h
 		m, err := mesh.Start(ctx, mesh.Config{StateDir: dir, PostgresURL: os.Getenv("NOETL_PG_URL"), NATSSync: natsSync, Gateway: gatewayLimits,
 			Log: slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
 		if err != nil {
@@ -396,8 +396,11 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 	out := stepLine(workload, perExec, o, lat, scope, sh)
 	out["mesh"] = meshMode
 	out["gomaxprocs"] = runtime.GOMAXPROCS(0) // the bench's, and the in-process mesh's
-	if hugeHeap != nil {
-		out["heap_huge_pages"] = *hugeHeap // the in-process mesh's (mesh.HugePageHeap)
+	// The in-process mesh's heap, as mesh.HugePageHeap set it up.
+	if heap != nil {
+		out["heap_huge_pages"] = heap.HugePages
+		out["heap_ahead_mb"] = heap.Ahead >> 20
+		out["heap_gogc"] = gogc(heap)
 	}
 	if pm != nil && pm.Procs != nil {
 		out["gomaxprocs_by_process"] = pm.Procs // each service's, from the chart's CPU limits
@@ -522,4 +525,16 @@ func startRecording(path string, start func(io.Writer) error, stop func()) (func
 			_ = f.Close()
 		})
 	}, nil
+}
+
+// gogc is the in-process mesh's collector target: the one mesh.HugePageHeap set, or else
+// GOGC's ("off", or a percent; 100 when unset).
+func gogc(h *mesh.Heap) string {
+	if h.GCPercent > 0 {
+		return strconv.Itoa(h.GCPercent)
+	}
+	if v, ok := os.LookupEnv("GOGC"); ok {
+		return v
+	}
+	return "100"
 }

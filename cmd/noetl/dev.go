@@ -63,17 +63,18 @@ func devCmd() *cobra.Command {
 			if cfg.PostgresURL == "" {
 				procs, leftCore = mesh.LeaveCoreToPostgres()
 			}
-			// The mesh's heap on huge pages, unless NOETL_DEV_HUGE_PAGES=false (mesh/hugepages.go).
-			hugeHeap := false
+			// The mesh's heap on huge pages and written ahead, unless NOETL_DEV_HUGE_PAGES=false
+			// (mesh/hugepages.go).
+			var heap mesh.Heap
 			if hugePages {
-				on, reason, err := mesh.HugePageHeap()
+				h, err := mesh.HugePageHeap()
 				switch {
 				case err != nil:
 					log.Warn("huge pages for the heap", slog.String("error", err.Error()))
-				case reason != "":
-					log.Info("huge pages for the heap: none", slog.String("reason", reason))
+				case h.Reason != "":
+					log.Info("huge pages for the heap: none", slog.String("reason", h.Reason))
 				}
-				hugeHeap = on
+				heap = h
 			}
 			m, err := mesh.Start(ctx, cfg)
 			if err != nil {
@@ -103,8 +104,12 @@ func devCmd() *cobra.Command {
 			if leftCore {
 				fmt.Printf("  go:    the mesh schedules on %d processors instead of %d, one core left to its Postgres (GOMAXPROCS overrides)\n", procs, procs+1)
 			}
-			if hugeHeap {
-				fmt.Printf("  heap:  on transparent huge pages (NOETL_DEV_HUGE_PAGES=false turns it off)\n")
+			if heap.HugePages {
+				gc := "collected as GOGC says"
+				if heap.GCPercent > 0 {
+					gc = fmt.Sprintf("collected at %d%% growth (GOGC sets it)", heap.GCPercent)
+				}
+				fmt.Printf("  heap:  on transparent huge pages, %d MiB written ahead, %s; NOETL_DEV_HUGE_PAGES=false turns this off\n", heap.Ahead>>20, gc)
 			}
 			fmt.Printf("  admin (/livez, /readyz, /metrics):\n")
 			for _, name := range slices.Sorted(maps.Keys(m.AdminAddrs)) {
@@ -163,17 +168,17 @@ func natsSyncPeriod(sync string) time.Duration {
 	return natsembed.SyncDefault
 }
 
-// devEnv fills cfg from the NOETL_* variables `noetl dev` honours, strictly: a malformed
-// or out-of-range value is an error naming the variable and the value. Unset numbers keep
-// the mesh's defaults.
 // devHugePages reads NOETL_DEV_HUGE_PAGES: whether noetl dev backs its heap with huge
-// pages (mesh.HugePageHeap); on by default.
+// pages and writes it ahead (mesh.HugePageHeap); on by default.
 func devHugePages() (bool, error) {
 	var env config.Env
 	on := env.Bool("NOETL_DEV_HUGE_PAGES", true)
 	return on, env.Err()
 }
 
+// devEnv fills cfg from the NOETL_* variables `noetl dev` honours, strictly: a malformed
+// or out-of-range value is an error naming the variable and the value. Unset numbers keep
+// the mesh's defaults.
 func devEnv(cfg mesh.Config) (mesh.Config, error) {
 	var env config.Env
 	cfg.PostgresURL = env.Secret("NOETL_PG_URL", "")

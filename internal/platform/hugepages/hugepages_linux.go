@@ -26,9 +26,10 @@ var once struct {
 	err error
 }
 
-// Heap maps reserve bytes of heap ahead and advises the process's heap MADV_HUGEPAGE, now
-// and after later garbage collections (see the package comment). Only the first call acts;
-// later calls return its answer.
+// Heap advises the process's heap MADV_HUGEPAGE, now and after later garbage collections,
+// and maps and writes reserve bytes of heap ahead, freed back to the heap resident (see the
+// package comment). It returns once a collection has freed the reserve. Only the first
+// call acts; later calls return its answer.
 func Heap(reserve int) error {
 	once.Do(func() { once.err = start(reserve) })
 	return once.err
@@ -39,25 +40,44 @@ func start(reserve int) error {
 	if err != nil {
 		return err
 	}
-	if m != "madvise" {
-		return nil // "always": the kernel backs the heap with huge pages unasked
-	}
-	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"); err == nil {
-		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && n&(n-1) == 0 {
-			hugePage = n
+	if m == "madvise" {
+		if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"); err == nil {
+			if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && n&(n-1) == 0 {
+				hugePage = n
+			}
 		}
 	}
+	// A large object is mapped whole and, fresh from the kernel, not zeroed by the runtime:
+	// the heap gains reserve bytes of address space, resident only once written.
+	var ahead []byte
 	if reserve > 0 {
-		// A large object is mapped whole and, fresh from the kernel, not zeroed by the
-		// runtime: the heap gains reserve bytes of address space and nothing resident.
-		b := make([]byte, reserve)
-		runtime.KeepAlive(b)
+		ahead = make([]byte, reserve)
 	}
-	// A mapping the advice failed for does not stop the rest, nor the advice after later
-	// collections; the failure is reported.
-	err = advise()
-	arm(time.Now())
+	if m == "madvise" {
+		// Advised before it is written, so the reserve faults in whole huge pages. A mapping
+		// the advice failed for does not stop the rest, nor the advice after later
+		// collections; the failure is reported.
+		err = advise()
+		arm(time.Now())
+	}
+	// "always": the kernel backs the heap with huge pages unasked; the reserve is faulted
+	// in all the same.
+	if ahead != nil {
+		faultIn(ahead)
+		ahead = nil
+		// The collection frees the reserve, now resident, back to the heap, which hands its
+		// pages out before it maps any more.
+		runtime.GC()
+	}
 	return err
+}
+
+// faultIn writes one byte in every 4 KiB of b, so the kernel backs all of it now: a huge
+// page's first write faults in the whole page.
+func faultIn(b []byte) {
+	for i := 0; i < len(b); i += 4 << 10 {
+		b[i] = 0
+	}
 }
 
 // mode is the kernel's transparent huge page setting ("always" or "madvise"), or

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -132,4 +133,37 @@ func vmFlags(t *testing.T, p unsafe.Pointer) string {
 	}
 	t.Fatalf("no mapping holds %p", p)
 	return ""
+}
+
+// TestFaultInMakesTheWholeBufferResident maps fresh anonymous memory, which the kernel has
+// not backed yet (mincore: no page resident), and checks that after faultIn every 4 KiB
+// page of it is.
+func TestFaultInMakesTheWholeBufferResident(t *testing.T) {
+	const size = 8 << 20
+	b, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Munmap(b) }()
+	if in := residentPages(t, b); in != 0 {
+		t.Fatalf("%d of %d pages of a fresh mapping resident before faultIn, want 0", in, size/4096)
+	}
+	faultIn(b)
+	if in := residentPages(t, b); in != size/4096 {
+		t.Fatalf("%d of %d pages resident after faultIn, want all", in, size/4096)
+	}
+}
+
+// residentPages counts the 4 KiB pages of b the kernel backs (mincore); b starts on a page.
+func residentPages(t *testing.T, b []byte) int {
+	t.Helper()
+	vec := make([]byte, (len(b)+4095)/4096)
+	if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatalf("mincore: %v", e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }
