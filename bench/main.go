@@ -401,6 +401,9 @@ func run(workload string, n, executions, steps int, gateway string, procsMode bo
 		out["heap_huge_pages"] = heap.HugePages
 		out["heap_ahead_mb"] = heap.Ahead >> 20
 		out["heap_gogc"] = gogc(heap)
+		if heap.MemoryLimit > 0 {
+			out["heap_memory_limit_mb"] = heap.MemoryLimit >> 20
+		}
 	}
 	if pm != nil && pm.Procs != nil {
 		out["gomaxprocs_by_process"] = pm.Procs // each service's, from the chart's CPU limits

@@ -109,6 +109,9 @@ func devCmd() *cobra.Command {
 				if heap.GCPercent > 0 {
 					gc = fmt.Sprintf("collected at %d%% growth (GOGC sets it)", heap.GCPercent)
 				}
+				if heap.MemoryLimit > 0 {
+					gc += fmt.Sprintf(", soft limit %d MiB (GOMEMLIMIT sets it)", heap.MemoryLimit>>20)
+				}
 				fmt.Printf("  heap:  on transparent huge pages, %d MiB written ahead, %s; NOETL_DEV_HUGE_PAGES=false turns this off\n", heap.Ahead>>20, gc)
 			}
 			fmt.Printf("  admin (/livez, /readyz, /metrics):\n")
