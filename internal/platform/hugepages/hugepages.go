@@ -5,7 +5,7 @@
 // Under the kernel's usual setting (/sys/kernel/mm/transparent_hugepage/enabled is
 // "madvise") that is one fault per 4 KiB, since the runtime no longer asks for huge pages
 // itself. On a virtual machine a fault costs far more than on bare metal: on the
-// development machine (a Firecracker guest) touching fresh anonymous memory costs 11 us
+// development machine (a virtual machine) touching fresh anonymous memory costs 11 us
 // per 4 KiB page, and 0.27 us per 4 KiB once the range is advised MADV_HUGEPAGE (2 MiB
 // pages). A mesh in one process (noetl dev) grows its heap while it runs its first
 // executions, and a 1,000-wide fan-out paid 250-1,500 faults, 3-15 ms of its 50-80 ms.

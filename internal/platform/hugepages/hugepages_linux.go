@@ -47,28 +47,33 @@ func start(reserve int) error {
 			}
 		}
 	}
-	// A large object is mapped whole and, fresh from the kernel, not zeroed by the runtime:
-	// the heap gains reserve bytes of address space, resident only once written.
-	var ahead []byte
+	// The reserve is advised before it is written, so it faults in whole huge pages; under
+	// "always" the kernel backs the heap with huge pages unasked and the reserve is written
+	// all the same. A mapping the advice failed for does not stop the rest, nor the advice
+	// after later collections; the failure is reported.
 	if reserve > 0 {
-		ahead = make([]byte, reserve)
-	}
-	if m == "madvise" {
-		// Advised before it is written, so the reserve faults in whole huge pages. A mapping
-		// the advice failed for does not stop the rest, nor the advice after later
-		// collections; the failure is reported.
-		err = advise()
-		arm(time.Now())
-	}
-	// "always": the kernel backs the heap with huge pages unasked; the reserve is faulted
-	// in all the same.
-	if ahead != nil {
-		faultIn(ahead)
-		ahead = nil
+		err = writeAhead(reserve, m == "madvise")
 		// The collection frees the reserve, now resident, back to the heap, which hands its
 		// pages out before it maps any more.
 		runtime.GC()
+	} else if m == "madvise" {
+		err = advise()
+		arm(time.Now())
 	}
+	return err
+}
+
+// writeAhead maps n bytes of heap, advises the process's mappings first if advised is set
+// (advise, arm), and writes them so the kernel backs them now; they are garbage once it
+// returns. A large object is mapped whole and, fresh from the kernel, not zeroed by the
+// runtime, so the write is the first touch.
+func writeAhead(n int, advised bool) (err error) {
+	b := make([]byte, n)
+	if advised {
+		err = advise()
+		arm(time.Now())
+	}
+	faultIn(b)
 	return err
 }
 
