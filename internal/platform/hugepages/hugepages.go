@@ -5,10 +5,11 @@
 // Under the kernel's usual setting (/sys/kernel/mm/transparent_hugepage/enabled is
 // "madvise") that is one fault per 4 KiB, since the runtime no longer asks for huge pages
 // itself. On a virtual machine a fault costs far more than on bare metal: on the
-// development machine (a virtual machine) touching fresh anonymous memory costs 11 us
-// per 4 KiB page, and 0.27 us per 4 KiB once the range is advised MADV_HUGEPAGE (2 MiB
-// pages). A mesh in one process (noetl dev) grows its heap while it runs its first
-// executions, and a 1,000-wide fan-out paid 250-1,500 faults, 3-15 ms of its 50-80 ms.
+// development machine touching fresh anonymous memory costs 11 us per 4 KiB page, and 3-4
+// ms per 2 MiB page once the range is advised MADV_HUGEPAGE (about 6 us per 4 KiB; an
+// earlier measurement there, 0.27 us, did not repeat on 2026-12-07). A mesh in one
+// process (noetl dev) grows its heap while it runs its first executions, and a 1,000-wide
+// fan-out paid 250-1,500 faults, 3-15 ms of its 50-80 ms, before its heap was advised.
 //
 // Heap maps reserve bytes of heap ahead, advises every anonymous private read-write mapping
 // of the process MADV_HUGEPAGE (the heap, goroutine stacks, which the runtime carves from
@@ -17,9 +18,9 @@
 // later is advised after a garbage collection, at most once a second.
 //
 // Why the reserve is written ahead: a fresh page costs its fault however large the page.
-// On the development machine (a virtual machine) a first write costs 3-4 ms per 2 MiB huge
-// page and 6 ms per 2 MiB of 4 KiB pages, where writing 2 MiB already resident costs 87 us
-// (a C program, mmap, madvise and one write per page). A mesh in one process whose heap grew
+// On the development machine a first write costs 3-4 ms per 2 MiB huge page and 6 ms per 2
+// MiB of 4 KiB pages, where writing 2 MiB already resident costs 87 us (a C program, mmap,
+// madvise and one write per page). A mesh in one process whose heap grew
 // into untouched reserve paid one or two huge pages in a 1,000-wide fan-out of 45-60 ms of
 // CPU; the runtime frees a heap's pages to itself at each collection and hands them out
 // again, so a heap that stays inside memory already resident pays none.
