@@ -47,32 +47,34 @@ func start(reserve int) error {
 			}
 		}
 	}
-	// The reserve is advised before it is written, so it faults in whole huge pages; under
-	// "always" the kernel backs the heap with huge pages unasked and the reserve is written
-	// all the same. A mapping the advice failed for does not stop the rest, nor the advice
-	// after later collections; the failure is reported.
+	// The reserve is mapped, then advised, then written, so it faults in whole huge pages;
+	// under "always" the kernel backs the heap with huge pages unasked and the reserve is
+	// written all the same. A mapping the advice failed for does not stop the rest, nor the
+	// advice after later collections; the failure is reported.
+	err = writeAhead(reserve, func() error {
+		if m != "madvise" {
+			return nil
+		}
+		defer arm(time.Now())
+		return advise()
+	})
 	if reserve > 0 {
-		err = writeAhead(reserve, m == "madvise")
 		// The collection frees the reserve, now resident, back to the heap, which hands its
 		// pages out before it maps any more.
 		runtime.GC()
-	} else if m == "madvise" {
-		err = advise()
-		arm(time.Now())
 	}
 	return err
 }
 
-// writeAhead maps n bytes of heap, advises the process's mappings first if advised is set
-// (advise, arm), and writes them so the kernel backs them now; they are garbage once it
-// returns. A large object is mapped whole and, fresh from the kernel, not zeroed by the
-// runtime, so the write is the first touch.
-func writeAhead(n int, advised bool) (err error) {
-	b := make([]byte, n)
-	if advised {
-		err = advise()
-		arm(time.Now())
+// writeAhead maps n bytes of heap (none for n <= 0), calls advise, and writes them so the
+// kernel backs them now; they are garbage once it returns. A large object is mapped whole
+// and, fresh from the kernel, not zeroed by the runtime, so the write is the first touch.
+func writeAhead(n int, advise func() error) error {
+	var b []byte
+	if n > 0 {
+		b = make([]byte, n)
 	}
+	err := advise()
 	faultIn(b)
 	return err
 }
