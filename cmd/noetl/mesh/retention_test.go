@@ -173,9 +173,11 @@ func TestRetentionPurgesOnlyOldTerminalExecutionsEverywhere(t *testing.T) {
 	old := r.run(system, "tests/keep", nil, true)
 	young := r.run(system, "tests/keep", nil, true)
 	running := r.run(system, "tests/keep", map[string]any{"sleep": 600}, false)
+	// Its worker reports the long command as started (command.started, after 2 s); wait for
+	// that, so the events the running execution holds no longer change while the purge runs.
 	testkit.WaitFor(t, 30*time.Second, func() error {
-		if r.count(`SELECT count(*) FROM noetl.event WHERE execution_id = $1 AND type = 'command.issued'`, running) == 0 {
-			return fmt.Errorf("the running execution has not issued its command")
+		if r.count(`SELECT count(*) FROM noetl.event WHERE execution_id = $1 AND type = 'command.started'`, running) == 0 {
+			return fmt.Errorf("the running execution's command has not been reported started")
 		}
 		return nil
 	})
